@@ -1,0 +1,272 @@
+"""`agora db`: provision, upgrade, check and describe the agent schema."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from agora_cli.cli.options import DbOpt, JsonOpt, open_db
+from agora_cli.cli.output import Col, emit_json, out_console, progress, render_table, say
+
+app = typer.Typer(
+    help="Provision, upgrade, check and describe the agent schema.",
+    no_args_is_help=True,
+)
+
+
+@app.command("provision")
+def provision(
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the statements it would run; run none.")
+    ] = False,
+    db: DbOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Create or repair the agent tables, columns and indexes, idempotently.
+
+    Safe from many processes at once; against a current schema it issues no DDL and takes no
+    lock. Never drops or rewrites anything.
+
+    Example: agora db provision --db postgresql://app@db.internal/app --json
+    """
+    from agora_cli.store.provision import ensure_agent_tables
+
+    report = ensure_agent_tables(open_db(db), dry_run=dry_run)
+    if json:
+        emit_json(
+            {
+                "dialect": report.dialect,
+                "created_tables": report.created_tables,
+                "added_columns": report.added_columns,
+                "created_indexes": report.created_indexes,
+                "statements": report.statements,
+                "already_current": report.already_current,
+                "sql": report.sql,
+                "dry_run": report.dry_run,
+                "notes": report.notes,
+            }
+        )
+        return
+    console = out_console()
+    if report.already_current:
+        console.print(f"The agent schema on {report.dialect} is current: nothing to do.")
+        return
+    if dry_run:
+        console.print(f"-- would run {report.statements} statement(s) on {report.dialect}")
+        for statement in report.sql:
+            console.print(statement + ";", markup=False)
+        return
+    console.print(
+        f"Provisioned {report.dialect}: {len(report.created_tables)} table(s) created, "
+        f"{len(report.added_columns)} column(s) added, {len(report.created_indexes)} index(es) "
+        f"created ({report.statements} statement(s))."
+    )
+    for note in report.notes:
+        say(f"note: {note}", style="yellow")
+
+
+@app.command("upgrade")
+def upgrade(
+    revision: Annotated[
+        str,
+        typer.Argument(help="Target: agent@head (default), documents@head, rag@head or a revision."),
+    ] = "agent@head",
+    sql: Annotated[bool, typer.Option("--sql", help="Print the SQL instead of running it.")] = False,
+    db: DbOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Upgrade through agora's versioned, forward-only Alembic migrations.
+
+    Runs under the provisioning lock, with the version table agent_alembic_version (an
+    application's own alembic_version is never touched). The optional PostgreSQL-only branches
+    are applied by name.
+
+    Example: agora db upgrade --db postgresql://app@db.internal/app && agora db upgrade rag@head
+    """
+    from agora_cli.store.migrate import upgrade as run_upgrade
+
+    engine = open_db(db)
+    result = run_upgrade(engine, revision, sql=sql)
+    if not json:
+        for notice in result.notices:
+            say(f"note: {notice}", style="yellow")
+    if sql:
+        if json:
+            emit_json(
+                {
+                    "from": result.from_revision,
+                    "to": revision,
+                    "applied": [],
+                    "sql": result.sql,
+                }
+            )
+        else:
+            console = out_console()
+            for statement in result.sql:
+                console.print(statement + ";", markup=False)
+        return
+    if json:
+        emit_json(
+            {"from": result.from_revision, "to": result.to_revision, "applied": result.applied}
+        )
+        return
+    if not result.applied:
+        out_console().print(f"Already at {result.to_revision}: nothing to apply.")
+    else:
+        out_console().print(
+            f"Upgraded {result.from_revision or 'an unversioned database'} → "
+            f"{result.to_revision} (applied {', '.join(result.applied)})."
+        )
+
+
+@app.command("status")
+def status(db: DbOpt = None, json: JsonOpt = False) -> None:
+    """Show the migration revision, whether the schema is current, and table sizes.
+
+    Row counts of large tables are catalog estimates, marked as such.
+
+    Example: agora db status --json
+    """
+    from agora_cli.store.engine import dialect_name, server_version
+    from agora_cli.store.migrate import applied_branches, current_revision, head_revision
+    from agora_cli.store.provision import check_agent_tables, table_row_counts
+    from agora_cli.store.proposals import count_legacy_proposals
+
+    engine = open_db(db)
+    problems = check_agent_tables(engine)
+    with engine.connect().execution_options(sqlite_deferred=True) as conn:
+        counts = table_row_counts(conn)
+        legacy = count_legacy_proposals(conn)
+        doc: dict[str, Any] = {
+            "dialect": dialect_name(engine),
+            "server_version": server_version(conn),
+            "revision": current_revision(conn),
+            "head": head_revision(),
+            "branches": applied_branches(conn),
+            "schema_current": not problems,
+            "legacy_proposals": legacy,
+            "tables": {name: c.rows for name, c in counts.items()},
+            "estimated": sorted(name for name, c in counts.items() if c.estimated),
+        }
+        conn.rollback()
+    if json:
+        emit_json(doc)
+        return
+    console = out_console()
+    console.print(f"dialect          {doc['dialect']} {doc['server_version']}")
+    console.print(f"revision         {doc['revision'] or '(migrations never run)'}")
+    console.print(f"head             {doc['head']}")
+    console.print(f"branches         {', '.join(doc['branches']) or '—'}")
+    current = "yes" if doc["schema_current"] else f"no ({len(problems)} problem(s): agora db check)"
+    console.print(f"schema current   {current}")
+    console.print(f"legacy proposals {legacy:,}" + ("  (agora db backfill)" if legacy else ""))
+    rows = [
+        {"table": name, "rows": c.rows, "note": "estimate" if c.estimated else ""}
+        for name, c in counts.items()
+    ]
+    render_table(rows, [Col("table"), Col("rows", justify="right"), Col("note")])
+
+
+@app.command("check")
+def check(db: DbOpt = None, json: JsonOpt = False) -> None:
+    """Compare the live schema with the expected one; exit 1 on any difference.
+
+    Reports missing tables, columns, indexes and foreign keys (compared by shape, not name),
+    and on MySQL a wrong engine or collation. Extra indexes are not drift.
+
+    Example: agora db check --db mysql://root@127.0.0.1/app --json
+    """
+    from agora_cli.store.engine import dialect_name
+    from agora_cli.store.provision import check_agent_tables
+
+    engine = open_db(db)
+    problems = check_agent_tables(engine)
+    if json:
+        emit_json(
+            {
+                "dialect": dialect_name(engine),
+                "ok": not problems,
+                "problems": [
+                    {"kind": p.kind, "table": p.table, "detail": p.detail} for p in problems
+                ],
+            }
+        )
+    elif not problems:
+        out_console().print("ok: the live schema matches the agent schema.")
+    else:
+        render_table(
+            [{"kind": p.kind, "table": p.table, "detail": p.detail} for p in problems],
+            [Col("kind"), Col("table"), Col("detail")],
+            title=f"{len(problems)} difference(s)",
+        )
+        say("`agora db provision` adds what is missing (it never drops anything).")
+    if problems:
+        raise typer.Exit(1)
+
+
+@app.command("sql")
+def sql(
+    dialect: Annotated[
+        str,
+        typer.Option("--dialect", help="postgresql, mysql or sqlite.", show_default=False),
+    ],
+    json: JsonOpt = False,
+) -> None:
+    """Print the full DDL of the agent schema for one dialect, without a database.
+
+    Example: agora db sql --dialect mysql > agent-schema.sql
+    """
+    from agora_cli.store.provision import create_table_statements
+
+    name = dialect.lower()
+    statements = create_table_statements(name)
+    if json:
+        emit_json({"dialect": name, "statements": statements})
+        return
+    console = out_console()
+    for statement in statements:
+        console.print(statement + ";\n", markup=False)
+
+
+@app.command("backfill")
+def backfill(
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, max=10000, help="Rows per batch (1-10000).")
+    ] = 500,
+    max_batches: Annotated[
+        int | None,
+        typer.Option("--max-batches", min=1, help="Stop after N batches.", show_default=False),
+    ] = None,
+    db: DbOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Fill the discovery index of proposals written by older writers, in bounded batches.
+
+    Each batch is its own short transaction; an interrupted run is safe to repeat.
+
+    Example: agora db backfill --limit 500 --max-batches 100   # e.g. nightly from cron
+    """
+    from agora_cli.store.proposals import backfill_discovery_index, count_legacy_proposals
+
+    engine = open_db(db)
+    with engine.connect() as conn:
+        remaining = count_legacy_proposals(conn)
+        conn.rollback()
+    batches = backfilled = 0
+    with progress("backfilling", remaining) as advance:
+        while remaining and (max_batches is None or batches < max_batches):
+            with engine.begin() as conn:
+                result = backfill_discovery_index(conn, limit=limit)
+            batches += 1
+            backfilled += result.backfilled
+            remaining = result.remaining
+            advance(result.backfilled)
+            if result.backfilled == 0:
+                break
+    if json:
+        emit_json({"batches": batches, "backfilled": backfilled, "remaining": remaining})
+        return
+    out_console().print(
+        f"Backfilled {backfilled:,} proposal(s) in {batches} batch(es); {remaining:,} remain."
+    )

@@ -1,0 +1,124 @@
+"""The injectable clock, and epoch-millisecond <-> ISO 8601 / UTC-day conversions.
+
+Every timestamp the store writes comes from a ``Clock``; none is accepted from a caller where the
+spec says the store decides. Tests inject a ``ManualClock`` and move it by hand.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, date, datetime, timedelta
+from typing import Protocol
+
+from agora_cli.store.errors import InvalidInput
+
+__all__ = [
+    "DAY_MS",
+    "Clock",
+    "ManualClock",
+    "SystemClock",
+    "day_window",
+    "iso_ms",
+    "month_window",
+    "parse_day",
+    "parse_instant",
+]
+
+DAY_MS = 86_400_000
+
+
+class Clock(Protocol):
+    """A source of the current time in epoch milliseconds (UTC)."""
+
+    def now_ms(self) -> int: ...
+
+
+class SystemClock:
+    """The wall clock."""
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+
+class ManualClock:
+    """A clock that only moves when told to (tests, server-side coordination)."""
+
+    def __init__(self, now_ms: int = 1_767_225_600_000) -> None:
+        self._now = now_ms
+
+    def now_ms(self) -> int:
+        return self._now
+
+    def set(self, now_ms: int) -> None:
+        self._now = now_ms
+
+    def advance(self, ms: int) -> None:
+        self._now += ms
+
+
+def iso_ms(ms: int | None) -> str | None:
+    """Format epoch milliseconds as ISO 8601 UTC with milliseconds (``…T21:42:59.123Z``)."""
+    if ms is None:
+        return None
+    dt = datetime.fromtimestamp(ms // 1000, tz=UTC).replace(microsecond=(ms % 1000) * 1000)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+_DAY_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def parse_day(text: str, *, what: str = "date") -> date:
+    """Parse ``YYYY-MM-DD`` (UTC); anything else is ``InvalidInput``."""
+    if not _DAY_RE.match(text or ""):
+        raise InvalidInput(f"{what} {text!r} is not a date of the form YYYY-MM-DD")
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise InvalidInput(f"{what} {text!r} is not a real calendar date") from None
+
+
+def parse_instant(text: str, *, what: str = "timestamp") -> int:
+    """Parse an ISO 8601 instant to epoch ms; one without a zone is UTC."""
+    raw = (text or "").strip()
+    if not raw:
+        raise InvalidInput(f"{what} is empty; give an ISO 8601 time such as 2026-11-29T12:00:00Z")
+    if raw.endswith(("z", "Z")):
+        raw = raw[:-1] + "+00:00"
+    try:
+        dt = datetime.fromisoformat(raw)
+    except ValueError:
+        raise InvalidInput(
+            f"{what} {text!r} is not an ISO 8601 time (e.g. 2026-11-29T12:00:00Z)"
+        ) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return _dt_ms(dt)
+
+
+def _dt_ms(dt: datetime) -> int:
+    delta = dt - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+def day_start_ms(day: date) -> int:
+    """Epoch ms of ``day`` 00:00:00.000 UTC."""
+    return _dt_ms(datetime(day.year, day.month, day.day, tzinfo=UTC))
+
+
+def day_window(day: date) -> tuple[int, int]:
+    """The first and last millisecond of a UTC day, inclusive."""
+    start = day_start_ms(day)
+    return start, start + DAY_MS - 1
+
+
+def month_window(day: date) -> tuple[int, int]:
+    """The first and last millisecond of the UTC calendar month holding ``day``, inclusive."""
+    first = day.replace(day=1)
+    nxt = (first + timedelta(days=32)).replace(day=1)
+    return day_start_ms(first), day_start_ms(nxt) - 1
+
+
+def ms_to_date(ms: int) -> date:
+    """The UTC calendar day of an epoch-ms instant."""
+    return datetime.fromtimestamp(ms // 1000, tz=UTC).date()

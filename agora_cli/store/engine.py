@@ -1,0 +1,277 @@
+"""Open engines from operator-friendly URLs, mask passwords, translate driver errors once.
+
+Accepted URLs: any SQLAlchemy URL; ``postgres://`` and ``postgresql://`` mean psycopg 3;
+``mysql://`` and ``mariadb://`` mean PyMySQL (utf8mb4); ``sqlite:///relative.db`` and
+``sqlite:////absolute.db``. With no URL, ``AGORA_DATABASE_URL``, else ``sqlite:///agora.db``.
+
+SQLite connections opened here run ``PRAGMA foreign_keys=ON``, wait up to 30 s on a busy
+database, and begin every transaction with ``BEGIN IMMEDIATE`` (a deferred transaction that
+later upgrades to a write lock fails with "database is locked" instead of waiting); a read-only
+connection can ask for a plain deferred ``BEGIN`` with the execution option
+``sqlite_deferred=True``.
+MySQL/MariaDB connections use READ COMMITTED, the usual level for queue-like workloads (fewer
+gap locks under ``FOR UPDATE SKIP LOCKED``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agora_cli.store.errors import (
+    AgoraError,
+    DatabaseError,
+    DatabaseUnreachable,
+    InvalidInput,
+    UnknownDialect,
+)
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL, Connection, Engine
+
+__all__ = [
+    "DEFAULT_URL",
+    "dialect_name",
+    "is_retryable",
+    "mask_url",
+    "normalize_url",
+    "open_engine",
+    "resolve_url",
+    "retry_transient",
+    "server_version",
+    "supports_skip_locked",
+    "translate_error",
+]
+
+DEFAULT_URL = "sqlite:///agora.db"
+DIALECTS = ("postgresql", "mysql", "sqlite")
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+_PASSWORD_RE = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.\-]*://[^:/?#@\s]*:)(?P<pw>[^@\s]*)(?=@)")
+_DRIVERS = {
+    "postgres": "postgresql+psycopg",
+    "postgresql": "postgresql+psycopg",
+    "mysql": "mysql+pymysql",
+    "mariadb": "mysql+pymysql",
+    "mariadb+pymysql": "mysql+pymysql",
+}
+
+T = TypeVar("T")
+
+
+def mask_url(url: object) -> str:
+    """Return the URL as text with any password shown as ``***``."""
+    return _PASSWORD_RE.sub(lambda m: m.group("head") + "***", str(url))
+
+
+def resolve_url(url: str | None) -> str:
+    """The URL to use: the argument, else ``AGORA_DATABASE_URL``, else the SQLite default."""
+    return url or os.environ.get("AGORA_DATABASE_URL") or DEFAULT_URL
+
+
+def normalize_url(url: str) -> URL:
+    """Parse an operator's URL into a SQLAlchemy URL with agora's drivers."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise InvalidInput(
+            f"{mask_url(url)!r} is not a database URL "
+            "(try postgresql://user@host/db, mysql://user@host/db or sqlite:///agora.db)"
+        ) from None
+    driver = _DRIVERS.get(parsed.drivername, parsed.drivername)
+    parsed = parsed.set(drivername=driver)
+    backend = parsed.get_backend_name()
+    if backend not in DIALECTS:
+        raise UnknownDialect(
+            f"unsupported database {backend!r} in {mask_url(url)!r}: "
+            "use postgresql://, mysql:// (MariaDB too) or sqlite:///"
+        )
+    if backend == "mysql" and "charset" not in parsed.query:
+        parsed = parsed.update_query_dict({"charset": "utf8mb4"})
+    return parsed
+
+
+def open_engine(url: str | None = None, *, check: bool = True, **kwargs: Any) -> Engine:
+    """Create an engine for ``url`` (see module docs) and, with ``check``, prove it connects.
+
+    Raises ``InvalidInput`` for a malformed URL or unknown dialect and ``DatabaseUnreachable``
+    when the server cannot be reached or refuses the credentials.
+    """
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    raw = resolve_url(url)
+    parsed = normalize_url(raw)
+    backend = parsed.get_backend_name()
+    options: dict[str, Any] = {}
+    if backend == "mysql":
+        options["isolation_level"] = "READ COMMITTED"
+        options["pool_pre_ping"] = True
+    if backend == "sqlite":
+        options["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+    options.update(kwargs)
+    try:
+        engine = create_engine(parsed, **options)
+    except (ArgumentError, NoSuchModuleError) as exc:
+        raise InvalidInput(f"cannot use {mask_url(raw)!r}: {_first_line(exc, raw)}") from None
+    if backend == "sqlite":
+        _install_sqlite_events(engine, event)
+    if check:
+        try:
+            with engine.connect() as conn:
+                conn.exec_driver_sql("SELECT 1")
+        except Exception as exc:
+            engine.dispose()
+            raise _unreachable(exc, raw) from exc
+    return engine
+
+
+def _install_sqlite_events(engine: Engine, event: Any) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let us issue BEGIN ourselves (pysqlite's own BEGIN is deferred).
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # Readers that must never wait on a writer ask for a deferred transaction.
+        deferred = conn.get_execution_options().get("sqlite_deferred")
+        conn.exec_driver_sql("BEGIN" if deferred else "BEGIN IMMEDIATE")
+
+
+def _first_line(exc: BaseException, url: str | None = None) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+    return _scrub(text, url)
+
+
+def _scrub(text: str, url: str | None) -> str:
+    text = mask_url(text)
+    if url:
+        try:
+            from sqlalchemy.engine import make_url
+
+            password = make_url(url).password
+        except Exception:
+            password = None
+        if password:
+            text = text.replace(str(password), "***")
+    return text
+
+
+def _unreachable(exc: BaseException, url: str) -> AgoraError:
+    if isinstance(exc, AgoraError):
+        return exc
+    return DatabaseUnreachable(f"cannot connect to {mask_url(url)}: {_first_line(exc, url)}")
+
+
+def translate_error(exc: BaseException, url: str | None = None) -> AgoraError | None:
+    """Map a SQLAlchemy/driver exception to agora's tree, or ``None`` if it is not one."""
+    from sqlalchemy import exc as sa_exc
+
+    if isinstance(exc, AgoraError):
+        return exc
+    if isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError) and _is_connection_error(
+        exc
+    ):
+        where = f" to {mask_url(url)}" if url else ""
+        return DatabaseUnreachable(f"lost the connection{where}: {_first_line(exc, url)}")
+    if isinstance(exc, sa_exc.DBAPIError):
+        return DatabaseError(f"the database refused a statement: {_first_line(exc, url)}")
+    if isinstance(exc, sa_exc.ArgumentError | sa_exc.NoSuchModuleError):
+        return InvalidInput(_first_line(exc, url))
+    return None
+
+
+def _is_connection_error(exc: Any) -> bool:
+    if getattr(exc, "connection_invalidated", False):
+        return True
+    text = str(getattr(exc, "orig", exc)).lower()
+    return any(
+        s in text
+        for s in (
+            "connection refused",
+            "could not connect",
+            "can't connect",
+            "server closed the connection",
+            "lost connection",
+            "gone away",
+            "connection failed",
+            "unable to open database",
+        )
+    )
+
+
+def dialect_name(bind: Engine | Connection) -> str:
+    """``postgresql``, ``mysql`` (MariaDB too) or ``sqlite``."""
+    return str(bind.dialect.name).replace("mariadb", "mysql")
+
+
+def server_version(conn: Connection) -> str:
+    """The server's version string (SQLite: the library's)."""
+    name = dialect_name(conn)
+    sql = {
+        "postgresql": "SHOW server_version",
+        "mysql": "SELECT VERSION()",
+        "sqlite": "SELECT sqlite_version()",
+    }[name]
+    return str(conn.exec_driver_sql(sql).scalar())
+
+
+def supports_skip_locked(conn: Connection) -> bool:
+    """Whether ``FOR UPDATE SKIP LOCKED`` works here: PostgreSQL, MySQL >= 8.0.1, MariaDB >= 10.6.
+
+    SQLAlchemy renders SKIP LOCKED without checking the server, so the store asks this first.
+    """
+    name = dialect_name(conn)
+    if name == "postgresql":
+        return True
+    if name != "mysql":
+        return False
+    text = server_version(conn)
+    nums = [int(x) for x in re.findall(r"\d+", text)[:3]] + [0, 0, 0]
+    major, minor, patch = nums[:3]
+    if "mariadb" in text.lower() or getattr(conn.dialect, "is_mariadb", False):
+        return (major, minor) >= (10, 6)
+    return (major, minor, patch) >= (8, 0, 1)
+
+
+_RETRYABLE_SQLSTATES = {"40001", "40P01"}
+_RETRYABLE_MYSQL_CODES = {1213, 1205}
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether ``exc`` is a deadlock, serialization failure or busy lock worth retrying."""
+    orig = getattr(exc, "orig", exc)
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if sqlstate in _RETRYABLE_SQLSTATES:
+        return True
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int) and args[0] in _RETRYABLE_MYSQL_CODES:
+        return True
+    return "database is locked" in str(orig).lower()
+
+
+def retry_transient(fn: Callable[[], T], *, attempts: int = 8, base_delay: float = 0.01) -> T:
+    """Call ``fn`` (one whole transaction), retrying deadlocks and serialization failures.
+
+    Bounded: after ``attempts`` tries the last error is raised.
+    """
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except Exception as exc:
+            if attempt == attempts - 1 or not is_retryable(exc):
+                raise
+            time.sleep(base_delay * (2**attempt) * (1 + (os.getpid() % 7) / 7))
+    raise AssertionError("unreachable")

@@ -1,0 +1,115 @@
+"""agora's own exceptions, one tree, each with its exit code.
+
+This module imports nothing heavy, so the command line can catch these without loading
+SQLAlchemy or httpx. Driver and HTTP errors are translated into this tree once, in
+``engine.py`` and ``catalog.py``, and chained with ``from``::
+
+    AgoraError                      exit 1  the command ran; the answer is negative
+    ├── NotFound                    exit 1  no such object (in that scope)
+    ├── Conflict                    exit 1  the object exists with other content
+    ├── SchemaDrift                 exit 1  the live schema differs from the expected one
+    ├── ModelNotInCatalog           exit 1  a provider/model is missing, or has no price
+    ├── LeaseLost                   exit 1  a lease token/generation no longer holds
+    ├── ForwardOnlyMigration        exit 1  a downgrade of a forward-only revision
+    ├── InvalidInput                exit 2  bad arguments, dates, limits, URLs, JSON
+    │   └── UnknownDialect          exit 2
+    └── ExternalError               exit 3  an outside system could not be reached or refused
+        ├── DatabaseUnreachable     exit 3  connection refused, bad credentials, no such database
+        ├── DatabaseError           exit 3  the server refused a statement
+        ├── LockTimeout             exit 3  the provisioning lock was not granted in time
+        ├── MissingExtension        exit 3  a PostgreSQL extension (pgvector) is not installed
+        └── CatalogError            exit 3  the models.dev catalog could not be fetched or read
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AgoraError",
+    "CatalogError",
+    "Conflict",
+    "DatabaseError",
+    "DatabaseUnreachable",
+    "ExternalError",
+    "ForwardOnlyMigration",
+    "InvalidInput",
+    "LeaseLost",
+    "LockTimeout",
+    "MissingExtension",
+    "ModelNotInCatalog",
+    "NotFound",
+    "SchemaDrift",
+    "UnknownDialect",
+]
+
+
+class AgoraError(Exception):
+    """The command ran and the answer is negative."""
+
+    exit_code: int = 1
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or type(self).__name__).strip())
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class NotFound(AgoraError):
+    """Not found."""
+
+
+class Conflict(AgoraError):
+    """The object exists with different content."""
+
+
+class SchemaDrift(AgoraError):
+    """The live schema differs from the expected one."""
+
+
+class ModelNotInCatalog(AgoraError):
+    """The model is not in the catalog, or has no price there."""
+
+
+class LeaseLost(AgoraError):
+    """The lease is no longer held (wrong token, wrong generation, or expired)."""
+
+
+class ForwardOnlyMigration(AgoraError):
+    """This migration is forward-only and cannot be downgraded."""
+
+
+class InvalidInput(AgoraError):
+    """Invalid input."""
+
+    exit_code = 2
+
+
+class UnknownDialect(InvalidInput):
+    """Unknown dialect: use postgresql, mysql or sqlite."""
+
+
+class ExternalError(AgoraError):
+    """An outside system could not be reached or refused."""
+
+    exit_code = 3
+
+
+class DatabaseUnreachable(ExternalError):
+    """The database could not be reached."""
+
+
+class DatabaseError(ExternalError):
+    """The database refused the statement."""
+
+
+class LockTimeout(ExternalError):
+    """The provisioning lock was not granted in time."""
+
+
+class MissingExtension(ExternalError):
+    """A required PostgreSQL extension is not installed on the server."""
+
+
+class CatalogError(ExternalError):
+    """The models.dev catalog could not be fetched or read."""

@@ -1,0 +1,337 @@
+"""The agent schema as one SQLAlchemy Core ``MetaData`` (also Alembic's target metadata).
+
+Portable types only: identity columns ``VARCHAR(255)``, epoch-ms ``BIGINT`` timestamps,
+``INTEGER`` 0/1 booleans, double-precision money, and long text (``LONGTEXT`` on MySQL) for
+JSON payloads. Every MySQL table is InnoDB, utf8mb4 with the binary collation. Foreign keys are
+table-level, named ``<table>_<column>_fk``, ``ON DELETE CASCADE``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Double,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects import mysql
+
+__all__ = [
+    "AGENT_TABLES",
+    "UPGRADE_COLUMNS",
+    "UPGRADE_INDEXES",
+    "metadata",
+]
+
+metadata = MetaData()
+
+LongText = Text().with_variant(mysql.LONGTEXT(), "mysql")
+Ident = String(255)
+Millis = BigInteger()
+Money = Double(asdecimal=False)
+
+_MYSQL = {
+    "mysql_engine": "InnoDB",
+    "mysql_charset": "utf8mb4",
+    "mysql_collate": "utf8mb4_bin",
+}
+
+
+def _id(name: str = "id", *, nullable: bool = False, pk: bool = False) -> Column[Any]:
+    return Column(name, Ident, primary_key=pk, nullable=nullable)
+
+
+def _fk(table: str, column: str, target: str) -> ForeignKeyConstraint:
+    return ForeignKeyConstraint(
+        [column], [f"{target}.id"], name=f"{table}_{column}_fk", ondelete="CASCADE"
+    )
+
+
+def _int(name: str, default: int | None = None, *, nullable: bool = False) -> Column[Any]:
+    return Column(
+        name,
+        Integer(),
+        nullable=nullable,
+        server_default=None if default is None else text(str(default)),
+    )
+
+
+def _table(name: str, *items: Any) -> Table:
+    return Table(name, metadata, *items, **_MYSQL)
+
+
+thread = _table(
+    "agent_thread",
+    _id(pk=True),
+    _id("actor_ref"),
+    _id("tenant_ref", nullable=True),
+    Column("title", LongText, nullable=False),
+    Column("persona", Ident, nullable=False, server_default=text("'default'")),
+    Column("model", Ident, nullable=True),
+    Column("default_agent", Ident, nullable=True),
+    _int("transient", 0),
+    Column("pinned_at", Millis, nullable=True),
+    Column("summary", LongText, nullable=True),
+    _int("summary_message_count", 0),
+    _id("active_stream_id", nullable=True),
+    Column("created_at", Millis, nullable=False),
+    Column("updated_at", Millis, nullable=False),
+    Column("deleted_at", Millis, nullable=True),
+    Index("agent_thread_actor_updated_idx", "actor_ref", "updated_at"),
+    Index("agent_thread_tenant_actor_idx", "tenant_ref", "actor_ref"),
+)
+
+message = _table(
+    "agent_message",
+    _id(pk=True),
+    _id("thread_id"),
+    _int("seq", 0),
+    Column("role", Ident, nullable=False),
+    Column("content", LongText, nullable=False),
+    Column("tool_calls", LongText, nullable=True),
+    Column("tool_results", LongText, nullable=True),
+    Column("attachments", LongText, nullable=True),
+    Column("follow_ups", LongText, nullable=True),
+    Column("usage", LongText, nullable=True),
+    Column("persona", Ident, nullable=True),
+    _id("run_id", nullable=True),
+    Column("outcome", LongText, nullable=True),
+    Column("created_at", Millis, nullable=False),
+    _fk("agent_message", "thread_id", "agent_thread"),
+    Index("agent_message_thread_seq_idx", "thread_id", "seq"),
+    Index("agent_message_thread_created_idx", "thread_id", "created_at"),
+    Index("agent_message_run_idx", "run_id"),
+)
+
+tool_call = _table(
+    "agent_tool_call",
+    _id(pk=True),
+    _id("message_id"),
+    Column("tool_name", Ident, nullable=False),
+    Column("tool_type", Ident, nullable=False),
+    Column("input", LongText, nullable=True),
+    Column("output", LongText, nullable=True),
+    Column("status", Ident, nullable=False),
+    _id("executed_by_ref", nullable=True),
+    _int("execution_ms", nullable=True),
+    Column("error", LongText, nullable=True),
+    _id("run_id", nullable=True),
+    Column("created_at", Millis, nullable=False),
+    Column("executed_at", Millis, nullable=True),
+    _fk("agent_tool_call", "message_id", "agent_message"),
+    Index("agent_tool_call_message_idx", "message_id"),
+    Index("agent_tool_call_run_idx", "run_id"),
+    Index("agent_tool_call_status_created_idx", "status", "created_at"),
+)
+
+token_usage = _table(
+    "agent_token_usage",
+    _id(pk=True),
+    _id("thread_id"),
+    _id("actor_ref"),
+    _id("tenant_ref", nullable=True),
+    _id("message_id", nullable=True),
+    Column("model_id", Ident, nullable=False),
+    Column("purpose", Ident, nullable=False),
+    Column("input_tokens", BigInteger(), nullable=False),
+    Column("output_tokens", BigInteger(), nullable=False),
+    Column("cache_write_tokens", BigInteger(), nullable=True),
+    Column("cache_read_tokens", BigInteger(), nullable=True),
+    Column("cost_usd", Money, nullable=True),
+    Column("cost_source", Ident, nullable=True),
+    _id("run_id", nullable=True),
+    Column("created_at", Millis, nullable=False),
+    _fk("agent_token_usage", "thread_id", "agent_thread"),
+    Index("agent_token_usage_actor_created_idx", "actor_ref", "created_at"),
+    Index("agent_token_usage_created_idx", "created_at"),
+    Index("agent_token_usage_thread_idx", "thread_id"),
+    Index("agent_token_usage_run_idx", "run_id"),
+)
+
+model_pricing = _table(
+    "agent_model_pricing",
+    _id(pk=True),
+    Column("model_id", Ident, nullable=False),
+    Column("input_price_per_1m", Money, nullable=False),
+    Column("output_price_per_1m", Money, nullable=False),
+    Column("cache_write_price_per_1m", Money, nullable=True),
+    Column("cache_read_price_per_1m", Money, nullable=True),
+    Column("tiers", LongText, nullable=True),
+    Column("source", Ident, nullable=True),
+    Column("effective_from", Millis, nullable=False),
+    _int("is_current"),
+    Index("agent_model_pricing_model_current_idx", "model_id", "is_current"),
+)
+
+run = _table(
+    "agent_run",
+    _id(pk=True),
+    _id("thread_id"),
+    Column("agent_name", Ident, nullable=True),
+    _id("actor_ref"),
+    _id("tenant_ref", nullable=True),
+    Column("status", Ident, nullable=False),
+    Column("started_at", Millis, nullable=False),
+    Column("finished_at", Millis, nullable=True),
+    _int("step_count", 0),
+    Column("input_tokens", BigInteger(), nullable=False, server_default=text("0")),
+    Column("output_tokens", BigInteger(), nullable=False, server_default=text("0")),
+    Column("cost_usd", Money, nullable=True),
+    Column("error", LongText, nullable=True),
+    _int("durable", 0),
+    _fk("agent_run", "thread_id", "agent_thread"),
+    Index("agent_run_thread_idx", "thread_id"),
+    Index("agent_run_started_idx", "started_at"),
+    Index("agent_run_actor_started_idx", "actor_ref", "started_at"),
+    Index("agent_run_status_started_idx", "status", "started_at"),
+)
+
+queued_message = _table(
+    "agent_queued_message",
+    _id(pk=True),
+    _id("thread_id"),
+    _id("actor_ref"),
+    _id("tenant_ref", nullable=True),
+    Column("content", LongText, nullable=False),
+    Column("attachments", LongText, nullable=True),
+    Column("ui_capabilities", LongText, nullable=True),
+    Column("status", Ident, nullable=False, server_default=text("'queued'")),
+    Column("created_at", Millis, nullable=False),
+    Column("claimed_at", Millis, nullable=True),
+    _fk("agent_queued_message", "thread_id", "agent_thread"),
+    Index("agent_queued_message_thread_created_idx", "thread_id", "created_at"),
+)
+
+confirm_token = _table(
+    "agent_confirm_token",
+    Column("token_hash", Ident, primary_key=True),
+    _id("thread_id"),
+    _id("actor_ref"),
+    _id("tool_call_id", nullable=True),
+    Column("expires_at", Millis, nullable=False),
+    Column("used_at", Millis, nullable=True),
+    Column("created_at", Millis, nullable=False),
+    _fk("agent_confirm_token", "thread_id", "agent_thread"),
+    Index("agent_confirm_token_thread_idx", "thread_id"),
+    Index("agent_confirm_token_expires_idx", "expires_at"),
+)
+
+genui_call = _table(
+    "agent_genui_call",
+    _id(pk=True),
+    _id("thread_id"),
+    _id("message_id", nullable=True),
+    _id("run_id", nullable=True),
+    Column("component", Ident, nullable=False),
+    Column("props", LongText, nullable=False),
+    Column("status", Ident, nullable=False),
+    Column("created_at", Millis, nullable=False),
+    Column("updated_at", Millis, nullable=False),
+    _fk("agent_genui_call", "thread_id", "agent_thread"),
+    Index("agent_genui_call_thread_created_idx", "thread_id", "created_at"),
+)
+
+stream_frame = _table(
+    "agent_stream_frame",
+    Column("run_id", Ident, primary_key=True),
+    Column("seq", Integer(), primary_key=True, autoincrement=False),
+    Column("frame", LongText, nullable=True),
+    Column("created_at", Millis, nullable=False),
+    Index("agent_stream_frame_created_run_idx", "created_at", "run_id"),
+)
+
+channel_state = _table(
+    "agent_channel_state",
+    Column("channel", Ident, primary_key=True),
+    Column("state_key", Ident, primary_key=True),
+    Column("value", LongText, nullable=False),
+    Column("expires_at", Millis, nullable=True),
+    Column("updated_at", Millis, nullable=False),
+    Index("agent_channel_state_expires_idx", "expires_at"),
+)
+
+action_proposal = _table(
+    "agent_action_proposal",
+    _id(pk=True),
+    _id("idempotency_key"),
+    _id("tenant_ref", nullable=True),
+    _id("actor_ref"),
+    _id("thread_id"),
+    _id("run_id", nullable=True),
+    _id("tool_call_id", nullable=True),
+    Column("tool_name", Ident, nullable=False),
+    Column("input", LongText, nullable=False),
+    Column("card", LongText, nullable=True),
+    Column("decision", Ident, nullable=False, server_default=text("'pending'")),
+    _id("decided_by", nullable=True),
+    Column("decided_at", Millis, nullable=True),
+    Column("decision_note", LongText, nullable=True),
+    Column("expires_at", Millis, nullable=True),
+    Column("execution_state", Ident, nullable=True),
+    _id("lease_owner", nullable=True),
+    Column("lease_token_hash", Ident, nullable=True),
+    Column("lease_expires_at", Millis, nullable=True),
+    _int("generation", 0),
+    _int("attempts", 0),
+    Column("result", LongText, nullable=True),
+    Column("error", LongText, nullable=True),
+    Column("settled_at", Millis, nullable=True),
+    _int("version", 0),
+    Column("created_at", Millis, nullable=False),
+    Column("updated_at", Millis, nullable=False),
+    # discovery upgrade (0002)
+    Column("discovery_state", Ident, nullable=True),
+    Column("discovery_at", Millis, nullable=True),
+    # runtime upgrade (0003)
+    Column("outcome_delivered_at", Millis, nullable=True),
+    _id("outcome_message_id", nullable=True),
+    _fk("agent_action_proposal", "thread_id", "agent_thread"),
+    Index("agent_action_proposal_idempotency_uq", "idempotency_key", unique=True),
+    Index("agent_action_proposal_thread_idx", "thread_id"),
+    Index("agent_action_proposal_scope_idx", "actor_ref", "thread_id", "created_at"),
+    Index("agent_action_proposal_discovery_idx", "discovery_state", "discovery_at"),
+)
+
+AGENT_TABLES: dict[str, str] = {
+    "thread": thread.name,
+    "message": message.name,
+    "tool_call": tool_call.name,
+    "token_usage": token_usage.name,
+    "model_pricing": model_pricing.name,
+    "run": run.name,
+    "queued_message": queued_message.name,
+    "confirm_token": confirm_token.name,
+    "genui_call": genui_call.name,
+    "stream_frame": stream_frame.name,
+    "channel_state": channel_state.name,
+    "action_proposal": action_proposal.name,
+}
+
+# What each forward-only upgrade added to the 0001 shape: (table, column) and (table, index).
+# Online, every revision simply runs ``ensure_agent_tables``; offline (``db upgrade --sql``)
+# revision 0001 emits the shape without these and each later revision adds its own.
+UPGRADE_COLUMNS: dict[str, list[tuple[str, str]]] = {
+    "0002": [
+        ("agent_action_proposal", "discovery_state"),
+        ("agent_action_proposal", "discovery_at"),
+    ],
+    "0003": [
+        ("agent_message", "outcome"),
+        ("agent_action_proposal", "outcome_delivered_at"),
+        ("agent_action_proposal", "outcome_message_id"),
+        ("agent_queued_message", "ui_capabilities"),
+    ],
+}
+UPGRADE_INDEXES: dict[str, list[tuple[str, str]]] = {
+    "0002": [("agent_action_proposal", "agent_action_proposal_discovery_idx")],
+    "0003": [],
+}

@@ -1,0 +1,36 @@
+"""PostgreSQL only: the document tree (agent_document, agent_document_node).
+
+Revision ID: d001
+Revises:
+"""
+
+from __future__ import annotations
+
+from alembic import context, op
+
+from agora_cli.migrations import say
+
+revision = "d001"
+down_revision = None
+branch_labels = ("documents",)
+depends_on = None
+
+
+def upgrade() -> None:
+    from agora_cli.store.pg_extras import create_agent_document_tree, document_tree_statements
+
+    dialect = op.get_context().dialect.name
+    if dialect != "postgresql":
+        say(f"the documents branch is PostgreSQL-only: nothing to do on {dialect}")
+        return
+    if context.is_offline_mode():
+        for statement in document_tree_statements():
+            op.execute(statement)
+        return
+    create_agent_document_tree(op.get_bind())
+
+
+def downgrade() -> None:
+    if op.get_context().dialect.name == "postgresql":
+        op.execute("DROP TABLE IF EXISTS agent_document_node")
+        op.execute("DROP TABLE IF EXISTS agent_document")

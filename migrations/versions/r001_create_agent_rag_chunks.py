@@ -1,0 +1,35 @@
+"""PostgreSQL only: agent_rag_chunk with a pgvector embedding and an HNSW index.
+
+Revision ID: r001
+Revises:
+"""
+
+from __future__ import annotations
+
+from alembic import context, op
+
+from agora_cli.migrations import say
+
+revision = "r001"
+down_revision = None
+branch_labels = ("rag",)
+depends_on = None
+
+
+def upgrade() -> None:
+    from agora_cli.store.pg_extras import create_agent_rag_chunks, rag_statements
+
+    dialect = op.get_context().dialect.name
+    if dialect != "postgresql":
+        say(f"the rag branch is PostgreSQL-only: nothing to do on {dialect}")
+        return
+    if context.is_offline_mode():
+        for statement in rag_statements():
+            op.execute(statement)
+        return
+    create_agent_rag_chunks(op.get_bind())
+
+
+def downgrade() -> None:
+    if op.get_context().dialect.name == "postgresql":
+        op.execute("DROP TABLE IF EXISTS agent_rag_chunk")

@@ -1,0 +1,183 @@
+"""Fixtures: every store test runs on SQLite, PostgreSQL and MySQL/MariaDB over real connections.
+
+Servers come from ``AGORA_TEST_POSTGRES_URL`` / ``AGORA_TEST_MYSQL_URL`` (defaults: the local
+servers). Each test session creates its own uniquely named databases and drops them afterwards.
+A dialect whose server is unreachable is skipped (and named in the summary) unless it is listed
+in ``AGORA_TEST_REQUIRE`` (``.ci/run`` sets ``postgresql,mysql``), where that is a failure.
+
+Fixtures:
+- ``dialect``: parametrised over sqlite, postgresql, mysql.
+- ``empty_url``: a brand-new empty database of that dialect, for this test only.
+- ``db_url``: a provisioned database shared by the session, all agent tables emptied before the
+  test. Tests that change the schema must use ``empty_url`` instead.
+- ``engine``: ``open_engine(db_url)``.
+- ``cli``: ``helpers.run_cli``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from helpers import DIALECTS, MYSQL_ADMIN_URL, PG_ADMIN_URL, run_cli, unique_name, with_database
+
+REQUIRED = {d.strip() for d in os.environ.get("AGORA_TEST_REQUIRE", "").split(",") if d.strip()}
+_skipped: dict[str, str] = {}
+
+
+class Server:
+    """A database server on which the session creates and drops its own databases."""
+
+    def __init__(self, dialect: str, admin_url: str) -> None:
+        self.dialect = dialect
+        self.admin_url = admin_url
+        self.error: str | None = None
+        self.created: list[str] = []
+        self._engine: Any = None
+
+    def engine(self) -> Any:
+        if self._engine is None:
+            from agora_cli.store.engine import open_engine
+
+            self._engine = open_engine(self.admin_url, isolation_level="AUTOCOMMIT")
+        return self._engine
+
+    def probe(self) -> bool:
+        if self.error is not None:
+            return False
+        try:
+            self.engine()
+            return True
+        except Exception as exc:
+            self.error = str(exc).splitlines()[0]
+            return False
+
+    def create(self) -> str:
+        name = unique_name()
+        with self.engine().connect() as conn:
+            if self.dialect == "mysql":
+                conn.exec_driver_sql(
+                    f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+                )
+            else:
+                conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        self.created.append(name)
+        return with_database(self.admin_url, name)
+
+    def drop_all(self) -> None:
+        if self._engine is None:
+            return
+        with self._engine.connect() as conn:
+            for name in self.created:
+                if self.dialect == "mysql":
+                    conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
+                else:
+                    conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self._engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def servers() -> Iterator[dict[str, Server]]:
+    found = {"postgresql": Server("postgresql", PG_ADMIN_URL), "mysql": Server("mysql", MYSQL_ADMIN_URL)}
+    yield found
+    for server in found.values():
+        server.drop_all()
+
+
+class Databases:
+    """Creates databases of a dialect for the session (SQLite: files in a temp folder)."""
+
+    def __init__(self, servers: dict[str, Server], tmp_factory: Any) -> None:
+        self.servers = servers
+        self.tmp_factory = tmp_factory
+        self.provisioned: dict[str, str] = {}
+
+    def require(self, dialect: str) -> None:
+        if dialect == "sqlite":
+            return
+        server = self.servers[dialect]
+        if not server.probe():
+            reason = f"{dialect} unreachable ({server.error})"
+            if dialect in REQUIRED:
+                pytest.fail(f"{reason}, and AGORA_TEST_REQUIRE lists it", pytrace=False)
+            _skipped[dialect] = reason
+            pytest.skip(reason)
+
+    def new(self, dialect: str) -> str:
+        self.require(dialect)
+        if dialect == "sqlite":
+            path = self.tmp_factory.mktemp("sqlite") / "agora.db"
+            return f"sqlite:///{path}"
+        return self.servers[dialect].create()
+
+    def shared(self, dialect: str) -> str:
+        self.require(dialect)
+        if dialect not in self.provisioned:
+            from agora_cli.store.engine import open_engine
+            from agora_cli.store.provision import ensure_agent_tables
+
+            url = self.new(dialect)
+            engine = open_engine(url)
+            ensure_agent_tables(engine)
+            engine.dispose()
+            self.provisioned[dialect] = url
+        return self.provisioned[dialect]
+
+
+@pytest.fixture(scope="session")
+def databases(servers: dict[str, Server], tmp_path_factory: Any) -> Databases:
+    return Databases(servers, tmp_path_factory)
+
+
+@pytest.fixture(params=DIALECTS)
+def dialect(request: Any, databases: Databases) -> str:
+    databases.require(request.param)
+    return str(request.param)
+
+
+@pytest.fixture
+def empty_url(dialect: str, databases: Databases) -> str:
+    return databases.new(dialect)
+
+
+def clear_agent_tables(url: str) -> None:
+    from agora_cli.store.engine import open_engine
+    from agora_cli.store.schema import metadata
+
+    engine = open_engine(url)
+    with engine.begin() as conn:
+        for table in reversed(metadata.sorted_tables):
+            conn.execute(table.delete())
+    engine.dispose()
+
+
+@pytest.fixture
+def db_url(dialect: str, databases: Databases) -> str:
+    url = databases.shared(dialect)
+    clear_agent_tables(url)
+    return url
+
+
+@pytest.fixture
+def engine(db_url: str) -> Iterator[Any]:
+    from agora_cli.store.engine import open_engine
+
+    eng = open_engine(db_url)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def cli() -> Any:
+    return run_cli
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _skipped:
+        terminalreporter.write_sep("=", "dialects skipped")
+        for dialect, reason in sorted(_skipped.items()):
+            terminalreporter.write_line(f"{dialect}: {reason}")
+    else:
+        terminalreporter.write_line("dialects: sqlite, postgresql and mysql all ran")
