@@ -80,7 +80,10 @@ class Server:
 
 @pytest.fixture(scope="session")
 def servers() -> Iterator[dict[str, Server]]:
-    found = {"postgresql": Server("postgresql", PG_ADMIN_URL), "mysql": Server("mysql", MYSQL_ADMIN_URL)}
+    found = {
+        "postgresql": Server("postgresql", PG_ADMIN_URL),
+        "mysql": Server("mysql", MYSQL_ADMIN_URL),
+    }
     yield found
     for server in found.values():
         server.drop_all()

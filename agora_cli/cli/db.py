@@ -70,9 +70,13 @@ def provision(
 def upgrade(
     revision: Annotated[
         str,
-        typer.Argument(help="Target: agent@head (default), documents@head, rag@head or a revision."),
+        typer.Argument(
+            help="Target: agent@head (default), documents@head, rag@head or a revision."
+        ),
     ] = "agent@head",
-    sql: Annotated[bool, typer.Option("--sql", help="Print the SQL instead of running it.")] = False,
+    sql: Annotated[
+        bool, typer.Option("--sql", help="Print the SQL instead of running it.")
+    ] = False,
     db: DbOpt = None,
     json: JsonOpt = False,
 ) -> None:
@@ -84,13 +88,14 @@ def upgrade(
 
     Example: agora db upgrade --db postgresql://app@db.internal/app && agora db upgrade rag@head
     """
+    from agora_cli.store.migrate import pending_notices
     from agora_cli.store.migrate import upgrade as run_upgrade
 
     engine = open_db(db)
-    result = run_upgrade(engine, revision, sql=sql)
-    if not json:
-        for notice in result.notices:
+    if not sql:
+        for notice in pending_notices(revision):
             say(f"note: {notice}", style="yellow")
+    result = run_upgrade(engine, revision, sql=sql)
     if sql:
         if json:
             emit_json(
@@ -128,28 +133,20 @@ def status(db: DbOpt = None, json: JsonOpt = False) -> None:
 
     Example: agora db status --json
     """
-    from agora_cli.store.engine import dialect_name, server_version
-    from agora_cli.store.migrate import applied_branches, current_revision, head_revision
-    from agora_cli.store.provision import check_agent_tables, table_row_counts
-    from agora_cli.store.proposals import count_legacy_proposals
+    from agora_cli.store.status import schema_status
 
-    engine = open_db(db)
-    problems = check_agent_tables(engine)
-    with engine.connect().execution_options(sqlite_deferred=True) as conn:
-        counts = table_row_counts(conn)
-        legacy = count_legacy_proposals(conn)
-        doc: dict[str, Any] = {
-            "dialect": dialect_name(engine),
-            "server_version": server_version(conn),
-            "revision": current_revision(conn),
-            "head": head_revision(),
-            "branches": applied_branches(conn),
-            "schema_current": not problems,
-            "legacy_proposals": legacy,
-            "tables": {name: c.rows for name, c in counts.items()},
-            "estimated": sorted(name for name, c in counts.items() if c.estimated),
-        }
-        conn.rollback()
+    st = schema_status(open_db(db))
+    doc: dict[str, Any] = {
+        "dialect": st.dialect,
+        "server_version": st.server_version,
+        "revision": st.revision,
+        "head": st.head,
+        "branches": st.branches,
+        "schema_current": st.schema_current,
+        "legacy_proposals": st.legacy_proposals,
+        "tables": {name: c.rows for name, c in st.tables.items()},
+        "estimated": sorted(name for name, c in st.tables.items() if c.estimated),
+    }
     if json:
         emit_json(doc)
         return
@@ -158,12 +155,13 @@ def status(db: DbOpt = None, json: JsonOpt = False) -> None:
     console.print(f"revision         {doc['revision'] or '(migrations never run)'}")
     console.print(f"head             {doc['head']}")
     console.print(f"branches         {', '.join(doc['branches']) or '—'}")
-    current = "yes" if doc["schema_current"] else f"no ({len(problems)} problem(s): agora db check)"
+    current = "yes" if st.schema_current else f"no ({len(st.problems)} problem(s): agora db check)"
     console.print(f"schema current   {current}")
+    legacy = st.legacy_proposals
     console.print(f"legacy proposals {legacy:,}" + ("  (agora db backfill)" if legacy else ""))
     rows = [
         {"table": name, "rows": c.rows, "note": "estimate" if c.estimated else ""}
-        for name, c in counts.items()
+        for name, c in sorted(st.tables.items())
     ]
     render_table(rows, [Col("table"), Col("rows", justify="right"), Col("note")])
 

@@ -62,9 +62,8 @@ class AgoraGroup(TyperGroup):
                 raise
             err = _translate(exc)
             if err is None:
-                error_line(
-                    f"unexpected {type(exc).__name__}: {exc} (run `agora --debug …` for a traceback)"
-                )
+                name = type(exc).__name__
+                error_line(f"unexpected {name}: {exc} (`agora --debug …` shows a traceback)")
                 raise typer.Exit(1) from None
             error_line(err.message)
             raise typer.Exit(err.exit_code) from None

@@ -1,4 +1,4 @@
-"""Options every command shares, written after the command's name: ``--db``, ``--json``, ``--csv``."""
+"""Options every command shares, written after its name: ``--db``, ``--json``, ``--csv``."""
 
 from __future__ import annotations
 

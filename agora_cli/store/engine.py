@@ -133,7 +133,6 @@ def open_engine(url: str | None = None, *, check: bool = True, **kwargs: Any) ->
 
 
 def _install_sqlite_events(engine: Engine, event: Any) -> None:
-    @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Let us issue BEGIN ourselves (pysqlite's own BEGIN is deferred).
         dbapi_conn.isolation_level = None
@@ -142,11 +141,13 @@ def _install_sqlite_events(engine: Engine, event: Any) -> None:
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cur.close()
 
-    @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         # Readers that must never wait on a writer ask for a deferred transaction.
         deferred = conn.get_execution_options().get("sqlite_deferred")
         conn.exec_driver_sql("BEGIN" if deferred else "BEGIN IMMEDIATE")
+
+    event.listen(engine, "connect", _on_connect)
+    event.listen(engine, "begin", _on_begin)
 
 
 def _first_line(exc: BaseException, url: str | None = None) -> str:

@@ -30,6 +30,8 @@ __all__ = [
     "current_revision",
     "downgrade",
     "head_revision",
+    "pending_notices",
+    "target_branch",
     "upgrade",
 ]
 
@@ -120,14 +122,22 @@ def applied_branches(conn: Connection) -> list[str]:
     return [b for b in OPTIONAL_BRANCHES if _revision_on(script, heads, b) is not None]
 
 
+def target_branch(revision: str) -> str:
+    """The branch (``agent``, ``documents`` or ``rag``) that ``revision`` belongs to."""
+    return _target_branch(script_directory(), revision)
+
+
+def pending_notices(revision: str) -> list[str]:
+    """What an operator must hear before upgrading to ``revision``."""
+    return [FORWARD_ONLY_NOTICE] if target_branch(revision) == MAIN_BRANCH else []
+
+
 def _target_branch(script: ScriptDirectory, revision: str) -> str:
     label = revision.split("@", 1)[0] if "@" in revision else None
     if label in (MAIN_BRANCH, *OPTIONAL_BRANCHES):
         return str(label)
     if revision in ("head", "heads"):
-        raise InvalidInput(
-            "give a branch: agent@head (the default), documents@head or rag@head"
-        )
+        raise InvalidInput("give a branch: agent@head (the default), documents@head or rag@head")
     from alembic.util import CommandError
 
     try:

@@ -28,15 +28,15 @@ __all__ = [
     "ForeignKeyShape",
     "Problem",
     "ProvisionReport",
+    "RowCount",
     "check_agent_tables",
     "compile_dialect",
     "create_table_statements",
     "ensure_agent_tables",
     "provisioning_lock",
     "read_catalog",
-    "RowCount",
-    "table_row_counts",
     "revision_statements",
+    "table_row_counts",
 ]
 
 PROBLEM_KINDS = (
@@ -267,20 +267,22 @@ def compile_dialect(name: str) -> Dialect:
     if name in ("postgresql", "postgres"):
         from sqlalchemy.dialects.postgresql import psycopg
 
-        return psycopg.dialect()  # type: ignore[no-any-return]
+        return psycopg.dialect()  # type: ignore[no-untyped-call]
     if name in ("mysql", "mariadb"):
         from sqlalchemy.dialects.mysql import pymysql
 
-        return pymysql.dialect()  # type: ignore[no-any-return]
+        return pymysql.dialect()
     if name == "sqlite":
         from sqlalchemy.dialects.sqlite import pysqlite
 
-        return pysqlite.dialect()  # type: ignore[no-any-return]
+        return pysqlite.dialect()
     raise UnknownDialect(f"unknown dialect {name!r}: use postgresql, mysql or sqlite")
 
 
 def _sql(element: ExecutableDDLElement, dialect: Dialect) -> str:
-    return "\n".join(line.rstrip() for line in str(element.compile(dialect=dialect)).strip().splitlines())
+    return "\n".join(
+        line.rstrip() for line in str(element.compile(dialect=dialect)).strip().splitlines()
+    )
 
 
 def _create_table(table: Table, dialect: Dialect) -> _Step:
@@ -523,7 +525,9 @@ def _apply_each(conn: Connection, dialect: Dialect) -> list[_Step]:
     return done
 
 
-def _report(name: str, steps: list[_Step], *, already_current: bool, dry_run: bool) -> ProvisionReport:
+def _report(
+    name: str, steps: list[_Step], *, already_current: bool, dry_run: bool
+) -> ProvisionReport:
     return ProvisionReport(
         dialect=name,
         created_tables=[s.table for s in steps if s.kind == "table"],
@@ -557,7 +561,9 @@ def check_agent_tables(bind: Engine | Connection) -> list[Problem]:
             continue
         for column in table.columns:
             if column.name not in live:
-                problems.append(Problem("missing_column", t, f"column {t}.{column.name} is missing"))
+                problems.append(
+                    Problem("missing_column", t, f"column {t}.{column.name} is missing")
+                )
         for index in _sorted_indexes(table):
             if index.name not in cat.indexes.get(t, set()):
                 problems.append(Problem("missing_index", t, f"index {index.name} is missing"))
@@ -580,7 +586,9 @@ def _check_fk(table: str, fk: ForeignKeyConstraint, live: list[ForeignKeyShape])
     target_cols = tuple(e.column.name for e in fk.elements)
     described = f"{table}({', '.join(cols)}) -> {target}({', '.join(target_cols)})"
     same = [
-        s for s in live if s.columns == cols and s.target == target and s.target_columns == target_cols
+        s
+        for s in live
+        if s.columns == cols and s.target == target and s.target_columns == target_cols
     ]
     if not same:
         return [Problem("missing_foreign_key", table, f"foreign key {described} is missing")]
@@ -638,9 +646,7 @@ def table_row_counts(conn: Connection) -> dict[str, RowCount]:
     exact: dict[str, int] = {}
     if small:
         prep = conn.dialect.identifier_preparer
-        union = " UNION ALL ".join(
-            f"SELECT '{t}', COUNT(*) FROM {prep.quote(t)}" for t in small
-        )
+        union = " UNION ALL ".join(f"SELECT '{t}', COUNT(*) FROM {prep.quote(t)}" for t in small)
         exact = {str(t): int(n) for t, n in conn.execute(text(union)).all()}
     return {
         t: RowCount(estimates[t], True) if t in large else RowCount(exact[t], False)

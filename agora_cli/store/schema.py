@@ -37,7 +37,7 @@ metadata = MetaData()
 LongText = Text().with_variant(mysql.LONGTEXT(), "mysql")
 Ident = String(255)
 Millis = BigInteger()
-Money = Double(asdecimal=False)
+Money: Double[float] = Double(asdecimal=False)
 
 _MYSQL = {
     "mysql_engine": "InnoDB",
@@ -66,7 +66,8 @@ def _int(name: str, default: int | None = None, *, nullable: bool = False) -> Co
 
 
 def _table(name: str, *items: Any) -> Table:
-    return Table(name, metadata, *items, **_MYSQL)
+    table: Table = Table(name, metadata, *items, **_MYSQL)  # type: ignore[call-overload]
+    return table
 
 
 thread = _table(

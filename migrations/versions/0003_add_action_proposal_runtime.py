@@ -1,4 +1,4 @@
-"""Add outcome columns on messages, outcome delivery on proposals, UI capabilities on queued messages.
+"""Add message outcomes, proposal outcome delivery, and queued messages' UI capabilities.
 
 Revision ID: 0003
 Revises: 0002

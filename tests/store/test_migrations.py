@@ -1,0 +1,217 @@
+"""Alembic migrations shipped in the package: main chain, forward-only refusals, branches."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from agora_cli.store.engine import open_engine
+from agora_cli.store.errors import ForwardOnlyMigration, MissingExtension
+from agora_cli.store.migrate import (
+    applied_branches,
+    current_revision,
+    downgrade,
+    head_revision,
+    upgrade,
+)
+from agora_cli.store.provision import check_agent_tables, ensure_agent_tables
+
+
+def _versions(engine: Any, table: str = "agent_alembic_version") -> list[str]:
+    with engine.connect() as conn:
+        return sorted(r[0] for r in conn.execute(text(f"SELECT version_num FROM {table}")))
+
+
+def test_upgrade_empty_database_to_head(empty_url: str) -> None:
+    engine = open_engine(empty_url)
+    result = upgrade(engine)
+    assert (result.from_revision, result.to_revision) == (None, head_revision())
+    assert result.applied == ["0001", "0002", "0003"]
+    assert check_agent_tables(engine) == []
+    assert _versions(engine) == ["0003"]
+    again = upgrade(engine)
+    assert again.applied == [] and again.from_revision == again.to_revision == "0003"
+    engine.dispose()
+
+
+def test_provisioned_database_upgrades_cleanly(empty_url: str) -> None:
+    engine = open_engine(empty_url)
+    ensure_agent_tables(engine)
+    result = upgrade(engine)
+    assert result.applied == ["0001", "0002", "0003"]
+    assert check_agent_tables(engine) == []
+    with engine.connect() as conn:
+        assert current_revision(conn) == "0003"
+    engine.dispose()
+
+
+def test_forward_only_downgrades_refuse_and_change_nothing(empty_url: str) -> None:
+    engine = open_engine(empty_url)
+    upgrade(engine)
+    with pytest.raises(ForwardOnlyMigration, match=r"0003 .*forward-only"):
+        downgrade(engine, "0002")
+    with pytest.raises(ForwardOnlyMigration):
+        downgrade(engine, "0001")
+    assert _versions(engine) == ["0003"]
+    assert check_agent_tables(engine) == []
+    engine.dispose()
+
+
+def test_existing_alembic_version_table_is_untouched(empty_url: str) -> None:
+    engine = open_engine(empty_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+        conn.exec_driver_sql("INSERT INTO alembic_version VALUES ('app_rev_42')")
+    upgrade(engine)
+    assert _versions(engine, "alembic_version") == ["app_rev_42"]
+    assert _versions(engine) == ["0003"]
+    engine.dispose()
+
+
+def test_upgrade_step_by_step_and_offline_sql(empty_url: str, dialect: str) -> None:
+    engine = open_engine(empty_url)
+    first = upgrade(engine, "0001")
+    assert first.applied == ["0001"]
+    offline = upgrade(engine, sql=True)
+    joined = "\n".join(offline.sql)
+    assert "0001 -> 0002" in joined and "0002 -> 0003" in joined
+    assert "discovery_state" in joined and "ui_capabilities" in joined
+    assert _versions(engine) == ["0001"]  # --sql ran nothing
+    rest = upgrade(engine)
+    assert rest.applied == ["0002", "0003"] and rest.from_revision == "0001"
+    engine.dispose()
+
+
+def test_offline_sql_from_empty_builds_the_exact_schema(empty_url: str, dialect: str) -> None:
+    engine = open_engine(empty_url)
+    offline = upgrade(engine, sql=True)
+    with engine.begin() as conn:
+        for statement in offline.sql:
+            body = "\n".join(
+                line for line in statement.splitlines() if not line.lstrip().startswith("--")
+            ).strip()
+            if body and body.upper() not in ("BEGIN", "COMMIT"):
+                conn.exec_driver_sql(body)
+    assert check_agent_tables(engine) == []
+    assert _versions(engine) == ["0003"]
+    engine.dispose()
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "mysql"], indirect=True)
+def test_optional_branches_do_nothing_off_postgresql(empty_url: str) -> None:
+    engine = open_engine(empty_url)
+    upgrade(engine)
+    result = upgrade(engine, "documents@head")
+    assert result.applied == ["d001"]
+    with engine.connect() as conn:
+        tables = {p.table for p in check_agent_tables(conn)}
+        assert tables == set()
+        assert applied_branches(conn) == ["documents"]
+    engine.dispose()
+
+
+@pytest.mark.parametrize("dialect", ["postgresql"], indirect=True)
+def test_documents_branch_on_postgresql(empty_url: str) -> None:
+    engine = open_engine(empty_url)
+    upgrade(engine)
+    assert upgrade(engine, "documents@head").applied == ["d001"]
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO agent_document (id, title, created_at) VALUES ('d', 'Doc', 1)"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO agent_document_node (id, document_id, path, title, content, created_at)"
+            " VALUES ('n', 'd', '/', 'Root', 'text', 1)"
+        )
+        conn.exec_driver_sql("DELETE FROM agent_document")
+        assert conn.exec_driver_sql("SELECT COUNT(*) FROM agent_document_node").scalar() == 0
+        assert current_revision(conn) == "0003"
+        assert applied_branches(conn) == ["documents"]
+    engine.dispose()
+
+
+@pytest.mark.parametrize("dialect", ["postgresql"], indirect=True)
+def test_rag_branch_without_pgvector_is_a_clear_error(empty_url: str, cli: Any) -> None:
+    engine = open_engine(empty_url)
+    with engine.connect() as conn:
+        has_vector = conn.exec_driver_sql(
+            "SELECT 1 FROM pg_available_extensions WHERE name = 'vector'"
+        ).first()
+    if has_vector:
+        pytest.skip("this server has pgvector")
+    with pytest.raises(MissingExtension, match="pgvector"):
+        upgrade(engine, "rag@head")
+    result = cli("db", "upgrade", "rag@head", "--db", empty_url)
+    assert result.exit_code == 3
+    assert result.stderr.startswith("error: ") and "pgvector" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT to_regclass('agent_rag_chunk')").scalar() is None
+        assert applied_branches(conn) == []
+    engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def pgvector_url() -> Iterator[str]:
+    """A PostgreSQL with pgvector, from the ``pgserver`` package, on a local socket."""
+    pgserver = pytest.importorskip("pgserver")
+    folder = tempfile.mkdtemp(prefix="agora-pgserver-")
+    server = pgserver.get_server(folder, cleanup_mode="stop")
+    try:
+        yield str(server.get_uri())
+    finally:
+        server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_rag_branch_with_pgvector(pgvector_url: str) -> None:
+    engine = open_engine(pgvector_url)
+    os.environ["AGORA_RAG_DIMENSIONS"] = "3"
+    try:
+        result = upgrade(engine, "rag@head")
+    finally:
+        del os.environ["AGORA_RAG_DIMENSIONS"]
+    assert result.applied == ["r001"]
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO agent_rag_chunk (id, source_id, chunk_index, content, embedding,"
+            " created_at) VALUES ('c1', 's', 0, 'hello', '[1,0,0]', 1),"
+            " ('c2', 's', 1, 'world', '[0,1,0]', 1)"
+        )
+        nearest = conn.exec_driver_sql(
+            "SELECT id FROM agent_rag_chunk ORDER BY embedding <=> '[0.9,0.1,0]' LIMIT 1"
+        ).scalar()
+        indexes = {
+            r[0]
+            for r in conn.exec_driver_sql(
+                "SELECT indexdef FROM pg_indexes WHERE tablename = 'agent_rag_chunk'"
+            )
+        }
+        assert applied_branches(conn) == ["rag"]
+        assert current_revision(conn) is None  # the main chain was not run
+    assert nearest == "c1"
+    assert any("hnsw" in d for d in indexes)
+    engine.dispose()
+
+
+def test_migrations_run_from_any_folder_without_alembic_ini(empty_url: str, tmp_path: Path) -> None:
+    agora = str(Path(sys.executable).with_name("agora"))
+    proc = subprocess.run(
+        [agora, "db", "upgrade", "--db", empty_url, "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert '"applied"' in proc.stdout
+    assert not (tmp_path / "alembic.ini").exists()
