@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -163,9 +164,11 @@ def test_rag_branch_without_pgvector_is_a_clear_error(empty_url: str, cli: Any) 
 @pytest.fixture(scope="module")
 def pgvector_url() -> Iterator[str]:
     """A PostgreSQL with pgvector, from the ``pgserver`` package, on a local socket."""
-    pgserver = pytest.importorskip("pgserver")
     folder = tempfile.mkdtemp(prefix="agora-pgserver-")
-    server = pgserver.get_server(folder, cleanup_mode="stop")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        pgserver = pytest.importorskip("pgserver")
+        server = pgserver.get_server(folder, cleanup_mode="stop")
     try:
         yield str(server.get_uri())
     finally:
