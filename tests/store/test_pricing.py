@@ -1,0 +1,362 @@
+"""The price table on every dialect: set, list, seed from models.dev, ``seed --missing``, races."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from helpers import FIXTURE_CATALOG
+from sqlalchemy import func, select
+
+from agora_cli.store import schema
+from agora_cli.store.catalog import Catalog, fetch_catalog
+from agora_cli.store.clock import ManualClock
+from agora_cli.store.errors import InvalidInput, ModelNotInCatalog
+from agora_cli.store.pricing import (
+    current_prices,
+    estimate_cost,
+    list_prices,
+    resolve_current_price,
+    seed_missing_prices,
+    seed_prices_from_models_dev,
+    set_price,
+)
+
+mp = schema.model_pricing
+
+
+@pytest.fixture(scope="module")
+def catalog() -> Catalog:
+    return fetch_catalog(str(FIXTURE_CATALOG))
+
+
+def price_rows(engine: Any) -> list[dict[str, Any]]:
+    with engine.connect() as conn:
+        q = select(mp).order_by(mp.c.model_id, mp.c.effective_from, mp.c.is_current)
+        return [dict(r) for r in conn.execute(q).mappings()]
+
+
+def seed(engine: Any, catalog: Catalog, *names: str, **kw: Any) -> Any:
+    with engine.begin() as conn:
+        return seed_prices_from_models_dev(conn, list(names), catalog=catalog, **kw)
+
+
+def test_seed_gpt_4o_mini(engine: Any, catalog: Catalog) -> None:
+    clock = ManualClock(1_767_225_600_000)
+    result = seed(engine, catalog, "openai/gpt-4o-mini", clock=clock)
+    (change,) = result.prices
+    assert (change.model, change.catalog_id, change.action) == (
+        "gpt-4o-mini",
+        "openai/gpt-4o-mini",
+        "inserted",
+    )
+    (row,) = price_rows(engine)
+    assert row["model_id"] == "gpt-4o-mini"
+    assert (row["input_price_per_1m"], row["output_price_per_1m"]) == (0.15, 0.60)
+    assert row["cache_read_price_per_1m"] == 0.075
+    assert row["cache_write_price_per_1m"] is None
+    assert row["tiers"] is None
+    assert (row["source"], row["is_current"], row["effective_from"]) == (
+        "models.dev",
+        1,
+        1_767_225_600_000,
+    )
+    again = seed(engine, catalog, "openai/gpt-4o-mini")
+    assert [c.action for c in again.prices] == ["unchanged"]
+    assert len(price_rows(engine)) == 1
+
+
+def test_seed_a_model_id_containing_a_slash(engine: Any, catalog: Catalog) -> None:
+    result = seed(engine, catalog, "openrouter/anthropic/claude-sonnet-4")
+    (change,) = result.prices
+    assert (change.model, change.catalog_id) == (
+        "anthropic/claude-sonnet-4",
+        "openrouter/anthropic/claude-sonnet-4",
+    )
+    with engine.connect() as conn:
+        res = resolve_current_price(conn, "openrouter/anthropic/claude-sonnet-4")
+    assert (res.matched, res.rule) == ("anthropic/claude-sonnet-4", "prefix")
+
+
+def test_seed_a_tiered_model_stores_and_applies_the_tiers(engine: Any, catalog: Catalog) -> None:
+    seed(engine, catalog, "google/gemini-2.5-pro")
+    (row,) = price_rows(engine)
+    assert json.loads(row["tiers"]) == [
+        {
+            "input": 2.5,
+            "output": 15.0,
+            "cache_read": 0.25,
+            "tier": {"type": "context", "size": 200000},
+        }
+    ]
+    with engine.connect() as conn:
+        (price,) = list_prices(conn)
+    assert len(price.tiers) == 1
+    long_prompt = estimate_cost(price, input_tokens=300_000, output_tokens=1_000)
+    assert long_prompt == pytest.approx((300_000 * 2.5 + 1_000 * 15.0) / 1e6)
+    assert estimate_cost(price, input_tokens=100_000, output_tokens=0) == pytest.approx(0.125)
+
+
+def test_a_model_without_cost_is_an_error_and_writes_nothing(engine: Any, catalog: Catalog) -> None:
+    with pytest.raises(ModelNotInCatalog, match="openai/gpt-image-1 has no price in the catalog"):
+        seed(engine, catalog, "openai/gpt-4o-mini", "openai/gpt-image-1")
+    assert price_rows(engine) == []
+
+
+def test_a_batch_with_one_bad_name_writes_nothing(engine: Any, catalog: Catalog) -> None:
+    with engine.begin() as conn:
+        set_price(conn, "gpt-4o", input_per_1m=1.0, output_per_1m=2.0)
+    before = price_rows(engine)
+    with pytest.raises(ModelNotInCatalog) as info:
+        seed(engine, catalog, "openai/gpt-4o", "openai/gpt-4o-mni", "anthropic/claude-sonnet-4-5")
+    assert info.value.exit_code == 1
+    assert "openai/gpt-4o-mni is not in the catalog" in info.value.message
+    assert "did you mean openai/gpt-4o-mini" in info.value.message
+    assert price_rows(engine) == before
+    with pytest.raises(ModelNotInCatalog, match=r"provider 'opnai' .*did you mean openai/gpt-4o"):
+        seed(engine, catalog, "opnai/gpt-4o")
+
+
+def test_names_without_a_slash_or_conflicting_are_invalid_input(
+    engine: Any, catalog: Catalog
+) -> None:
+    with pytest.raises(InvalidInput):
+        seed(engine, catalog, "gpt-4o-mini")
+    with pytest.raises(InvalidInput, match="different rates"):
+        seed(engine, catalog, "openai/gpt-4o-mini", "abacus/gpt-4o-mini")
+    assert price_rows(engine) == []
+
+
+def test_seed_dry_run_writes_nothing(engine: Any, catalog: Catalog) -> None:
+    with engine.begin() as conn:
+        set_price(conn, "gpt-4o-mini", input_per_1m=0.10, output_per_1m=0.40)
+    before = price_rows(engine)
+    result = seed(engine, catalog, "openai/gpt-4o-mini", "openai/gpt-4o", dry_run=True)
+    assert [(c.model, c.action) for c in result.prices] == [
+        ("gpt-4o-mini", "updated"),
+        ("gpt-4o", "inserted"),
+    ]
+    assert result.prices[0].previous is not None
+    assert result.prices[0].previous.input_per_1m == 0.10
+    assert result.dry_run is True
+    assert price_rows(engine) == before
+
+
+def test_reseeding_after_a_manual_change_updates_and_keeps_history(
+    engine: Any, catalog: Catalog
+) -> None:
+    clock = ManualClock(1_000)
+    seed(engine, catalog, "openai/gpt-4o-mini", clock=clock)
+    clock.advance(1_000)
+    with engine.begin() as conn:
+        manual = set_price(conn, "gpt-4o-mini", input_per_1m=0.2, output_per_1m=0.6, clock=clock)
+    assert manual.action == "updated"
+    clock.advance(1_000)
+    result = seed(engine, catalog, "openai/gpt-4o-mini", clock=clock)
+    (change,) = result.prices
+    assert change.action == "updated"
+    assert change.previous is not None and change.previous.source == "manual"
+    rows = price_rows(engine)
+    assert [(r["source"], r["is_current"], r["effective_from"]) for r in rows] == [
+        ("models.dev", 0, 1_000),
+        ("manual", 0, 2_000),
+        ("models.dev", 1, 3_000),
+    ]
+    with engine.connect() as conn:
+        history = list_prices(conn, model_id="gpt-4o-mini", history=True)
+        current = list_prices(conn)
+    assert [p.effective_from for p in history] == [3_000, 2_000, 1_000]
+    assert [p.is_current for p in history] == [True, False, False]
+    assert [p.model_id for p in current] == ["gpt-4o-mini"]
+
+
+def test_set_price_inserted_unchanged_updated(engine: Any) -> None:
+    def put(**rates: Any) -> str:
+        with engine.begin() as conn:
+            return set_price(conn, "my-model", **rates).action
+
+    assert put(input_per_1m=1.0, output_per_1m=2.0) == "inserted"
+    assert put(input_per_1m=1.0, output_per_1m=2.0) == "unchanged"
+    assert put(input_per_1m=1.0, output_per_1m=2.0, cache_read_per_1m=0.1) == "updated"
+    assert put(input_per_1m=1.0, output_per_1m=2.0, cache_read_per_1m=0.1) == "unchanged"
+    rows = price_rows(engine)
+    assert len(rows) == 2
+    assert sum(r["is_current"] for r in rows) == 1
+    assert all(r["source"] == "manual" for r in rows)
+
+
+@pytest.mark.parametrize(
+    "rates",
+    [
+        {"input_per_1m": -1.0, "output_per_1m": 1.0},
+        {"input_per_1m": 1.0, "output_per_1m": float("nan")},
+        {"input_per_1m": 1.0, "output_per_1m": 1.0, "cache_read_per_1m": float("inf")},
+    ],
+)
+def test_set_price_rejects_bad_rates(engine: Any, rates: dict[str, float]) -> None:
+    with pytest.raises(InvalidInput), engine.begin() as conn:
+        set_price(conn, "m", **rates)
+    with pytest.raises(InvalidInput), engine.begin() as conn:
+        set_price(conn, " ", input_per_1m=1.0, output_per_1m=1.0)
+    assert price_rows(engine) == []
+
+
+# --- seed --missing ---------------------------------------------------------------------------
+
+
+def add_ledger(engine: Any, *model_ids: str) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            schema.thread.insert().values(
+                id="t1", actor_ref="alice", title="t", created_at=0, updated_at=0
+            )
+        )
+        conn.execute(
+            schema.token_usage.insert(),
+            [
+                {
+                    "id": f"u{i}",
+                    "thread_id": "t1",
+                    "actor_ref": "alice",
+                    "model_id": m,
+                    "purpose": "chat",
+                    "input_tokens": 100,
+                    "output_tokens": 10,
+                    "created_at": 1_000 + i,
+                }
+                for i, m in enumerate(model_ids)
+            ],
+        )
+
+
+GOV = "us-gov.anthropic.claude-3-5-sonnet-20240620-v1:0"
+PROFILE = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
+
+
+def test_seed_missing_prices_the_ledger_and_skips_with_reasons(
+    engine: Any, catalog: Catalog
+) -> None:
+    add_ledger(
+        engine,
+        "gpt-4o-mini-2024-07-18",
+        PROFILE,
+        GOV,
+        "MiniMax-M1",
+        "gpt-4o",
+        "gpt-4o",
+        "openai/gpt-4o-mini",
+        "gpt-4o-mini-latest",
+    )
+    with engine.begin() as conn:
+        set_price(conn, "gpt-4o", input_per_1m=9.99, output_per_1m=19.99)
+    with engine.begin() as conn:
+        result = seed_missing_prices(conn, catalog=catalog)
+    assert [(c.model, c.catalog_id, c.action) for c in result.prices] == [
+        (
+            "anthropic.claude-haiku-4-5-20251001-v1:0",
+            "amazon-bedrock/anthropic.claude-haiku-4-5-20251001-v1:0",
+            "inserted",
+        ),
+        ("gpt-4o-mini", "openai/gpt-4o-mini", "inserted"),
+    ]
+    skipped = {s.model_id: (s.reason, s.candidates) for s in result.skipped}
+    assert skipped[GOV] == ("govcloud", ())
+    assert skipped["MiniMax-M1"] == ("ambiguous", ("302ai/MiniMax-M1", "nano-gpt/MiniMax-M1"))
+    assert skipped["gpt-4o-mini-latest"][0] == "not_in_catalog"
+    assert "openai/gpt-4o-mini" in skipped["gpt-4o-mini-latest"][1]
+    assert set(skipped) == {GOV, "MiniMax-M1", "gpt-4o-mini-latest"}
+    with engine.connect() as conn:
+        prices = current_prices(conn)
+        assert prices["gpt-4o"].input_per_1m == 9.99  # already priced: untouched
+        assert prices["gpt-4o"].source == "manual"
+        assert resolve_current_price(conn, PROFILE).rule == "prefix"
+        assert resolve_current_price(conn, "gpt-4o-mini-2024-07-18").rule == "date"
+        assert resolve_current_price(conn, GOV).price is None
+    assert len(price_rows(engine)) == 3
+    # a second run finds nothing new to price and never overwrites
+    with engine.begin() as conn:
+        again = seed_missing_prices(conn, catalog=catalog)
+    assert again.prices == ()
+    assert {s.model_id for s in again.skipped} == {GOV, "MiniMax-M1", "gpt-4o-mini-latest"}
+    assert len(price_rows(engine)) == 3
+
+
+def test_seed_missing_dry_run_writes_nothing(engine: Any, catalog: Catalog) -> None:
+    add_ledger(engine, "claude-3-5-sonnet-20241022", "openrouter/openai/gpt-4o-mini-2024-07-18")
+    with engine.begin() as conn:
+        result = seed_missing_prices(conn, catalog=catalog, dry_run=True)
+    assert [(c.model, c.action) for c in result.prices] == [
+        ("claude-3-5-sonnet-20241022", "inserted"),
+        ("openai/gpt-4o-mini-2024-07-18", "inserted"),
+    ]
+    assert price_rows(engine) == []
+
+
+# --- two concurrent setters -------------------------------------------------------------------
+
+SETTER = """
+import sys, time
+from agora_cli.store.engine import open_engine, retry_transient
+from agora_cli.store.pricing import set_price
+
+url, who, rounds, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+models = [f"race-{i}" for i in range(int(sys.argv[5]))]
+engine = open_engine(url)
+while time.time() < start:
+    time.sleep(0.001)
+out = []
+for r in range(rounds):
+    for m in models:
+        def run():
+            with engine.begin() as conn:
+                rate = float(who * 100 + r % 3)
+                return set_price(conn, m, input_per_1m=rate, output_per_1m=1.0).action
+        out.append(f"{m}={retry_transient(run, attempts=30)}")
+print(" ".join(out))
+"""
+
+
+@pytest.mark.slow
+def test_two_concurrent_setters_leave_exactly_one_current_row(engine: Any, db_url: str) -> None:
+    models, rounds = 8, 6
+    start = time.time() + 2.0
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SETTER, db_url, str(who), str(rounds), str(start), str(models)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ},
+        )
+        for who in (1, 2)
+    ]
+    seen: set[str] = set()
+    q = select(mp.c.model_id, func.count()).where(mp.c.is_current == 1).group_by(mp.c.model_id)
+    while any(p.poll() is None for p in procs):
+        with engine.connect().execution_options(sqlite_deferred=True) as conn:
+            counts = dict(conn.execute(q).all())
+        assert all(n == 1 for n in counts.values()), counts  # never two current rows
+        assert seen <= set(counts), seen - set(counts)  # never none once priced
+        seen |= set(counts)
+        time.sleep(0.01)
+    outputs = []
+    for p in procs:
+        out, err = p.communicate()
+        assert p.returncode == 0, err
+        outputs += out.split()
+    actions: dict[str, list[str]] = {}
+    for item in outputs:
+        model, action = item.split("=")
+        actions.setdefault(model, []).append(action)
+    rows = price_rows(engine)
+    for i in range(models):
+        model = f"race-{i}"
+        mine = [r for r in rows if r["model_id"] == model]
+        assert sum(r["is_current"] for r in mine) == 1
+        assert actions[model].count("inserted") == 1  # exactly one writer saw no price
+        assert len(mine) == sum(a != "unchanged" for a in actions[model])
