@@ -2,6 +2,319 @@
 
 from __future__ import annotations
 
+import sys
+from typing import TYPE_CHECKING, Annotated, Any
+
 import typer
 
-app = typer.Typer(help="List, show and delete conversation threads.", no_args_is_help=True)
+from agora_cli.cli.options import DbOpt, JsonOpt, open_db
+from agora_cli.cli.output import emit_json, out_console, say
+
+if TYPE_CHECKING:
+    from agora_cli.store.threads import Thread, ThreadUsageRow, ToolCall, Transcript
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    help=(
+        "List, show and delete conversation threads.\n\n"
+        "Example: agora threads list --actor alice && agora threads show THREAD_ID"
+    ),
+    no_args_is_help=True,
+)
+
+
+def _json_value(text: str | None) -> Any:
+    """Stored JSON text as a JSON value (text that is not JSON stays a string)."""
+    import json
+
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _stdin_is_terminal() -> bool:
+    return sys.stdin.isatty()
+
+
+def _iso(ms: int | None) -> str | None:
+    from agora_cli.store.clock import iso_ms
+
+    return iso_ms(ms)
+
+
+@app.command("list")
+def list_(
+    actor: Annotated[
+        str | None, typer.Option("--actor", help="Only this actor's threads.", show_default=False)
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", help="At most N threads (1-1000).")] = 50,
+    db: DbOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """List threads, newest activity first, with their message counts.
+
+    Example: agora threads list --actor alice --limit 20
+    """
+    from agora_cli.store.threads import list_threads
+
+    engine = open_db(db)
+    with engine.connect().execution_options(sqlite_deferred=True) as conn:
+        threads = list_threads(conn, actor_ref=actor, limit=limit)
+        conn.rollback()
+    rows = [
+        {
+            "id": t.id,
+            "actor_ref": t.actor_ref,
+            "tenant_ref": t.tenant_ref,
+            "title": t.title,
+            "messages": t.messages,
+            "updated_at": _iso(t.updated_at),
+        }
+        for t in threads
+    ]
+    if json:
+        emit_json({"threads": rows})
+        return
+    _render_thread_list(rows)
+
+
+def _render_thread_list(rows: list[dict[str, Any]]) -> None:
+    # Own table: ids are what `threads show/delete` need, so they are never cut; titles wrap.
+    # Into a pipe or a file, nothing wraps.
+    from rich.table import Table
+    from rich.text import Text
+
+    console = out_console()
+    if not rows:
+        console.print("no threads.")
+        return
+    lines = [
+        [
+            r["id"],
+            r["actor_ref"],
+            r["tenant_ref"] or "—",
+            r["title"] or "(untitled)",
+            f"{r['messages']:,}",
+            str(r["updated_at"])[:19].replace("T", " "),
+        ]
+        for r in rows
+    ]
+    headers = ["id", "actor", "tenant", "title", "messages", "last activity (UTC)"]
+    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(headers)]
+    if not console.is_terminal:  # a pipe or a file: never wrap or cut
+        console.width = max(console.width, sum(widths) + 3 * len(headers) + 1)
+    keep = list(range(len(headers)))
+    for i in (2, 5, 1, 4):  # on a narrow terminal: tenant, last activity, actor, messages
+        if sum(min(widths[k], 12 if k == 3 else widths[k]) + 3 for k in keep) + 1 <= console.width:
+            break
+        keep.remove(i)
+    table = Table(header_style="bold")
+    for i in keep:
+        if headers[i] in ("actor", "tenant", "title"):
+            table.add_column(headers[i], overflow="fold", min_width=min(widths[i], 12))
+        else:
+            right = headers[i] == "messages"
+            table.add_column(
+                headers[i], justify="right" if right else "left", no_wrap=True, min_width=widths[i]
+            )
+    for line in lines:
+        table.add_row(*(Text(line[i]) for i in keep))
+    console.print(table)
+
+
+def _thread_doc(thread: Thread, usage: list[ThreadUsageRow]) -> dict[str, Any]:
+    costs = [u.cost_usd for u in usage if u.cost_usd is not None]
+    return {
+        "id": thread.id,
+        "actor_ref": thread.actor_ref,
+        "tenant_ref": thread.tenant_ref,
+        "title": thread.title,
+        "persona": thread.persona,
+        "model": thread.model,
+        "default_agent": thread.default_agent,
+        "transient": thread.transient,
+        "pinned_at": _iso(thread.pinned_at),
+        "summary": thread.summary,
+        "summary_message_count": thread.summary_message_count,
+        "active_stream_id": thread.active_stream_id,
+        "created_at": _iso(thread.created_at),
+        "updated_at": _iso(thread.updated_at),
+        "deleted_at": _iso(thread.deleted_at),
+        "usage": {
+            "turns": len(usage),
+            "input_tokens": sum(u.input_tokens for u in usage),
+            "output_tokens": sum(u.output_tokens for u in usage),
+            "cost_usd": sum(costs) if costs else None,
+            "unpriced_turns": len(usage) - len(costs),
+        },
+    }
+
+
+def _tool_call_doc(call: ToolCall) -> dict[str, Any]:
+    return {
+        "id": call.id,
+        "tool_name": call.tool_name,
+        "tool_type": call.tool_type,
+        "status": call.status,
+        "input": _json_value(call.input),
+        "output": _json_value(call.output),
+        "error": call.error,
+        "executed_by_ref": call.executed_by_ref,
+        "execution_ms": call.execution_ms,
+        "run_id": call.run_id,
+        "created_at": _iso(call.created_at),
+        "executed_at": _iso(call.executed_at),
+    }
+
+
+def _usage_doc(row: ThreadUsageRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "model_id": row.model_id,
+        "purpose": row.purpose,
+        "input_tokens": row.input_tokens,
+        "output_tokens": row.output_tokens,
+        "cache_read_tokens": row.cache_read_tokens,
+        "cache_write_tokens": row.cache_write_tokens,
+        "cost_usd": row.cost_usd,
+        "cost_source": row.cost_source,
+        "run_id": row.run_id,
+        "created_at": _iso(row.created_at),
+    }
+
+
+def _transcript_doc(transcript: Transcript) -> dict[str, Any]:
+    usage = [u for m in transcript.messages for u in m.usage] + transcript.other_usage
+    messages = []
+    for item in transcript.messages:
+        m = item.message
+        messages.append(
+            {
+                "id": m.id,
+                "seq": m.seq,
+                "role": m.role,
+                "content": m.content,
+                "persona": m.persona,
+                "run_id": m.run_id,
+                "created_at": _iso(m.created_at),
+                "tool_calls": [_tool_call_doc(c) for c in item.tool_calls],
+                "usage": [_usage_doc(u) for u in item.usage],
+                "payload": {
+                    "tool_calls": _json_value(m.tool_calls),
+                    "tool_results": _json_value(m.tool_results),
+                    "attachments": _json_value(m.attachments),
+                    "follow_ups": _json_value(m.follow_ups),
+                    "usage": _json_value(m.usage),
+                    "outcome": _json_value(m.outcome),
+                },
+            }
+        )
+    return {"thread": _thread_doc(transcript.thread, usage), "messages": messages}
+
+
+@app.command("show")
+def show(
+    thread_id: Annotated[str, typer.Argument(metavar="ID", help="The thread's id.")],
+    db: DbOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Show a thread's transcript in seq order, with its tool calls and token usage.
+
+    Example: agora threads show 3f2c9a1e-5b7d-4c1a-9e0f-2a6b8c4d1e7f --json
+    """
+    from agora_cli.store.threads import get_transcript
+
+    engine = open_db(db)
+    with engine.connect().execution_options(sqlite_deferred=True) as conn:
+        transcript = get_transcript(conn, thread_id)
+        conn.rollback()
+    doc = _transcript_doc(transcript)
+    if json:
+        emit_json(doc)
+        return
+    _render_transcript(doc)
+
+
+def _render_transcript(doc: dict[str, Any]) -> None:
+    from rich.markup import escape
+
+    console = out_console()
+    t = doc["thread"]
+    usage = t["usage"]
+    cost = "unknown" if usage["cost_usd"] is None else f"${usage['cost_usd']:,.4f}"
+    unpriced = f", {usage['unpriced_turns']} unpriced" if usage["unpriced_turns"] else ""
+    console.print(f"[bold]{escape(t['title'] or '(untitled)')}[/bold]  {escape(t['id'])}")
+    console.print(
+        f"actor {escape(t['actor_ref'])} · tenant {escape(t['tenant_ref'] or '—')} · "
+        f"created {t['created_at']} · last activity {t['updated_at']}"
+    )
+    console.print(
+        f"{len(doc['messages'])} message(s) · {usage['turns']} model turn(s), "
+        f"{usage['input_tokens']:,} in / {usage['output_tokens']:,} out, {cost}{unpriced}"
+    )
+    for m in doc["messages"]:
+        console.print()
+        console.print(f"[bold cyan]#{m['seq']} {escape(m['role'])}[/bold cyan]  {m['created_at']}")
+        console.print(m["content"], markup=False)
+        for call in m["tool_calls"]:
+            took = f", {call['execution_ms']} ms" if call["execution_ms"] is not None else ""
+            console.print(
+                f"  ↳ tool {escape(call['tool_name'])} [{escape(call['status'])}{took}]",
+                markup=False,
+            )
+        for u in m["usage"]:
+            cost = "unknown cost" if u["cost_usd"] is None else f"${u['cost_usd']:,.6f}"
+            console.print(
+                f"  · {u['model_id']}: {u['input_tokens']:,} in / {u['output_tokens']:,} out, "
+                f"{cost}",
+                style="dim",
+                markup=False,
+            )
+
+
+@app.command("delete")
+def delete(
+    thread_id: Annotated[str, typer.Argument(metavar="ID", help="The thread's id.")],
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Do not ask (required without a terminal).")
+    ] = False,
+    db: DbOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Delete a thread for good, with its messages, tool calls, usage, runs and proposals.
+
+    Asks first on a terminal; without a terminal it needs --yes. The ledger rows of the thread
+    go too, so its spend leaves the reports.
+
+    Example: agora threads delete 3f2c9a1e-5b7d-4c1a-9e0f-2a6b8c4d1e7f --yes --json
+    """
+    from agora_cli.store.errors import InvalidInput
+    from agora_cli.store.threads import delete_thread, get_thread
+
+    if not yes and not _stdin_is_terminal():
+        raise InvalidInput(
+            f"not deleting thread {thread_id!r} without --yes: there is no terminal to ask on"
+        )
+    engine = open_db(db)
+    if not yes:
+        with engine.connect().execution_options(sqlite_deferred=True) as conn:
+            found = get_thread(conn, thread_id)
+            conn.rollback()
+        question = (
+            f"Delete thread {found.id} ({found.actor_ref}: {found.title or '(untitled)'}) and "
+            "everything in it, for good?"
+        )
+        if not typer.confirm(question, default=False, err=True):
+            say("nothing deleted.")
+            raise typer.Exit(1)
+    with engine.begin() as conn:
+        result = delete_thread(conn, thread_id)
+    if json:
+        emit_json({"id": result.id, "deleted": result.deleted})
+        return
+    removed = ", ".join(f"{n:,} {table}" for table, n in result.deleted.items() if n)
+    out_console().print(f"Deleted thread {result.id}: {removed}.", markup=False)

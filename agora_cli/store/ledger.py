@@ -1,0 +1,398 @@
+"""Ledger reports: spend rollups and quota windows, computed by the database.
+
+Both read ``agent_token_usage`` only (the writer is ``usage.record_usage``). Windows are UTC and
+inclusive: a day runs from 00:00:00.000 to 23:59:59.999. ``spend`` is one ``SUM … GROUP BY``
+statement over ``agent_token_usage_created_idx`` (``_actor_created_idx`` with an actor filter);
+day buckets are ``created_at DIV 86400000`` with the literal inlined (PostgreSQL refuses a GROUP BY
+that differs from the SELECT only by a bound parameter), and months are folded from days here.
+``quota`` is one ``SUM`` per window over ``agent_token_usage_actor_created_idx``: one row fetched
+per window, never the window's ledger.
+
+Unknown cost is never free: ``cost_usd`` sums known costs only and is ``None`` for a group whose
+rows are all unpriced, and ``unpriced_turns`` counts the rows without a cost. Cache tokens are
+subsets of ``input_tokens`` and are never added to it again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import BigInteger, case, func, literal_column, select
+
+from agora_cli.store.clock import DAY_MS, day_start_ms, day_window, month_window, ms_to_date
+from agora_cli.store.engine import dialect_name
+from agora_cli.store.errors import InvalidInput
+from agora_cli.store.schema import token_usage
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+    from sqlalchemy.sql import ColumnElement, Select
+
+__all__ = [
+    "SPEND_GROUPINGS",
+    "QuotaReport",
+    "QuotaWindow",
+    "SpendReport",
+    "SpendRow",
+    "UnpricedModel",
+    "WindowUsage",
+    "list_unpriced_models",
+    "quota",
+    "spend",
+    "sum_actor_usage",
+]
+
+SPEND_GROUPINGS = ("model", "actor", "tenant", "day", "month")
+_EPOCH = date(1970, 1, 1)
+_KEY_COLUMNS = {"model": "model_id", "actor": "actor_ref", "tenant": "tenant_ref"}
+
+
+@dataclass(frozen=True)
+class SpendRow:
+    """One group of a spend report (``key`` is ``None`` for rows with no tenant)."""
+
+    key: str | None
+    turns: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    cost_usd: float | None
+    estimated_usd: float
+    unpriced_turns: int
+
+
+@dataclass(frozen=True)
+class SpendReport:
+    """A spend rollup: the groups in the spec's order and their total (whose key is ``None``)."""
+
+    by: str
+    from_day: date
+    to_day: date
+    from_ms: int
+    to_ms: int
+    provider_cost_only: bool
+    rows: list[SpendRow]
+    total: SpendRow
+
+
+@dataclass(frozen=True)
+class UnpricedModel:
+    """A model id with ledger rows of unknown cost in a window."""
+
+    model_id: str
+    turns: int
+
+
+@dataclass(frozen=True)
+class WindowUsage:
+    """An actor's use in one window: tokens (input + output), known USD, rows without a cost."""
+
+    tokens: int
+    usd: float
+    unpriced_turns: int
+
+
+@dataclass(frozen=True)
+class QuotaWindow:
+    """One quota window, its limits (``None`` = none given) and whether one is reached."""
+
+    from_ms: int
+    to_ms: int
+    tokens: int
+    usd: float
+    unpriced_turns: int
+    limit_tokens: int | None
+    limit_usd: float | None
+    exhausted: bool
+
+
+@dataclass(frozen=True)
+class QuotaReport:
+    """An actor's day and month windows at an instant."""
+
+    actor: str
+    at_ms: int
+    day: QuotaWindow
+    month: QuotaWindow
+    exhausted: bool
+
+
+# --- spend ---------------------------------------------------------------------------------
+
+
+def _day_bucket(conn: Connection) -> ColumnElement[Any]:
+    """``created_at`` as a UTC day number, the divisor inlined as a literal."""
+    divisor = literal_column(str(DAY_MS), BigInteger())
+    operator = "DIV" if dialect_name(conn) == "mysql" else "/"  # both integer division
+    return token_usage.c.created_at.op(operator, return_type=BigInteger())(divisor)
+
+
+def _window(from_day: date, to_day: date) -> tuple[int, int]:
+    if from_day > to_day:
+        raise InvalidInput(
+            f"the window starts ({from_day.isoformat()}) after it ends ({to_day.isoformat()})"
+        )
+    return day_start_ms(from_day), day_window(to_day)[1]
+
+
+def _filtered(
+    q: Select[Any],
+    *,
+    from_ms: int,
+    to_ms: int,
+    actor: str | None,
+    tenant: str | None,
+    model: str | None,
+) -> Select[Any]:
+    q = q.where(token_usage.c.created_at.between(from_ms, to_ms))
+    if actor is not None:
+        q = q.where(token_usage.c.actor_ref == actor)
+    if tenant is not None:
+        q = q.where(token_usage.c.tenant_ref == tenant)
+    if model is not None:
+        q = q.where(token_usage.c.model_id == model)
+    return q
+
+
+def _spend_measures(provider_cost_only: bool) -> list[ColumnElement[Any]]:
+    u = token_usage.c
+    if provider_cost_only:
+        cost = func.sum(case((u.cost_source == "provider", u.cost_usd)))
+        estimated: ColumnElement[Any] = literal_column("0")
+    else:
+        cost = func.sum(u.cost_usd)
+        estimated = func.sum(case((u.cost_source == "estimate", u.cost_usd), else_=0))
+    return [
+        func.count().label("turns"),
+        func.sum(u.input_tokens).label("input_tokens"),
+        func.sum(u.output_tokens).label("output_tokens"),
+        func.coalesce(func.sum(u.cache_read_tokens), 0).label("cache_read_tokens"),
+        func.coalesce(func.sum(u.cache_write_tokens), 0).label("cache_write_tokens"),
+        cost.label("cost_usd"),
+        estimated.label("estimated_usd"),
+        func.count(u.cost_usd).label("priced_turns"),
+    ]
+
+
+def _row(key: str | None, r: Any) -> SpendRow:
+    turns = int(r.turns)
+    return SpendRow(
+        key=key,
+        turns=turns,
+        input_tokens=int(r.input_tokens or 0),
+        output_tokens=int(r.output_tokens or 0),
+        cache_read_tokens=int(r.cache_read_tokens or 0),
+        cache_write_tokens=int(r.cache_write_tokens or 0),
+        cost_usd=None if r.cost_usd is None else float(r.cost_usd),
+        estimated_usd=float(r.estimated_usd or 0),
+        unpriced_turns=turns - int(r.priced_turns),
+    )
+
+
+def _fold(key: str | None, rows: list[SpendRow]) -> SpendRow:
+    """Sum groups into one (``cost_usd`` stays ``None`` only if every group's is)."""
+    costs = [r.cost_usd for r in rows if r.cost_usd is not None]
+    return SpendRow(
+        key=key,
+        turns=sum(r.turns for r in rows),
+        input_tokens=sum(r.input_tokens for r in rows),
+        output_tokens=sum(r.output_tokens for r in rows),
+        cache_read_tokens=sum(r.cache_read_tokens for r in rows),
+        cache_write_tokens=sum(r.cache_write_tokens for r in rows),
+        cost_usd=sum(costs) if costs else None,
+        estimated_usd=sum(r.estimated_usd for r in rows),
+        unpriced_turns=sum(r.unpriced_turns for r in rows),
+    )
+
+
+def _by_cost(row: SpendRow) -> tuple[Any, ...]:
+    # cost descending (unknown after every known cost), then tokens descending, then key.
+    return (
+        row.cost_usd is None,
+        -(row.cost_usd or 0.0),
+        -(row.input_tokens + row.output_tokens),
+        row.key is None,
+        row.key or "",
+    )
+
+
+def spend(
+    conn: Connection,
+    *,
+    by: str,
+    from_day: date,
+    to_day: date,
+    actor: str | None = None,
+    tenant: str | None = None,
+    model: str | None = None,
+    provider_cost_only: bool = False,
+) -> SpendReport:
+    """Roll the ledger up by model, actor, tenant, day or month over an inclusive UTC window.
+
+    One ``SUM … GROUP BY`` statement. Groups by model/actor/tenant come by cost descending, then
+    tokens descending, then key; days (``YYYY-MM-DD``) and months (``YYYY-MM``) in time order.
+    With ``provider_cost_only``, ``cost_usd`` sums provider-reported costs and ``estimated_usd``
+    is 0; ``unpriced_turns`` still counts the rows with no cost.
+    """
+    if by not in SPEND_GROUPINGS:
+        raise InvalidInput(f"cannot group by {by!r}: use one of {', '.join(SPEND_GROUPINGS)}")
+    from_ms, to_ms = _window(from_day, to_day)
+    key = (_day_bucket(conn) if by in ("day", "month") else token_usage.c[_KEY_COLUMNS[by]]).label(
+        "key"
+    )
+    q = select(key, *_spend_measures(provider_cost_only)).group_by(key.element)
+    q = _filtered(q, from_ms=from_ms, to_ms=to_ms, actor=actor, tenant=tenant, model=model)
+    fetched = conn.execute(q).all()
+    rows: list[SpendRow]
+    if by in ("day", "month"):
+        days = sorted((int(r.key), r) for r in fetched)
+        rows = [_row((_EPOCH + timedelta(days=n)).isoformat(), r) for n, r in days]
+        if by == "month":
+            months: dict[str, list[SpendRow]] = {}
+            for row in rows:
+                months.setdefault(str(row.key)[:7], []).append(row)
+            rows = [_fold(month, group) for month, group in months.items()]
+    else:
+        rows = sorted((_row(r.key, r) for r in fetched), key=_by_cost)
+    return SpendReport(
+        by=by,
+        from_day=from_day,
+        to_day=to_day,
+        from_ms=from_ms,
+        to_ms=to_ms,
+        provider_cost_only=provider_cost_only,
+        rows=rows,
+        total=_fold(None, rows),
+    )
+
+
+def list_unpriced_models(
+    conn: Connection,
+    *,
+    from_day: date,
+    to_day: date,
+    actor: str | None = None,
+    tenant: str | None = None,
+    model: str | None = None,
+) -> list[UnpricedModel]:
+    """List the model ids with rows of unknown cost in the window, most rows first."""
+    from_ms, to_ms = _window(from_day, to_day)
+    u = token_usage.c
+    turns = func.count().label("turns")
+    q = select(u.model_id, turns).where(u.cost_usd.is_(None)).group_by(u.model_id)
+    q = _filtered(q, from_ms=from_ms, to_ms=to_ms, actor=actor, tenant=tenant, model=model)
+    found = [UnpricedModel(r.model_id, int(r.turns)) for r in conn.execute(q)]
+    return sorted(found, key=lambda m: (-m.turns, m.model_id))
+
+
+# --- quota ---------------------------------------------------------------------------------
+
+
+def sum_actor_usage(
+    conn: Connection,
+    *,
+    actor: str,
+    from_ms: int,
+    to_ms: int,
+    provider_cost_only: bool = False,
+) -> WindowUsage:
+    """Sum an actor's tokens and known cost in ``[from_ms, to_ms]`` (one row, one statement)."""
+    u = token_usage.c
+    cost = case((u.cost_source == "provider", u.cost_usd)) if provider_cost_only else u.cost_usd
+    q = select(
+        func.coalesce(func.sum(u.input_tokens + u.output_tokens), 0).label("tokens"),
+        func.coalesce(func.sum(cost), 0).label("usd"),
+        (func.count() - func.count(u.cost_usd)).label("unpriced"),
+    ).where(u.actor_ref == actor, u.created_at.between(from_ms, to_ms))
+    r = conn.execute(q).one()
+    return WindowUsage(tokens=int(r.tokens), usd=float(r.usd), unpriced_turns=int(r.unpriced))
+
+
+def _check_limit(value: float | None, what: str) -> None:
+    if value is not None and value < 0:
+        raise InvalidInput(f"the {what} limit must not be negative, not {value}")
+
+
+def _quota_window(
+    conn: Connection,
+    *,
+    actor: str,
+    bounds: tuple[int, int],
+    limit_tokens: int | None,
+    limit_usd: float | None,
+    provider_cost_only: bool,
+) -> QuotaWindow:
+    used = sum_actor_usage(
+        conn,
+        actor=actor,
+        from_ms=bounds[0],
+        to_ms=bounds[1],
+        provider_cost_only=provider_cost_only,
+    )
+    exhausted = (limit_tokens is not None and used.tokens >= limit_tokens) or (
+        limit_usd is not None and used.usd >= limit_usd
+    )
+    return QuotaWindow(
+        from_ms=bounds[0],
+        to_ms=bounds[1],
+        tokens=used.tokens,
+        usd=used.usd,
+        unpriced_turns=used.unpriced_turns,
+        limit_tokens=limit_tokens,
+        limit_usd=limit_usd,
+        exhausted=exhausted,
+    )
+
+
+def quota(
+    conn: Connection,
+    *,
+    actor: str,
+    at_ms: int,
+    day_tokens: int | None = None,
+    day_usd: float | None = None,
+    month_tokens: int | None = None,
+    month_usd: float | None = None,
+    provider_cost_only: bool = False,
+) -> QuotaReport:
+    """Report an actor's UTC day and calendar-month windows at ``at_ms`` against the limits.
+
+    ``tokens`` is Σ(input + output); ``usd`` the sum of known costs (estimates included unless
+    ``provider_cost_only``). A window is exhausted when a given limit is reached (used ≥ limit).
+    """
+    if not actor:
+        raise InvalidInput("actor must be a non-empty string")
+    for value, what in (
+        (day_tokens, "day tokens"),
+        (day_usd, "day USD"),
+        (month_tokens, "month tokens"),
+        (month_usd, "month USD"),
+    ):
+        _check_limit(value, what)
+    today = ms_to_date(at_ms)
+    day = _quota_window(
+        conn,
+        actor=actor,
+        bounds=day_window(today),
+        limit_tokens=day_tokens,
+        limit_usd=day_usd,
+        provider_cost_only=provider_cost_only,
+    )
+    month = _quota_window(
+        conn,
+        actor=actor,
+        bounds=month_window(today),
+        limit_tokens=month_tokens,
+        limit_usd=month_usd,
+        provider_cost_only=provider_cost_only,
+    )
+    return QuotaReport(
+        actor=actor,
+        at_ms=at_ms,
+        day=day,
+        month=month,
+        exhausted=day.exhausted or month.exhausted,
+    )

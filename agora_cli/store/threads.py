@@ -1,0 +1,821 @@
+"""The agent store's thread side: threads, messages, tool calls and runs.
+
+Every function takes a ``Connection`` and runs inside the caller's transaction (``with
+engine.begin() as conn``); the multi-statement operations (``append_message``, ``fork_thread``,
+``truncate_from``, ``delete_thread``) are only correct as one transaction, which is the caller's.
+
+Message order: ``seq`` is assigned on append as 1 + the thread's current maximum. The append locks
+the thread row first (``SELECT … FOR UPDATE`` on PostgreSQL and MySQL; SQLite's ``BEGIN
+IMMEDIATE`` already serialises writers), so two appenders on one thread never share a ``seq``.
+A row written before the column existed holds 0 and sorts first, then by ``created_at``.
+
+JSON payload arguments (``tool_calls``, ``input``, ``props`` …) take JSON values and are stored
+as text; the dataclasses hand back the stored text unchanged (another writer may have written it).
+Deleting children explicitly (``truncate_from``, ``delete_thread``) keeps both correct on a SQLite
+connection whose ``foreign_keys`` pragma is off.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import case, delete, func, insert, select, update
+
+from agora_cli.store.clock import Clock, SystemClock
+from agora_cli.store.engine import dialect_name
+from agora_cli.store.errors import InvalidInput, NotFound
+from agora_cli.store.schema import (
+    action_proposal,
+    confirm_token,
+    genui_call,
+    message,
+    queued_message,
+    run,
+    thread,
+    token_usage,
+    tool_call,
+)
+
+if TYPE_CHECKING:
+    from sqlalchemy import Table
+    from sqlalchemy.engine import Connection
+    from sqlalchemy.sql import Delete
+
+__all__ = [
+    "RUN_TERMINAL_STATUSES",
+    "Message",
+    "Run",
+    "RunEnd",
+    "Thread",
+    "ThreadDeletion",
+    "ThreadSummary",
+    "ThreadTurn",
+    "ThreadUsageRow",
+    "ToolCall",
+    "Transcript",
+    "TranscriptMessage",
+    "TruncateResult",
+    "TurnMessage",
+    "append_message",
+    "complete_tool_call",
+    "create_thread",
+    "delete_thread",
+    "end_run",
+    "find_thread",
+    "fork_thread",
+    "get_run",
+    "get_thread",
+    "get_tool_call",
+    "get_transcript",
+    "list_messages",
+    "list_threads",
+    "load_thread_for_turn",
+    "record_tool_call",
+    "start_run",
+    "truncate_from",
+]
+
+RUN_TERMINAL_STATUSES = ("completed", "failed", "cancelled")
+_IDENT_MAX = 255
+
+
+@dataclass(frozen=True)
+class Thread:
+    """One row of ``agent_thread``."""
+
+    id: str
+    actor_ref: str
+    tenant_ref: str | None
+    title: str
+    persona: str
+    model: str | None
+    default_agent: str | None
+    transient: bool
+    pinned_at: int | None
+    summary: str | None
+    summary_message_count: int
+    active_stream_id: str | None
+    created_at: int
+    updated_at: int
+    deleted_at: int | None
+
+
+@dataclass(frozen=True)
+class Message:
+    """One row of ``agent_message`` (JSON columns as the stored text)."""
+
+    id: str
+    thread_id: str
+    seq: int
+    role: str
+    content: str
+    tool_calls: str | None
+    tool_results: str | None
+    attachments: str | None
+    follow_ups: str | None
+    usage: str | None
+    persona: str | None
+    run_id: str | None
+    outcome: str | None
+    created_at: int
+
+
+@dataclass(frozen=True)
+class TurnMessage:
+    """A message as a turn reads it: what goes back to the model, nothing else."""
+
+    id: str
+    seq: int
+    role: str
+    content: str
+    tool_calls: str | None
+    tool_results: str | None
+    attachments: str | None
+    persona: str | None
+    created_at: int
+
+
+@dataclass(frozen=True)
+class ThreadTurn:
+    """What ``load_thread_for_turn`` returns: the thread and its newest messages in order."""
+
+    thread: Thread
+    messages: list[TurnMessage]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One row of ``agent_tool_call``."""
+
+    id: str
+    message_id: str
+    tool_name: str
+    tool_type: str
+    input: str | None
+    output: str | None
+    status: str
+    executed_by_ref: str | None
+    execution_ms: int | None
+    error: str | None
+    run_id: str | None
+    created_at: int
+    executed_at: int | None
+
+
+@dataclass(frozen=True)
+class Run:
+    """One row of ``agent_run``."""
+
+    id: str
+    thread_id: str
+    agent_name: str | None
+    actor_ref: str
+    tenant_ref: str | None
+    status: str
+    started_at: int
+    finished_at: int | None
+    step_count: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+    error: str | None
+    durable: bool
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """The outcome of ``end_run``: ``ended`` is False when another terminal status came first."""
+
+    ended: bool
+    run: Run
+
+
+@dataclass(frozen=True)
+class ThreadUsageRow:
+    """One ledger row of a thread, as the transcript shows it."""
+
+    id: str
+    message_id: str | None
+    run_id: str | None
+    model_id: str
+    purpose: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int | None
+    cache_write_tokens: int | None
+    cost_usd: float | None
+    cost_source: str | None
+    created_at: int
+
+
+@dataclass(frozen=True)
+class TranscriptMessage:
+    """A message with its tool-call records and the ledger rows that name it."""
+
+    message: Message
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: list[ThreadUsageRow] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """A whole thread in ``seq`` order; ``other_usage`` holds ledger rows tied to no message."""
+
+    thread: Thread
+    messages: list[TranscriptMessage]
+    other_usage: list[ThreadUsageRow]
+
+
+@dataclass(frozen=True)
+class ThreadSummary:
+    """A thread as ``threads list`` shows it."""
+
+    id: str
+    actor_ref: str
+    tenant_ref: str | None
+    title: str
+    messages: int
+    updated_at: int
+
+
+@dataclass(frozen=True)
+class TruncateResult:
+    """What ``truncate_from`` removed."""
+
+    messages_deleted: int
+    tool_calls_deleted: int
+    summary_cleared: bool
+
+
+@dataclass(frozen=True)
+class ThreadDeletion:
+    """What ``delete_thread`` removed, as rows per table name (``agent_message``: N, …)."""
+
+    id: str
+    deleted: dict[str, int]
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _clock(clock: Clock | None) -> Clock:
+    return clock if clock is not None else SystemClock()
+
+
+def _new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def _ident(value: str | None, what: str, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"{what} must be a non-empty string")
+    if len(value) > _IDENT_MAX:
+        raise InvalidInput(f"{what} is longer than {_IDENT_MAX} characters")
+    return value
+
+
+def _dump(value: Any) -> str | None:
+    """A JSON value as stored text (``None`` stays NULL)."""
+    if value is None:
+        return None
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"not a JSON value: {exc}") from None
+
+
+def _thread(row: Mapping[Any, Any]) -> Thread:
+    return Thread(
+        id=row["id"],
+        actor_ref=row["actor_ref"],
+        tenant_ref=row["tenant_ref"],
+        title=row["title"],
+        persona=row["persona"],
+        model=row["model"],
+        default_agent=row["default_agent"],
+        transient=bool(row["transient"]),
+        pinned_at=row["pinned_at"],
+        summary=row["summary"],
+        summary_message_count=int(row["summary_message_count"]),
+        active_stream_id=row["active_stream_id"],
+        created_at=int(row["created_at"]),
+        updated_at=int(row["updated_at"]),
+        deleted_at=row["deleted_at"],
+    )
+
+
+def _message(row: Mapping[Any, Any]) -> Message:
+    return Message(**{name: row[name] for name in Message.__dataclass_fields__})
+
+
+def _tool_call(row: Mapping[Any, Any]) -> ToolCall:
+    return ToolCall(**{name: row[name] for name in ToolCall.__dataclass_fields__})
+
+
+def _run(row: Mapping[Any, Any]) -> Run:
+    values = {name: row[name] for name in Run.__dataclass_fields__}
+    values["durable"] = bool(values["durable"])
+    values["input_tokens"] = int(values["input_tokens"])
+    values["output_tokens"] = int(values["output_tokens"])
+    return Run(**values)
+
+
+def _usage_row(row: Mapping[Any, Any]) -> ThreadUsageRow:
+    values = {name: row[name] for name in ThreadUsageRow.__dataclass_fields__}
+    values["input_tokens"] = int(values["input_tokens"])
+    values["output_tokens"] = int(values["output_tokens"])
+    return ThreadUsageRow(**values)
+
+
+def _message_order() -> tuple[Any, ...]:
+    # seq first; legacy rows (seq 0) then fall back to created_at; id keeps it total.
+    return (message.c.seq, message.c.created_at, message.c.id)
+
+
+def _lock_thread(conn: Connection, thread_id: str) -> Thread:
+    """Read the thread row and hold its write lock until the transaction ends."""
+    q = select(thread).where(thread.c.id == thread_id).with_for_update()
+    row = conn.execute(q).mappings().first()
+    if row is None:
+        raise NotFound(f"no thread {thread_id!r}")
+    return _thread(row)
+
+
+def _delete_tool_calls_of_messages(conn: Connection, where: Any) -> int:
+    """Delete the tool calls of the messages matching ``where`` (one statement)."""
+    stmt: Delete
+    if dialect_name(conn) == "sqlite":
+        doomed = select(message.c.id).where(where)
+        stmt = delete(tool_call).where(tool_call.c.message_id.in_(doomed))
+    else:
+        # A multi-table DELETE: MariaDB before 11.1 runs ``IN (subquery)`` in a DELETE as a
+        # dependent subquery over the whole child table.
+        stmt = delete(tool_call).where(tool_call.c.message_id == message.c.id, where)
+    return int(conn.execute(stmt).rowcount)
+
+
+# --- threads -------------------------------------------------------------------------------
+
+
+def create_thread(
+    conn: Connection,
+    *,
+    actor_ref: str,
+    title: str = "",
+    tenant_ref: str | None = None,
+    persona: str = "default",
+    model: str | None = None,
+    default_agent: str | None = None,
+    transient: bool = False,
+    thread_id: str | None = None,
+    clock: Clock | None = None,
+) -> Thread:
+    """Create a thread and return it."""
+    now = _clock(clock).now_ms()
+    values: dict[str, Any] = {
+        "id": _ident(thread_id or _new_id(), "thread id"),
+        "actor_ref": _ident(actor_ref, "actor_ref"),
+        "tenant_ref": _ident(tenant_ref, "tenant_ref", optional=True),
+        "title": title,
+        "persona": _ident(persona, "persona"),
+        "model": _ident(model, "model", optional=True),
+        "default_agent": _ident(default_agent, "default_agent", optional=True),
+        "transient": 1 if transient else 0,
+        "pinned_at": None,
+        "summary": None,
+        "summary_message_count": 0,
+        "active_stream_id": None,
+        "created_at": now,
+        "updated_at": now,
+        "deleted_at": None,
+    }
+    conn.execute(insert(thread).values(values))
+    return _thread(values)
+
+
+def find_thread(conn: Connection, thread_id: str) -> Thread | None:
+    """Return the thread, or ``None``."""
+    row = conn.execute(select(thread).where(thread.c.id == thread_id)).mappings().first()
+    return None if row is None else _thread(row)
+
+
+def get_thread(conn: Connection, thread_id: str) -> Thread:
+    """Return the thread; ``NotFound`` if there is none."""
+    found = find_thread(conn, thread_id)
+    if found is None:
+        raise NotFound(f"no thread {thread_id!r}")
+    return found
+
+
+def list_threads(
+    conn: Connection, *, actor_ref: str | None = None, limit: int = 50
+) -> list[ThreadSummary]:
+    """List threads, newest activity first, with their message counts."""
+    if not 1 <= limit <= 1000:
+        raise InvalidInput(f"limit must be between 1 and 1000, not {limit}")
+    counts = (
+        select(func.count())
+        .where(message.c.thread_id == thread.c.id)
+        .correlate(thread)
+        .scalar_subquery()
+    )
+    q = select(
+        thread.c.id,
+        thread.c.actor_ref,
+        thread.c.tenant_ref,
+        thread.c.title,
+        counts.label("messages"),
+        thread.c.updated_at,
+    )
+    if actor_ref is not None:
+        q = q.where(thread.c.actor_ref == actor_ref)
+    q = q.order_by(thread.c.updated_at.desc(), thread.c.id.desc()).limit(limit)
+    return [
+        ThreadSummary(
+            id=r["id"],
+            actor_ref=r["actor_ref"],
+            tenant_ref=r["tenant_ref"],
+            title=r["title"],
+            messages=int(r["messages"]),
+            updated_at=int(r["updated_at"]),
+        )
+        for r in conn.execute(q).mappings()
+    ]
+
+
+# --- messages ------------------------------------------------------------------------------
+
+
+def append_message(
+    conn: Connection,
+    *,
+    thread_id: str,
+    role: str,
+    content: str,
+    tool_calls: Any = None,
+    tool_results: Any = None,
+    attachments: Any = None,
+    follow_ups: Any = None,
+    usage: Any = None,
+    persona: str | None = None,
+    run_id: str | None = None,
+    outcome: Any = None,
+    message_id: str | None = None,
+    clock: Clock | None = None,
+) -> Message:
+    """Append a message with the thread's next ``seq`` and bump the thread's ``updated_at``.
+
+    Locks the thread row first, so concurrent appenders on one thread take turns.
+    """
+    if not isinstance(content, str):
+        raise InvalidInput("content must be a string")
+    values: dict[str, Any] = {
+        "id": _ident(message_id or _new_id(), "message id"),
+        "thread_id": _ident(thread_id, "thread_id"),
+        "role": _ident(role, "role"),
+        "content": content,
+        "tool_calls": _dump(tool_calls),
+        "tool_results": _dump(tool_results),
+        "attachments": _dump(attachments),
+        "follow_ups": _dump(follow_ups),
+        "usage": _dump(usage),
+        "persona": _ident(persona, "persona", optional=True),
+        "run_id": _ident(run_id, "run_id", optional=True),
+        "outcome": _dump(outcome),
+    }
+    _lock_thread(conn, thread_id)
+    now = _clock(clock).now_ms()
+    # A locking read sees the latest committed row even in a REPEATABLE READ transaction
+    # (InnoDB's default) that has already taken its snapshot; the thread lock makes it exact.
+    top = conn.execute(
+        select(message.c.seq)
+        .where(message.c.thread_id == thread_id)
+        .order_by(message.c.seq.desc())
+        .limit(1)
+        .with_for_update()
+    ).scalar()
+    values["seq"] = (top or 0) + 1
+    values["created_at"] = now
+    conn.execute(insert(message).values(values))
+    conn.execute(update(thread).where(thread.c.id == thread_id).values(updated_at=now))
+    return _message(values)
+
+
+def list_messages(conn: Connection, thread_id: str) -> list[Message]:
+    """List a thread's messages in ``seq`` order."""
+    q = select(message).where(message.c.thread_id == thread_id).order_by(*_message_order())
+    return [_message(r) for r in conn.execute(q).mappings()]
+
+
+def load_thread_for_turn(conn: Connection, thread_id: str, *, limit: int = 50) -> ThreadTurn:
+    """Return the thread and its newest ``limit`` messages, oldest first, as a turn reads them."""
+    if limit < 1:
+        raise InvalidInput(f"limit must be at least 1, not {limit}")
+    found = get_thread(conn, thread_id)
+    cols = [message.c[name] for name in TurnMessage.__dataclass_fields__]
+    newest = (
+        select(*cols)
+        .where(message.c.thread_id == thread_id)
+        .order_by(*(c.desc() for c in _message_order()))
+        .limit(limit)
+    )
+    rows = [TurnMessage(**dict(r)) for r in conn.execute(newest).mappings()]
+    rows.reverse()
+    return ThreadTurn(thread=found, messages=rows)
+
+
+def fork_thread(
+    conn: Connection,
+    thread_id: str,
+    *,
+    up_to_seq: int | None = None,
+    title: str | None = None,
+    new_thread_id: str | None = None,
+    clock: Clock | None = None,
+) -> Thread:
+    """Copy a thread and its messages (all, or those with ``seq <= up_to_seq``) into a new one.
+
+    The copies get new ids and keep ``seq``, role, content and payloads; the tool-call records,
+    the ledger, runs and proposals stay with the original (money spent once is counted once).
+    The thread's summary is kept only if it covers no more messages than were copied.
+    """
+    source = _lock_thread(conn, thread_id)
+    now = _clock(clock).now_ms()
+    q = select(message).where(message.c.thread_id == thread_id)
+    if up_to_seq is not None:
+        q = q.where(message.c.seq <= up_to_seq)
+    copied = [dict(r) for r in conn.execute(q.order_by(*_message_order())).mappings()]
+    keep_summary = source.summary is not None and source.summary_message_count <= len(copied)
+    new = Thread(
+        id=str(_ident(new_thread_id or _new_id(), "thread id")),
+        actor_ref=source.actor_ref,
+        tenant_ref=source.tenant_ref,
+        title=source.title if title is None else title,
+        persona=source.persona,
+        model=source.model,
+        default_agent=source.default_agent,
+        transient=source.transient,
+        pinned_at=None,
+        summary=source.summary if keep_summary else None,
+        summary_message_count=source.summary_message_count if keep_summary else 0,
+        active_stream_id=None,
+        created_at=now,
+        updated_at=now,
+        deleted_at=None,
+    )
+    values = {name: getattr(new, name) for name in Thread.__dataclass_fields__}
+    values["transient"] = 1 if new.transient else 0
+    conn.execute(insert(thread).values(values))
+    if copied:
+        for row in copied:
+            row["id"] = _new_id()
+            row["thread_id"] = new.id
+        conn.execute(insert(message), copied)
+    return new
+
+
+def truncate_from(
+    conn: Connection, thread_id: str, *, seq: int, clock: Clock | None = None
+) -> TruncateResult:
+    """Delete the thread's messages from ``seq`` on, and their tool calls (explicitly).
+
+    The ledger keeps its rows (the money was spent). A summary that covered more messages than
+    remain is cleared. The thread's ``updated_at`` is bumped.
+    """
+    if seq < 1:
+        raise InvalidInput(f"seq must be at least 1, not {seq}")
+    found = _lock_thread(conn, thread_id)
+    doomed = (message.c.thread_id == thread_id) & (message.c.seq >= seq)
+    tool_calls_deleted = _delete_tool_calls_of_messages(conn, doomed)
+    messages_deleted = int(conn.execute(delete(message).where(doomed)).rowcount)
+    changes: dict[str, Any] = {"updated_at": _clock(clock).now_ms()}
+    cleared = False
+    if found.summary is not None and messages_deleted:
+        remaining = conn.execute(
+            select(func.count()).where(message.c.thread_id == thread_id)
+        ).scalar_one()
+        if found.summary_message_count > int(remaining):
+            changes.update(summary=None, summary_message_count=0)
+            cleared = True
+    conn.execute(update(thread).where(thread.c.id == thread_id).values(changes))
+    return TruncateResult(messages_deleted, tool_calls_deleted, cleared)
+
+
+def delete_thread(conn: Connection, thread_id: str) -> ThreadDeletion:
+    """Hard-delete a thread and everything that hangs off it; report rows removed per table.
+
+    Children are deleted explicitly before the thread, so the result is the same whether or not
+    the database cascades (SQLite with its ``foreign_keys`` pragma off).
+    """
+    _lock_thread(conn, thread_id)
+    deleted: dict[str, int] = {}
+    deleted[tool_call.name] = _delete_tool_calls_of_messages(conn, message.c.thread_id == thread_id)
+    children: Sequence[Table] = (
+        message,
+        token_usage,
+        run,
+        action_proposal,
+        queued_message,
+        confirm_token,
+        genui_call,
+    )
+    for table in children:
+        result = conn.execute(delete(table).where(table.c.thread_id == thread_id))
+        deleted[table.name] = int(result.rowcount)
+    deleted[thread.name] = int(
+        conn.execute(delete(thread).where(thread.c.id == thread_id)).rowcount
+    )
+    return ThreadDeletion(id=thread_id, deleted=deleted)
+
+
+def get_transcript(conn: Connection, thread_id: str) -> Transcript:
+    """Return the whole thread in ``seq`` order with its tool-call records and ledger rows."""
+    found = get_thread(conn, thread_id)
+    messages = list_messages(conn, thread_id)
+    calls_q = (
+        select(tool_call)
+        .join(message, tool_call.c.message_id == message.c.id)
+        .where(message.c.thread_id == thread_id)
+        .order_by(tool_call.c.created_at, tool_call.c.id)
+    )
+    calls: dict[str, list[ToolCall]] = {}
+    for r in conn.execute(calls_q).mappings():
+        calls.setdefault(r["message_id"], []).append(_tool_call(r))
+    usage_cols = [token_usage.c[name] for name in ThreadUsageRow.__dataclass_fields__]
+    usage_q = (
+        select(*usage_cols)
+        .where(token_usage.c.thread_id == thread_id)
+        .order_by(token_usage.c.created_at, token_usage.c.id)
+    )
+    by_message: dict[str | None, list[ThreadUsageRow]] = {}
+    for r in conn.execute(usage_q).mappings():
+        by_message.setdefault(r["message_id"], []).append(_usage_row(r))
+    known = {m.id for m in messages}
+    other = [u for key, rows in by_message.items() if key not in known for u in rows]
+    return Transcript(
+        thread=found,
+        messages=[
+            TranscriptMessage(m, calls.get(m.id, []), by_message.get(m.id, [])) for m in messages
+        ],
+        other_usage=other,
+    )
+
+
+# --- tool calls ----------------------------------------------------------------------------
+
+
+def record_tool_call(
+    conn: Connection,
+    *,
+    message_id: str,
+    tool_call_id: str,
+    tool_name: str,
+    tool_type: str = "function",
+    input: Any = None,
+    status: str = "pending",
+    run_id: str | None = None,
+    clock: Clock | None = None,
+) -> ToolCall:
+    """Record a tool call the model emitted (its id is the model's) on a message."""
+    values: dict[str, Any] = {
+        "id": _ident(tool_call_id, "tool call id"),
+        "message_id": _ident(message_id, "message_id"),
+        "tool_name": _ident(tool_name, "tool_name"),
+        "tool_type": _ident(tool_type, "tool_type"),
+        "input": _dump(input),
+        "output": None,
+        "status": _ident(status, "status"),
+        "executed_by_ref": None,
+        "execution_ms": None,
+        "error": None,
+        "run_id": _ident(run_id, "run_id", optional=True),
+        "created_at": _clock(clock).now_ms(),
+        "executed_at": None,
+    }
+    conn.execute(insert(tool_call).values(values))
+    return _tool_call(values)
+
+
+def get_tool_call(conn: Connection, tool_call_id: str) -> ToolCall:
+    """Return a tool call; ``NotFound`` if there is none."""
+    row = conn.execute(select(tool_call).where(tool_call.c.id == tool_call_id)).mappings().first()
+    if row is None:
+        raise NotFound(f"no tool call {tool_call_id!r}")
+    return _tool_call(row)
+
+
+def complete_tool_call(
+    conn: Connection,
+    tool_call_id: str,
+    *,
+    status: str = "completed",
+    output: Any = None,
+    error: str | None = None,
+    executed_by_ref: str | None = None,
+    clock: Clock | None = None,
+) -> ToolCall:
+    """Record a tool call's result; the first completion wins and a later one changes nothing."""
+    now = _clock(clock).now_ms()
+    stmt = (
+        update(tool_call)
+        .where(tool_call.c.id == tool_call_id, tool_call.c.executed_at.is_(None))
+        .values(
+            status=_ident(status, "status"),
+            output=_dump(output),
+            error=error,
+            executed_by_ref=_ident(executed_by_ref, "executed_by_ref", optional=True),
+            executed_at=now,
+            execution_ms=case(
+                (tool_call.c.created_at < now, now - tool_call.c.created_at), else_=0
+            ),
+        )
+    )
+    conn.execute(stmt)
+    return get_tool_call(conn, tool_call_id)
+
+
+# --- runs ----------------------------------------------------------------------------------
+
+
+def start_run(
+    conn: Connection,
+    *,
+    thread_id: str,
+    actor_ref: str,
+    tenant_ref: str | None = None,
+    agent_name: str | None = None,
+    run_id: str | None = None,
+    durable: bool = False,
+    clock: Clock | None = None,
+) -> Run:
+    """Start a run (status ``running``) on a thread and return it."""
+    values: dict[str, Any] = {
+        "id": _ident(run_id or _new_id(), "run id"),
+        "thread_id": _ident(thread_id, "thread_id"),
+        "agent_name": _ident(agent_name, "agent_name", optional=True),
+        "actor_ref": _ident(actor_ref, "actor_ref"),
+        "tenant_ref": _ident(tenant_ref, "tenant_ref", optional=True),
+        "status": "running",
+        "started_at": _clock(clock).now_ms(),
+        "finished_at": None,
+        "step_count": 0,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cost_usd": None,
+        "error": None,
+        "durable": 1 if durable else 0,
+    }
+    conn.execute(insert(run).values(values))
+    return _run(values)
+
+
+def get_run(conn: Connection, run_id: str) -> Run:
+    """Return a run; ``NotFound`` if there is none."""
+    row = conn.execute(select(run).where(run.c.id == run_id)).mappings().first()
+    if row is None:
+        raise NotFound(f"no run {run_id!r}")
+    return _run(row)
+
+
+def end_run(
+    conn: Connection,
+    run_id: str,
+    *,
+    status: str,
+    error: str | None = None,
+    step_count: int | None = None,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    cost_usd: float | None = None,
+    clock: Clock | None = None,
+) -> RunEnd:
+    """End a run with a terminal status; the first terminal status wins (fenced update)."""
+    if status not in RUN_TERMINAL_STATUSES:
+        raise InvalidInput(
+            f"run status {status!r} is not terminal: use one of {', '.join(RUN_TERMINAL_STATUSES)}"
+        )
+    changes: dict[str, Any] = {
+        "status": status,
+        "finished_at": _clock(clock).now_ms(),
+        "error": error,
+    }
+    extra: Mapping[str, Any] = {
+        "step_count": step_count,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "cost_usd": cost_usd,
+    }
+    changes.update({k: v for k, v in extra.items() if v is not None})
+    stmt = (
+        update(run)
+        .where(run.c.id == run_id, run.c.status.not_in(RUN_TERMINAL_STATUSES))
+        .values(changes)
+    )
+    ended = conn.execute(stmt).rowcount == 1
+    return RunEnd(ended=ended, run=get_run(conn, run_id))
