@@ -27,6 +27,8 @@ app = typer.Typer(
     ),
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
+    # Markdown joins a docstring's wrapped lines into paragraphs (plain "rich" keeps the breaks).
+    rich_markup_mode="markdown",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

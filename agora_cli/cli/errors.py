@@ -55,6 +55,11 @@ class AgoraGroup(TyperGroup):
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
+        except BrokenPipeError:
+            # `agora … | head`: the reader left; stop quietly, as other Unix tools do.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            raise typer.Exit(141) from None
         except Exception as exc:
             if type(exc).__module__.startswith("typer."):
                 raise

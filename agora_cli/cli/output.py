@@ -37,6 +37,7 @@ class Col:
     header: str | None = None
     justify: str = "left"
     fmt: Callable[[Any], str] | None = None
+    no_wrap: bool = False
 
     def show(self, value: Any) -> str:
         if self.fmt is not None:
@@ -88,6 +89,7 @@ def render_table(
 ) -> None:
     """Print rows as a Rich table for people (``footer_rows`` after a rule, e.g. a total)."""
     from rich.table import Table
+    from rich.text import Text
 
     console = out_console()
     if not rows and not footer_rows:
@@ -95,13 +97,18 @@ def render_table(
         return
     table = Table(title=title, show_footer=False, header_style="bold")
     for col in columns:
-        table.add_column(col.header or col.key, justify=col.justify)  # type: ignore[arg-type]
+        table.add_column(
+            col.header or col.key,
+            justify=col.justify,  # type: ignore[arg-type]
+            no_wrap=col.no_wrap,
+        )
     for i, row in enumerate(rows):
         style = row_styles[i] if row_styles else None
-        table.add_row(*[col.show(row.get(col.key)) for col in columns], style=style)
+        # Text(), not a str: cell values are data, never Rich markup.
+        table.add_row(*[Text(col.show(row.get(col.key))) for col in columns], style=style)
     for j, row in enumerate(footer_rows):
         table.add_row(
-            *[col.show(row.get(col.key)) for col in columns],
+            *[Text(col.show(row.get(col.key))) for col in columns],
             style="bold",
             end_section=j == len(footer_rows) - 1,
         )

@@ -188,10 +188,25 @@ def translate_error(exc: BaseException, url: str | None = None) -> AgoraError | 
         where = f" to {mask_url(url)}" if url else ""
         return DatabaseUnreachable(f"lost the connection{where}: {_first_line(exc, url)}")
     if isinstance(exc, sa_exc.DBAPIError):
+        if _is_missing_table(exc):
+            return DatabaseError(
+                f"{_first_line(exc, url)}: the agent schema is missing or incomplete; "
+                "run `agora db provision` (or `agora db upgrade`)"
+            )
         return DatabaseError(f"the database refused a statement: {_first_line(exc, url)}")
     if isinstance(exc, sa_exc.ArgumentError | sa_exc.NoSuchModuleError):
         return InvalidInput(_first_line(exc, url))
     return None
+
+
+def _is_missing_table(exc: Any) -> bool:
+    orig = getattr(exc, "orig", exc)
+    if getattr(orig, "sqlstate", None) == "42P01":  # PostgreSQL undefined_table
+        return True
+    args = getattr(orig, "args", ())
+    if args and args[0] == 1146:  # MySQL ER_NO_SUCH_TABLE
+        return True
+    return "no such table" in str(orig).lower()
 
 
 def _is_connection_error(exc: Any) -> bool:

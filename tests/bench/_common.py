@@ -9,7 +9,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-PG_ADMIN = os.environ.get("AGORA_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+PG_ADMIN = os.environ.get(
+    "AGORA_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
 MYSQL_ADMIN = os.environ.get("AGORA_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/")
 
 
