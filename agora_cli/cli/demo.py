@@ -1,7 +1,87 @@
-"""`agora demo`: provision a database and fill it with a realistic sample data set."""
+"""`agora demo`: provision a database and fill it with a realistic, reproducible data set."""
 
 from __future__ import annotations
 
+from typing import Annotated, Any
 
-def demo() -> None:
-    """Write a reproducible sample data set (not built yet)."""
+import typer
+
+from agora_cli.cli.options import DbOpt, JsonOpt, open_db
+from agora_cli.cli.output import emit_json, out_console
+
+
+def demo(
+    seed: Annotated[int, typer.Option("--seed", help="Random seed: same seed, same data.")] = 7,
+    days: Annotated[
+        int, typer.Option("--days", min=1, max=365, help="Days of history, ending today (UTC).")
+    ] = 30,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Replace a previous demo data set (rows with demo- ids) in place."
+        ),
+    ] = False,
+    db: DbOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Provision the database and write a sample data set, then show what to try next.
+
+    Writes, through the store's own functions: threads and messages for four actors in two
+    tenants, runs and tool calls, a ledger over several models and days (some priced, one
+    unpriced, one dated model id, one provider-reported cost), pending, approved, rejected and
+    expired proposals, and the frames of finished, running and expired streams. Refuses (exit 1)
+    a database that already holds agent data unless --force.
+
+    Example: agora demo && agora spend --by model
+    """
+    from agora_cli.store.demo import write_demo_data
+
+    summary = write_demo_data(open_db(db), seed=seed, days=days, force=force)
+    scope = f"--actor {summary.sample_actor} --thread {summary.sample_thread} " + (
+        f"--tenant {summary.sample_tenant}" if summary.sample_tenant else "--no-tenant"
+    )
+    db_opt = f" --db {db}" if db else ""
+    try_next = [
+        f"agora spend --by model{db_opt}",
+        f"agora spend --by day --from {summary.first_day} --chart{db_opt}",
+        f"agora quota --actor alice --day-usd 0.01{db_opt}",
+        f"agora prices resolve gpt-4o-mini-2024-07-18{db_opt}",
+        f"agora threads show {summary.sample_thread}{db_opt}",
+        f"agora proposals list {scope}{db_opt}",
+        f"agora frames tail {summary.frame_runs.get('finished', '')}{db_opt}",
+        f"agora db status{db_opt}",
+    ]
+    if json:
+        doc: dict[str, Any] = {
+            "seed": seed,
+            "days": days,
+            "from": summary.first_day,
+            "to": summary.last_day,
+            "threads": summary.threads,
+            "messages": summary.messages,
+            "tool_calls": summary.tool_calls,
+            "runs": summary.runs,
+            "usage_rows": summary.usage_rows,
+            "priced_models": summary.priced_models,
+            "unpriced_models": summary.unpriced_models,
+            "proposals": summary.proposals,
+            "frame_runs": summary.frame_runs,
+            "try_next": try_next,
+        }
+        emit_json(doc)
+        return
+    console = out_console()
+    proposals = ", ".join(f"{n} {state}" for state, n in sorted(summary.proposals.items()))
+    console.print(
+        f"Wrote the demo data set (seed {seed}, {summary.first_day} … {summary.last_day}):\n"
+        f"  {summary.threads} threads, {summary.messages} messages, {summary.tool_calls} tool "
+        f"calls, {summary.runs} runs\n"
+        f"  {summary.usage_rows} ledger rows over {len(summary.priced_models)} priced models "
+        f"and 1 unpriced ({', '.join(summary.unpriced_models)})\n"
+        f"  proposals: {proposals}\n"
+        f"  streams: {', '.join(summary.frame_runs)}",
+        markup=False,
+    )
+    console.print("\nTry next:", style="bold")
+    for command in try_next:
+        console.print(f"  {command}", markup=False, soft_wrap=True)

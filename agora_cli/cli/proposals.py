@@ -1,7 +1,536 @@
-"""`agora proposals`: Inspect and decide action proposals; the privileged worker side."""
+"""`agora proposals`: inspect and decide action proposals; the privileged worker side.
+
+Scoped commands take the whole scope — ``--actor A --thread T`` and exactly one of ``--tenant T``
+or ``--no-tenant`` — and a proposal outside it looks exactly like a missing one. A lease token is
+printed only by the claim that issued it.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+from typing import TYPE_CHECKING, Annotated, Any
+
 import typer
 
-app = typer.Typer(help="Inspect and decide action proposals; the privileged worker side.", no_args_is_help=True)
+from agora_cli.cli.options import DbOpt, JsonOpt, open_db
+from agora_cli.cli.output import Col, emit_json, out_console, render_table
+
+if TYPE_CHECKING:
+    from agora_cli.store.proposals import (
+        ActionProposalStore,
+        ClaimResult,
+        NewProposal,
+        Proposal,
+        Scope,
+    )
+
+app = typer.Typer(
+    help="Inspect and decide action proposals; the privileged worker side.",
+    no_args_is_help=True,
+)
+
+ActorOpt = Annotated[
+    str | None,
+    typer.Option("--actor", help="Scope: the actor the proposal belongs to.", show_default=False),
+]
+ThreadOpt = Annotated[
+    str | None,
+    typer.Option("--thread", help="Scope: the proposal's thread id.", show_default=False),
+]
+TenantOpt = Annotated[
+    str | None,
+    typer.Option("--tenant", help="Scope: the tenant (or --no-tenant).", show_default=False),
+]
+NoTenantOpt = Annotated[
+    bool, typer.Option("--no-tenant", help="Scope: the proposal has no tenant (NULL).")
+]
+IdArg = Annotated[str, typer.Argument(help="The proposal id.", show_default=False, metavar="ID")]
+LeaseOpt = Annotated[
+    int, typer.Option("--lease-ms", help="Lease length in milliseconds.", metavar="N")
+]
+TokenOpt = Annotated[
+    str,
+    typer.Option(
+        "--token",
+        help="The lease token the claim printed (or $AGORA_LEASE_TOKEN).",
+        envvar="AGORA_LEASE_TOKEN",
+        show_default=False,
+        show_envvar=False,
+    ),
+]
+GenerationOpt = Annotated[
+    int, typer.Option("--generation", help="The lease generation the claim printed.")
+]
+
+DEFAULT_LEASE_MS = 30_000
+
+
+# --- parse ------------------------------------------------------------------------------------
+
+
+def _scope(actor: str | None, thread: str | None, tenant: str | None, no_tenant: bool) -> Scope:
+    from agora_cli.store.errors import InvalidInput
+    from agora_cli.store.proposals import Scope
+
+    if actor is None or thread is None or (tenant is None) == (not no_tenant):
+        raise InvalidInput(
+            "this command needs the whole scope: --actor A --thread T and exactly one of "
+            "--tenant T or --no-tenant"
+        )
+    return Scope(None if no_tenant else tenant, actor, thread)
+
+
+def _one_of(what: str, **flags: bool) -> str:
+    from agora_cli.store.errors import InvalidInput
+
+    chosen = [name for name, on in flags.items() if on]
+    if len(chosen) != 1:
+        raise InvalidInput(f"give exactly one of {' / '.join('--' + f for f in flags)} ({what})")
+    return chosen[0]
+
+
+def _read_document(path: str) -> Any:
+    from agora_cli.store.errors import InvalidInput
+
+    source = "standard input" if path == "-" else path
+    try:
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"cannot read {source}: {exc}") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InvalidInput(f"{source} is not valid JSON: {exc}") from None
+
+
+_CREATE_REQUIRED = ("tenant_ref", "actor_ref", "thread_id", "tool_name", "input")
+_CREATE_KEYS = frozenset(
+    (*_CREATE_REQUIRED, "id", "idempotency_key", "run_id", "tool_call_id", "card", "expires_at")
+)
+
+
+def _new_proposal(doc: Any) -> NewProposal:
+    """Turn the ``create`` JSON document into a ``NewProposal`` (``InvalidInput`` if malformed)."""
+    from agora_cli.store.clock import parse_instant
+    from agora_cli.store.errors import InvalidInput
+    from agora_cli.store.proposals import NewProposal, Scope
+
+    if not isinstance(doc, dict):
+        raise InvalidInput("the proposal document must be a JSON object")
+    unknown = sorted(set(doc) - _CREATE_KEYS)
+    if unknown:
+        raise InvalidInput(f"unknown key(s) in the proposal document: {', '.join(unknown)}")
+    missing = [key for key in _CREATE_REQUIRED if key not in doc]
+    if missing:
+        raise InvalidInput(
+            f"the proposal document lacks {', '.join(missing)} "
+            "(tenant_ref may be null, but must be given)"
+        )
+    for key in ("id", "idempotency_key", "run_id", "tool_call_id", "actor_ref", "thread_id"):
+        if doc.get(key) is not None and not isinstance(doc[key], str):
+            raise InvalidInput(f"{key} must be a string")
+    if doc["tenant_ref"] is not None and not isinstance(doc["tenant_ref"], str):
+        raise InvalidInput("tenant_ref must be a string or null")
+    expires = doc.get("expires_at")
+    if expires is not None and not isinstance(expires, str):
+        raise InvalidInput("expires_at must be an ISO 8601 time such as 2026-11-29T12:00:00Z")
+    return NewProposal(
+        scope=Scope(doc["tenant_ref"], doc["actor_ref"], doc["thread_id"]),
+        tool_name=doc["tool_name"],
+        input=doc["input"],
+        card=doc.get("card"),
+        run_id=doc.get("run_id"),
+        tool_call_id=doc.get("tool_call_id"),
+        id=doc.get("id"),
+        idempotency_key=doc.get("idempotency_key"),
+        expires_at=None if expires is None else parse_instant(expires, what="expires_at"),
+    )
+
+
+def _parse_result(text: str | None) -> Any:
+    from agora_cli.store.errors import InvalidInput
+
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InvalidInput(f"--result is not valid JSON: {exc}") from None
+
+
+def _store(db: str | None) -> ActionProposalStore:
+    from agora_cli.store.proposals import ActionProposalStore
+
+    return ActionProposalStore(open_db(db))
+
+
+# --- render -----------------------------------------------------------------------------------
+
+
+def proposal_document(p: Proposal) -> dict[str, Any]:
+    """The ``P`` document of cli.md: JSON values for input/card/result, ISO times, no token."""
+    from agora_cli.store.clock import iso_ms
+
+    return {
+        "id": p.id,
+        "idempotency_key": p.idempotency_key,
+        "tenant_ref": p.tenant_ref,
+        "actor_ref": p.actor_ref,
+        "thread_id": p.thread_id,
+        "run_id": p.run_id,
+        "tool_call_id": p.tool_call_id,
+        "tool_name": p.tool_name,
+        "input": p.input_value,
+        "card": p.card_value,
+        "decision": p.decision,
+        "decided_by": p.decided_by,
+        "decided_at": iso_ms(p.decided_at),
+        "decision_note": p.decision_note,
+        "expires_at": iso_ms(p.expires_at),
+        "execution_state": p.execution_state,
+        "lease_owner": p.lease_owner,
+        "lease_expires_at": iso_ms(p.lease_expires_at),
+        "generation": p.generation,
+        "attempts": p.attempts,
+        "result": p.result_value,
+        "error": p.error,
+        "settled_at": iso_ms(p.settled_at),
+        "created_at": iso_ms(p.created_at),
+        "updated_at": iso_ms(p.updated_at),
+    }
+
+
+def _claim_document(result: ClaimResult, *, with_id: bool = False) -> dict[str, Any]:
+    from agora_cli.store.clock import iso_ms
+
+    work, lease = result.work, result.lease
+    doc: dict[str, Any] = {"outcome": result.outcome}
+    if with_id:
+        doc["id"] = work.id if work else None
+    doc["lease"] = (
+        None
+        if lease is None
+        else {
+            "token": lease.token,
+            "generation": lease.generation,
+            "expires_at": iso_ms(lease.expires_at),
+        }
+    )
+    doc["idempotency_key"] = work.idempotency_key if work else None
+    doc["input"] = work.input_value if work else None
+    return doc
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def _show_one(p: Proposal) -> None:
+    doc = proposal_document(p)
+    rows = [
+        {"field": key, "value": value}
+        for key, value in doc.items()
+        if key not in ("input", "card", "result")
+    ]
+    render_table(rows, [Col("field"), Col("value")], title=f"proposal {p.id}")
+    console = out_console()
+    for key in ("input", "card", "result"):
+        if doc[key] is not None:
+            console.print(f"{key}:", style="bold")
+            console.print(_pretty(doc[key]), markup=False)
+
+
+def _print_claim(result: ClaimResult) -> None:
+    from agora_cli.store.clock import iso_ms
+
+    console = out_console()
+    if result.lease is None or result.work is None:
+        console.print(f"{result.outcome}: nothing was claimed.")
+        return
+    lease, work = result.lease, result.work
+    console.print(
+        f"{result.outcome} {work.id} ({work.tool_name}, attempt {work.attempts}); "
+        f"idempotency key {work.idempotency_key}"
+    )
+    console.print(f"lease token  {lease.token}", markup=False)
+    console.print(f"generation   {lease.generation}")
+    console.print(f"expires at   {iso_ms(lease.expires_at)}")
+    console.print("input:", style="bold")
+    console.print(_pretty(work.input_value), markup=False)
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+@app.command("list")
+def list_(
+    actor: ActorOpt = None,
+    thread: ThreadOpt = None,
+    tenant: TenantOpt = None,
+    no_tenant: NoTenantOpt = False,
+    decision: Annotated[
+        str | None,
+        typer.Option(
+            "--decision", help="Only pending, approved, rejected or expired.", show_default=False
+        ),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", help="At most N (1-1000).")] = 100,
+    db: DbOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """List a scope's proposals, newest first, with their audit and execution state.
+
+    Example: agora proposals list --actor alice --thread t-42 --no-tenant --decision pending
+    """
+    scope = _scope(actor, thread, tenant, no_tenant)
+    proposals = _store(db).list(scope, decision=decision, limit=limit)
+    if json:
+        emit_json({"proposals": [proposal_document(p) for p in proposals]})
+        return
+    render_table(
+        [proposal_document(p) for p in proposals],
+        [
+            Col("id"),
+            Col("tool_name", "tool"),
+            Col("decision"),
+            Col("decided_by", "by"),
+            Col("execution_state", "execution"),
+            Col("created_at", "created"),
+        ],
+        empty="no proposals in that scope",
+    )
+
+
+@app.command("show")
+def show(
+    proposal_id: IdArg,
+    actor: ActorOpt = None,
+    thread: ThreadOpt = None,
+    tenant: TenantOpt = None,
+    no_tenant: NoTenantOpt = False,
+    db: DbOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Show one proposal with its input, card and audit; exit 1 if it is not in that scope.
+
+    Example: agora proposals show ap_3f2a… --actor alice --thread t-42 --tenant acme --json
+    """
+    scope = _scope(actor, thread, tenant, no_tenant)
+    proposal = _store(db).get(proposal_id, scope)
+    if json:
+        emit_json(proposal_document(proposal))
+        return
+    _show_one(proposal)
+
+
+@app.command("decide")
+def decide(
+    proposal_id: IdArg,
+    actor: ActorOpt = None,
+    thread: ThreadOpt = None,
+    tenant: TenantOpt = None,
+    no_tenant: NoTenantOpt = False,
+    approve: Annotated[bool, typer.Option("--approve", help="Approve it.")] = False,
+    reject: Annotated[bool, typer.Option("--reject", help="Reject it.")] = False,
+    by: Annotated[
+        str | None,
+        typer.Option("--by", help="Who decides (already authorised).", show_default=False),
+    ] = None,
+    note: Annotated[
+        str | None, typer.Option("--note", help="A note for the audit.", show_default=False)
+    ] = None,
+    db: DbOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Approve or reject a pending proposal; exit 0 if applied or unchanged, else 1.
+
+    An approval queues the work for a worker. The decision time is the clock's, never an option.
+
+    Example: agora proposals decide ap_3f2a… --actor alice --thread t7 --no-tenant --reject --by bob
+    """
+    from agora_cli.store.errors import InvalidInput
+
+    scope = _scope(actor, thread, tenant, no_tenant)
+    choice = _one_of("the decision", approve=approve, reject=reject)
+    if by is None:
+        raise InvalidInput("--by WHO is required: the person deciding")
+    decision = "approved" if choice == "approve" else "rejected"
+    result = _store(db).decide(proposal_id, scope, decision, by, note)
+    if json:
+        emit_json(
+            {
+                "outcome": result.outcome,
+                "proposal": None if result.proposal is None else proposal_document(result.proposal),
+            }
+        )
+    elif result.proposal is None:
+        out_console().print(f"not_found: no proposal {proposal_id} in that scope.")
+    else:
+        p = proposal_document(result.proposal)
+        out_console().print(
+            f"{result.outcome}: {p['id']} is {p['decision']}"
+            + (f" (by {p['decided_by']} at {p['decided_at']})" if p["decided_by"] else "")
+        )
+    if result.outcome not in ("applied", "unchanged"):
+        raise typer.Exit(1)
+
+
+@app.command("create")
+def create(
+    file: Annotated[
+        str,
+        typer.Option(
+            "--file", help="A JSON proposal document, or - for standard input.", show_default=False
+        ),
+    ],
+    db: DbOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Create a pending proposal from a JSON document; exit 1 on a conflict.
+
+    The document: {id?, idempotency_key?, run_id?, tool_call_id?, tenant_ref, actor_ref,
+    thread_id, tool_name, input, card?, expires_at?}.
+
+    Without id and key, both derive from run_id and tool_call_id. The same key and content again
+    is "existing"; the same id or key with other content is "conflict" and writes nothing.
+
+    Example: agora proposals create --file refund.json --json
+    """
+    new = _new_proposal(_read_document(file))
+    result = _store(db).create(new)
+    if json:
+        emit_json({"outcome": result.outcome, "proposal": proposal_document(result.proposal)})
+    else:
+        out_console().print(f"{result.outcome}: {result.proposal.id}")
+    if result.outcome == "conflict":
+        raise typer.Exit(1)
+
+
+@app.command("claim")
+def claim(
+    proposal_id: IdArg,
+    worker: Annotated[str, typer.Option("--worker", help="This worker's id.", show_default=False)],
+    actor: ActorOpt = None,
+    thread: ThreadOpt = None,
+    tenant: TenantOpt = None,
+    no_tenant: NoTenantOpt = False,
+    lease_ms: LeaseOpt = DEFAULT_LEASE_MS,
+    db: DbOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Take the execution lease of one approved proposal; exit 1 unless claimed or recovered.
+
+    Prints the lease token once: keep it for renew and settle.
+
+    Example: agora proposals claim ap_3f2a… --actor alice --thread t-42 --no-tenant --worker w1
+    """
+    scope = _scope(actor, thread, tenant, no_tenant)
+    result = _store(db).claim(proposal_id, scope, worker, lease_ms)
+    if json:
+        emit_json(_claim_document(result))
+    else:
+        _print_claim(result)
+    if result.lease is None:
+        raise typer.Exit(1)
+
+
+@app.command("claim-next")
+def claim_next(
+    worker: Annotated[str, typer.Option("--worker", help="This worker's id.", show_default=False)],
+    lease_ms: LeaseOpt = DEFAULT_LEASE_MS,
+    db: DbOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Claim the most overdue approved work across all scopes (privileged; for workers).
+
+    Outcome none (exit 0) when nothing is due. Prints the lease token once.
+
+    Example: agora proposals claim-next --worker w1 --lease-ms 30000 --json
+    """
+    result = _store(db).claim_next(worker, lease_ms)
+    if json:
+        emit_json(_claim_document(result, with_id=True))
+    else:
+        _print_claim(result)
+
+
+@app.command("renew")
+def renew(
+    proposal_id: IdArg,
+    token: TokenOpt,
+    generation: GenerationOpt,
+    lease_ms: LeaseOpt = DEFAULT_LEASE_MS,
+    db: DbOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Extend a live lease; exit 1 if it was lost (wrong token or generation, or expired).
+
+    Example: agora proposals renew ap_3f2a… --token "$TOKEN" --generation 1 --lease-ms 30000
+    """
+    from agora_cli.store.clock import iso_ms
+
+    result = _store(db).renew(proposal_id, token, generation, lease_ms)
+    if json:
+        emit_json({"outcome": result.outcome, "expires_at": iso_ms(result.expires_at)})
+    elif result.expires_at is not None:
+        out_console().print(f"renewed: the lease now expires at {iso_ms(result.expires_at)}")
+    else:
+        out_console().print("lost: the lease no longer holds; stop working on it.")
+    if result.outcome != "renewed":
+        raise typer.Exit(1)
+
+
+@app.command("settle")
+def settle(
+    proposal_id: IdArg,
+    token: TokenOpt,
+    generation: GenerationOpt,
+    succeeded: Annotated[bool, typer.Option("--succeeded", help="The work succeeded.")] = False,
+    failed: Annotated[bool, typer.Option("--failed", help="The work failed.")] = False,
+    result: Annotated[
+        str | None,
+        typer.Option("--result", help="The result, as JSON.", show_default=False, metavar="JSON"),
+    ] = None,
+    error: Annotated[
+        str | None, typer.Option("--error", help="What went wrong.", show_default=False)
+    ] = None,
+    db: DbOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Record the outcome of claimed work and end the lease; exit 1 if the lease was lost.
+
+    Example: agora proposals settle ap_3f2a… --token "$T" --generation 1 --succeeded
+    """
+    outcome = _one_of("the outcome", succeeded=succeeded, failed=failed)
+    value = _parse_result(result)
+    settled = _store(db).settle(proposal_id, token, generation, outcome, value, error)
+    if json:
+        emit_json({"outcome": settled.outcome})
+    elif settled.outcome == "settled":
+        out_console().print(f"settled: {proposal_id} {outcome}.")
+    else:
+        out_console().print("lost: the lease no longer holds; nothing was recorded.")
+    if settled.outcome != "settled":
+        raise typer.Exit(1)
+
+
+@app.command("expire")
+def expire(
+    limit: Annotated[int, typer.Option("--limit", help="At most N (1-1000).")] = 100,
+    db: DbOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Expire a bounded batch of pending proposals past their expiry, oldest first (for cron).
+
+    Example: agora proposals expire --limit 500 --json
+    """
+    expired = _store(db).expire(limit)
+    if json:
+        emit_json({"expired": expired})
+        return
+    out_console().print(f"Expired {expired:,} proposal(s).")

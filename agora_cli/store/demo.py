@@ -1,0 +1,547 @@
+"""A realistic, reproducible sample data set, written through the store's own public functions.
+
+``write_demo_data`` provisions the database, then writes — for several actors and tenants over
+``days`` UTC days ending today — threads and messages with tool calls and runs, a ledger over
+several models (some priced by hand, one unpriced, one dated model id, one routed id with a
+provider-reported cost), action proposals that are pending, approved (one executed by a worker,
+one still queued), rejected and expired, and the stream frames of a finished, a running and an
+expired run. Every timestamp comes from a ``ManualClock`` that the demo moves through the days,
+exactly as a runtime's clock would have moved.
+
+Same seed → the same ids, texts, token counts and costs; dates are relative to today (UTC), so
+the default reports (the current month to date) always have data to show. Demo rows are
+recognisable by their ids (``demo-…``): ``--force`` deletes the previous demo data set (its
+threads, whose deletion cascades, its frames and its prices) before writing, and leaves every
+other row alone.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from agora_cli.store.clock import DAY_MS, Clock, ManualClock, SystemClock, day_start_ms
+from agora_cli.store.errors import AgoraError
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine
+
+__all__ = [
+    "DEMO_PRICES",
+    "DemoRefused",
+    "DemoSummary",
+    "demo_has_agent_data",
+    "write_demo_data",
+]
+
+PREFIX = "demo-"
+
+# (model id as priced, input, output, cache read, cache write) in USD per 1M tokens.
+DEMO_PRICES: tuple[tuple[str, float, float, float | None, float | None], ...] = (
+    ("gpt-4o-mini", 0.15, 0.60, 0.075, None),
+    ("claude-3-5-sonnet", 3.00, 15.00, 0.30, 3.75),
+    ("gemini-2.0-flash", 0.10, 0.40, 0.025, None),
+)
+# The ids a provider reports in the ledger, and how often each is used.
+LEDGER_MODELS: tuple[tuple[str, int], ...] = (
+    ("gpt-4o-mini", 30),
+    ("gpt-4o-mini-2024-07-18", 15),  # dated id: priced through the date rule
+    ("claude-3-5-sonnet-20241022", 25),  # dated id of a priced model
+    ("gemini-2.0-flash", 15),
+    ("openrouter/anthropic/claude-3.5-haiku", 8),  # the provider reports the cost
+    ("llama-3.3-70b-versatile", 7),  # unpriced on purpose: shows up as unpriced, never $0
+)
+ACTORS: tuple[tuple[str, str | None], ...] = (
+    ("alice", "acme"),
+    ("bob", "acme"),
+    ("carol", "globex"),
+    ("dave", None),
+)
+TOPICS = (
+    ("Refund for order 7", "refund_order", {"order_id": 7, "amount_usd": 42.5}),
+    ("Quarterly report summary", "export_report", {"quarter": "Q3", "format": "pdf"}),
+    ("Reset my password", "send_reset_link", {"channel": "email"}),
+    ("Cancel subscription", "cancel_subscription", {"plan": "team"}),
+    ("Invoice address change", "update_invoice_address", {"country": "DE"}),
+    ("Shipping delay on order 12", "refund_order", {"order_id": 12, "amount_usd": 9.99}),
+)
+USER_LINES = (
+    "Can you look into this for me?",
+    "Thanks — and what happens next?",
+    "Please go ahead.",
+    "Could you double-check the numbers?",
+)
+ASSISTANT_LINES = (
+    "I looked it up: here is what I found.",
+    "Done. I have prepared the action for your approval.",
+    "The numbers add up; details below.",
+    "I will need a person to approve that step.",
+)
+
+
+class DemoRefused(AgoraError):
+    """The database already holds agent data; ``agora demo --force`` replaces the demo set."""
+
+
+@dataclass
+class DemoSummary:
+    """What the demo wrote, and real ids to try commands with."""
+
+    threads: int = 0
+    messages: int = 0
+    tool_calls: int = 0
+    runs: int = 0
+    usage_rows: int = 0
+    priced_models: list[str] = field(default_factory=list)
+    unpriced_models: list[str] = field(default_factory=list)
+    proposals: dict[str, int] = field(default_factory=dict)
+    frame_runs: dict[str, str] = field(default_factory=dict)
+    sample_thread: str = ""
+    sample_actor: str = ""
+    sample_tenant: str | None = None
+    sample_proposal: str = ""
+    first_day: str = ""
+    last_day: str = ""
+
+
+def demo_has_agent_data(conn: Connection) -> bool:
+    """Whether any agent table the demo writes to already holds a row."""
+    from sqlalchemy import exists, select
+
+    from agora_cli.store import schema
+
+    tables = (
+        schema.thread,
+        schema.token_usage,
+        schema.model_pricing,
+        schema.action_proposal,
+        schema.stream_frame,
+    )
+    return any(conn.execute(select(exists().select_from(t))).scalar() for t in tables)
+
+
+def _delete_previous_demo(engine: Engine) -> None:
+    from sqlalchemy import delete, select
+
+    from agora_cli.store import schema
+    from agora_cli.store.frames import close
+    from agora_cli.store.threads import delete_thread
+
+    with engine.begin() as conn:
+        ids = conn.execute(
+            select(schema.thread.c.id).where(schema.thread.c.id.like(f"{PREFIX}%"))
+        ).scalars()
+        for thread_id in list(ids):
+            delete_thread(conn, thread_id)
+        runs = conn.execute(
+            select(schema.stream_frame.c.run_id)
+            .where(schema.stream_frame.c.run_id.like(f"{PREFIX}%"))
+            .distinct()
+        ).scalars()
+        for run_id in list(runs):
+            close(conn, run_id)
+        conn.execute(delete(schema.model_pricing).where(schema.model_pricing.c.source == "demo"))
+
+
+def write_demo_data(
+    engine: Engine,
+    *,
+    seed: int = 7,
+    days: int = 30,
+    force: bool = False,
+    clock: Clock | None = None,
+) -> DemoSummary:
+    """Provision the database and write the demo data set; ``DemoRefused`` if data exists.
+
+    Each thread is one transaction, so an interrupted demo leaves whole threads behind.
+    """
+    from agora_cli.store.errors import InvalidInput
+    from agora_cli.store.provision import ensure_agent_tables
+
+    if not 1 <= days <= 365:
+        raise InvalidInput(f"--days must be between 1 and 365, not {days}")
+    ensure_agent_tables(engine)
+    with engine.connect() as conn:
+        taken = demo_has_agent_data(conn)
+        conn.rollback()
+    if taken and not force:
+        raise DemoRefused(
+            "the database already holds agent data; `agora demo --force` replaces the previous "
+            "demo data set (rows with demo- ids) and leaves everything else alone"
+        )
+    if taken:
+        _delete_previous_demo(engine)
+
+    now = (clock or SystemClock()).now_ms()
+    today = datetime.fromtimestamp(now / 1000, tz=UTC).date()
+    first = day_start_ms(today) - (days - 1) * DAY_MS
+    rng = random.Random(seed)
+    demo_clock = ManualClock(first)
+    summary = DemoSummary(
+        first_day=_day(first), last_day=today.isoformat(), sample_actor=ACTORS[0][0]
+    )
+
+    _write_prices(engine, demo_clock, summary)
+    _write_threads(engine, rng, demo_clock, first, days, now, summary)
+    _write_frames(engine, demo_clock, now, summary)
+    return summary
+
+
+def _day(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).date().isoformat()
+
+
+def _write_prices(engine: Engine, clock: ManualClock, summary: DemoSummary) -> None:
+    from agora_cli.store.pricing import set_price
+
+    with engine.begin() as conn:
+        for model, inp, out, cache_read, cache_write in DEMO_PRICES:
+            set_price(
+                conn,
+                model,
+                input_per_1m=inp,
+                output_per_1m=out,
+                cache_read_per_1m=cache_read,
+                cache_write_per_1m=cache_write,
+                source="demo",
+                clock=clock,
+            )
+            summary.priced_models.append(model)
+    summary.unpriced_models = ["llama-3.3-70b-versatile"]
+
+
+def _provider_cost(model: str, input_tokens: int, output_tokens: int) -> float | None:
+    """The cost a routing provider reports with its usage (only the routed model has one)."""
+    if not model.startswith("openrouter/"):
+        return None
+    return round((input_tokens * 0.8 + output_tokens * 4.0) / 1_000_000, 6)
+
+
+def _pick_model(rng: random.Random) -> str:
+    models, weights = zip(*LEDGER_MODELS, strict=True)
+    return str(rng.choices(models, weights=weights)[0])
+
+
+def _write_threads(
+    engine: Engine,
+    rng: random.Random,
+    clock: ManualClock,
+    first: int,
+    days: int,
+    now: int,
+    summary: DemoSummary,
+) -> None:
+    n = 0
+    decisions = ["approved-executed", "approved-queued", "rejected", "expired", "pending"]
+    for actor, tenant in ACTORS:
+        for _ in range(3):
+            n += 1
+            topic = TOPICS[(n - 1) % len(TOPICS)]
+            # spread the threads over the window; the last ones land on today
+            day = min(days - 1, (n * days) // 12 if n < 12 else days - 1)
+            start = first + day * DAY_MS + rng.randrange(8, 18) * 3_600_000
+            start = min(start, now - 3_600_000) if start > now else start
+            clock.set(start)
+            decision = decisions[(n - 1) % len(decisions)] if n <= 10 else None
+            with engine.begin() as conn:
+                _write_thread(conn, rng, clock, n, actor, tenant, topic, decision, summary, now)
+    # the ledger also covers the days without a thread: background summarisation turns
+    _write_background_usage(engine, rng, clock, first, days, now, summary)
+
+
+def _write_thread(
+    conn: Connection,
+    rng: random.Random,
+    clock: ManualClock,
+    n: int,
+    actor: str,
+    tenant: str | None,
+    topic: tuple[str, str, dict[str, Any]],
+    decision: str | None,
+    summary: DemoSummary,
+    now: int,
+) -> None:
+    from agora_cli.store.threads import (
+        append_message,
+        complete_tool_call,
+        create_thread,
+        end_run,
+        record_tool_call,
+        start_run,
+    )
+    from agora_cli.store.usage import record_usage
+
+    title, tool, tool_input = topic
+    thread_id = f"{PREFIX}thread-{n:02d}"
+    create_thread(
+        conn, actor_ref=actor, tenant_ref=tenant, title=title, thread_id=thread_id, clock=clock
+    )
+    summary.threads += 1
+    turns = rng.randint(2, 4)
+    for turn in range(1, turns + 1):
+        run_id = f"{PREFIX}run-{n:02d}-{turn}"
+        start_run(
+            conn,
+            thread_id=thread_id,
+            actor_ref=actor,
+            tenant_ref=tenant,
+            run_id=run_id,
+            agent_name="support",
+            clock=clock,
+        )
+        summary.runs += 1
+        append_message(
+            conn,
+            thread_id=thread_id,
+            role="user",
+            content=rng.choice(USER_LINES),
+            run_id=run_id,
+            message_id=f"{PREFIX}msg-{n:02d}-{turn}u",
+            clock=clock,
+        )
+        clock.advance(rng.randrange(800, 4000))
+        model = _pick_model(rng)
+        inp, out = rng.randrange(400, 6000), rng.randrange(80, 900)
+        cache_read = rng.randrange(0, inp // 2) if rng.random() < 0.4 else None
+        cache_write = rng.randrange(0, inp // 4) if model.startswith("claude") else None
+        if cache_read is not None and cache_write is not None:
+            cache_write = min(cache_write, inp - cache_read)
+        message_id = f"{PREFIX}msg-{n:02d}-{turn}a"
+        with_tool = turn == turns and decision is not None
+        append_message(
+            conn,
+            thread_id=thread_id,
+            role="assistant",
+            content=rng.choice(ASSISTANT_LINES),
+            run_id=run_id,
+            message_id=message_id,
+            clock=clock,
+            usage={"input_tokens": inp, "output_tokens": out},
+        )
+        summary.messages += 2
+        if with_tool:
+            call_id = f"{PREFIX}call-{n:02d}"
+            record_tool_call(
+                conn,
+                message_id=message_id,
+                tool_call_id=call_id,
+                tool_name=tool,
+                input=tool_input,
+                status="awaiting_approval",
+                run_id=run_id,
+                clock=clock,
+            )
+            summary.tool_calls += 1
+            _write_proposal(
+                conn,
+                clock,
+                n,
+                actor,
+                tenant,
+                thread_id,
+                run_id,
+                call_id,
+                tool,
+                tool_input,
+                decision,
+                summary,
+                now,
+            )
+            if decision == "approved-executed":
+                complete_tool_call(
+                    conn,
+                    call_id,
+                    status="completed",
+                    output={"ok": True},
+                    executed_by_ref="worker-1",
+                    clock=clock,
+                )
+        record_usage(
+            conn,
+            thread_id=thread_id,
+            actor_ref=actor,
+            tenant_ref=tenant,
+            model_id=model,
+            purpose="turn",
+            input_tokens=inp,
+            output_tokens=out,
+            cache_read_tokens=cache_read,
+            cache_write_tokens=cache_write,
+            provider_cost_usd=_provider_cost(model, inp, out),
+            message_id=message_id,
+            run_id=run_id,
+            clock=clock,
+        )
+        summary.usage_rows += 1
+        end_run(
+            conn,
+            run_id,
+            status="completed",
+            step_count=1 + int(with_tool),
+            input_tokens=inp,
+            output_tokens=out,
+            clock=clock,
+        )
+        clock.advance(rng.randrange(30_000, 600_000))
+    if n == 1:
+        summary.sample_thread, summary.sample_tenant = thread_id, tenant
+
+
+def _write_proposal(
+    conn: Connection,
+    clock: ManualClock,
+    n: int,
+    actor: str,
+    tenant: str | None,
+    thread_id: str,
+    run_id: str,
+    call_id: str,
+    tool: str,
+    tool_input: dict[str, Any],
+    decision: str | None,
+    summary: DemoSummary,
+    now: int,
+) -> None:
+    from agora_cli.store.proposals import (
+        NewProposal,
+        Scope,
+        claim_proposal,
+        create_proposal,
+        decide_proposal,
+        expire_proposals,
+        settle_proposal,
+    )
+
+    scope = Scope(tenant_ref=tenant, actor_ref=actor, thread_id=thread_id)
+    expires = clock.now_ms() + (3_600_000 if decision == "expired" else 14 * DAY_MS)
+    card = {"title": f"{tool.replace('_', ' ')}", "summary": f"{actor} asked: {tool_input}"}
+    created = create_proposal(
+        conn,
+        NewProposal(
+            scope=scope,
+            tool_name=tool,
+            input=tool_input,
+            card=card,
+            run_id=run_id,
+            tool_call_id=call_id,
+            expires_at=max(expires, clock.now_ms() + 1),
+        ),
+        clock=clock,
+    )
+    proposal = created.proposal
+    assert proposal is not None
+    state = "pending"
+    if decision in ("approved-executed", "approved-queued", "rejected"):
+        clock.advance(120_000)
+        verdict = "rejected" if decision == "rejected" else "approved"
+        decide_proposal(
+            conn,
+            proposal.id,
+            scope=scope,
+            decision=verdict,
+            decided_by="ops-lead",
+            note="checked against the order history",
+            clock=clock,
+        )
+        state = "approved (queued)" if verdict == "approved" else verdict
+    if decision == "approved-executed":
+        clock.advance(5_000)
+        claim = claim_proposal(
+            conn, proposal.id, scope=scope, worker_id="worker-1", lease_ms=30_000, clock=clock
+        )
+        assert claim.lease is not None
+        clock.advance(1_500)
+        settle_proposal(
+            conn,
+            proposal.id,
+            token=claim.lease.token,
+            generation=claim.lease.generation,
+            outcome="succeeded",
+            result={"refund_id": f"rf_{n:04d}"},
+            clock=clock,
+        )
+        state = "approved (executed)"
+    if decision == "expired" and expires < now:
+        clock.advance(3_600_001)
+        expire_proposals(conn, limit=10, clock=clock)
+        state = "expired"
+    summary.proposals[state] = summary.proposals.get(state, 0) + 1
+    if n == 1:
+        summary.sample_proposal = proposal.id
+
+
+def _write_background_usage(
+    engine: Engine,
+    rng: random.Random,
+    clock: ManualClock,
+    first: int,
+    days: int,
+    now: int,
+    summary: DemoSummary,
+) -> None:
+    from agora_cli.store.threads import create_thread
+    from agora_cli.store.usage import record_usage
+
+    with engine.begin() as conn:
+        clock.set(first)
+        thread_id = f"{PREFIX}thread-summaries"
+        create_thread(
+            conn,
+            actor_ref="system",
+            title="Nightly summaries",
+            thread_id=thread_id,
+            transient=True,
+            clock=clock,
+        )
+        summary.threads += 1
+        for day in range(days):
+            for actor, tenant in ACTORS:
+                at = first + day * DAY_MS + rng.randrange(1, 6) * 3_600_000
+                clock.set(min(at, now - 60_000))  # today's rows exist whatever the hour
+                inp, out = rng.randrange(1000, 9000), rng.randrange(100, 700)
+                model = _pick_model(rng)
+                record_usage(
+                    conn,
+                    thread_id=thread_id,
+                    actor_ref=actor,
+                    tenant_ref=tenant,
+                    model_id=model,
+                    purpose="summary",
+                    input_tokens=inp,
+                    output_tokens=out,
+                    provider_cost_usd=_provider_cost(model, inp, out),
+                    clock=clock,
+                )
+                summary.usage_rows += 1
+
+
+def _write_frames(engine: Engine, clock: ManualClock, now: int, summary: DemoSummary) -> None:
+    from agora_cli.store.frames import FrameWriter
+
+    words = "Your refund for order 7 has been approved and will arrive in 3 days.".split(" ")
+    plans = (
+        ("finished", f"{PREFIX}stream-finished", now - 5 * 60_000, True),
+        ("running", f"{PREFIX}stream-running", now - 20_000, False),
+        ("expired", f"{PREFIX}stream-expired", now - 2 * DAY_MS, True),
+    )
+    for label, run_id, start, ended in plans:
+        clock.set(start)
+        writer = FrameWriter(engine, run_id, clock=clock, autoflush=False, auto_purge=False)
+        writer.append({"type": "start", "run_id": run_id})
+        writer.append({"type": "reasoning-delta", "delta": "Checking the order history. "})
+        clock.advance(400)
+        writer.append({"type": "tool-input-delta", "tool_call_id": "c1", "delta": '{"order_id":'})
+        writer.append({"type": "tool-input-delta", "tool_call_id": "c1", "delta": " 7}"})
+        writer.append({"type": "tool-result", "tool_call_id": "c1", "result": {"status": "ok"}})
+        count = len(words) if ended else len(words) // 2
+        for word in words[:count]:
+            writer.append({"type": "text-delta", "delta": word + " "})
+            clock.advance(120)  # past flush_ms: one row every few words
+        if ended:
+            writer.append({"type": "finish", "reason": "stop"})
+            writer.end()
+        else:
+            writer.flush()
+        summary.frame_runs[label] = run_id

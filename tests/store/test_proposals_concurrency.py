@@ -1,0 +1,333 @@
+"""Proposals under real concurrency: worker processes, racing deciders, a killed backfill.
+
+Every worker here is a separate Python process (``python -c``) using the library as a runtime
+would; they wait for one "go" so that they really overlap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from agora_cli.store.proposals import ActionProposalStore, NewProposal, Scope
+from agora_cli.store.schema import action_proposal, thread
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+ALICE = Scope(None, "alice", "t1")
+
+PRELUDE = r"""
+import json, sys, time
+from sqlalchemy import event
+from agora_cli.store.engine import open_engine
+from agora_cli.store.proposals import ActionProposalStore, Scope, backfill_discovery_index
+
+url = sys.argv[1]
+engine = open_engine(url, check=False)
+if engine.dialect.name == "sqlite":
+    # Durability is not under test here; without fsync per commit the run stays short.
+    @event.listens_for(engine, "connect")
+    def _no_fsync(dbapi_conn, _record):
+        dbapi_conn.execute("PRAGMA synchronous=OFF")
+store = ActionProposalStore(engine)
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+CLAIM_WORKER = (
+    PRELUDE
+    + r"""
+claimed = []
+while True:
+    got = store.claim_next(sys.argv[2], 600_000)
+    if got.work is None:
+        break
+    claimed.append(got.work.id)
+print(json.dumps(claimed), flush=True)
+"""
+)
+
+DECIDE_WORKER = (
+    PRELUDE
+    + r"""
+scope = Scope(None, "alice", "t1")
+outcomes = [store.decide(pid, scope, sys.argv[2], sys.argv[3]).outcome for pid in sys.argv[4:]]
+print(json.dumps(outcomes), flush=True)
+"""
+)
+
+CREATE_WORKER = (
+    PRELUDE
+    + r"""
+from agora_cli.store.proposals import NewProposal
+scope = Scope(None, "alice", "t1")
+outcomes = []
+for i in range(int(sys.argv[2])):
+    new = NewProposal(scope, "refund", {"order": i}, run_id="r", tool_call_id=f"c{i}")
+    outcomes.append(store.create(new).outcome)
+print(json.dumps(outcomes), flush=True)
+"""
+)
+
+BACKFILL_WORKER = (
+    PRELUDE
+    + r"""
+limit, pause = int(sys.argv[2]), float(sys.argv[3])
+while True:
+    with engine.begin() as conn:
+        result = backfill_discovery_index(conn, limit=limit)
+        print(result.backfilled, result.remaining, flush=True)
+        time.sleep(pause)  # inside the transaction: a kill lands mid-batch
+    if result.remaining == 0 or result.backfilled == 0:
+        break
+"""
+)
+
+
+def start(code: str, *args: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line == "ready\n", line + (proc.stderr.read() if proc.stderr else "")
+    return proc
+
+
+def go(procs: list[subprocess.Popen[str]]) -> None:
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+
+
+def finish(proc: subprocess.Popen[str]) -> Any:
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    return json.loads(out.splitlines()[-1])
+
+
+def add_thread(engine: Any) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            thread.insert().values(
+                id="t1", actor_ref="alice", tenant_ref=None, title="t", created_at=0, updated_at=0
+            )
+        )
+
+
+# Legacy rows (discovery columns NULL, as an older writer leaves them), one per state.
+LEGACY_STATES: list[dict[str, Any]] = [
+    {"decision": "pending", "expires_at": 10},
+    {"decision": "pending", "expires_at": None},
+    {"decision": "approved", "decided_at": 5, "execution_state": "queued"},
+    {"decision": "approved", "decided_at": 5, "execution_state": None},
+    {"decision": "approved", "decided_at": 5, "execution_state": "running", "lease_expires_at": 9},
+    {"decision": "approved", "decided_at": 5, "execution_state": "succeeded", "settled_at": 7},
+    {"decision": "rejected", "decided_at": 5},
+    {"decision": "expired"},
+]
+
+
+def legacy_rows(n: int) -> list[dict[str, Any]]:
+    rows = []
+    for i in range(n):
+        for j, state in enumerate(LEGACY_STATES):
+            row = {c.name: None for c in action_proposal.columns}
+            row.update(
+                id=f"legacy-{i:04d}-{j}",
+                idempotency_key=f"key-{i:04d}-{j}",
+                actor_ref="alice",
+                thread_id="t1",
+                tool_name="refund",
+                input=f'{{ "order" : {i} }}',
+                card='{"title": "☃"}',
+                decided_by="bob" if state.get("decided_at") else None,
+                generation=0,
+                attempts=0,
+                version=3,
+                created_at=i,
+                updated_at=i + 1,
+                **state,
+            )
+            rows.append(row)
+    return rows
+
+
+def insert_legacy(engine: Any, rows: list[dict[str, Any]]) -> None:
+    with engine.begin() as conn:
+        conn.execute(action_proposal.insert(), rows)
+
+
+def snapshot(engine: Any) -> dict[str, dict[str, Any]]:
+    with engine.connect() as conn:
+        rows = conn.execute(select(action_proposal)).mappings().all()
+    return {r["id"]: dict(r) for r in rows}
+
+
+def queued_rows(n: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": f"p{i:05d}",
+            "idempotency_key": f"k{i:05d}",
+            "tenant_ref": None,
+            "actor_ref": "alice",
+            "thread_id": "t1",
+            "tool_name": "refund",
+            "input": "{}",
+            "decision": "approved",
+            "decided_by": "bob",
+            "decided_at": i,
+            "execution_state": "queued",
+            "generation": 0,
+            "attempts": 0,
+            "version": 1,
+            "created_at": i,
+            "updated_at": i,
+            "discovery_state": "queued",
+            "discovery_at": i,
+        }
+        for i in range(n)
+    ]
+
+
+def test_eight_worker_processes_claim_each_proposal_exactly_once(engine: Any, db_url: str) -> None:
+    add_thread(engine)
+    with engine.begin() as conn:
+        conn.execute(action_proposal.insert(), queued_rows(2000))
+    workers = [start(CLAIM_WORKER, db_url, f"w{i}") for i in range(8)]
+    go(workers)
+    claimed = [finish(w) for w in workers]
+    counts = Counter(pid for ids in claimed for pid in ids)
+    assert sum(counts.values()) == 2000
+    assert len(counts) == 2000
+    assert max(counts.values()) == 1
+    assert sum(1 for ids in claimed if ids) >= 2  # they really ran side by side
+    with engine.connect() as conn:
+        states = conn.execute(
+            select(
+                action_proposal.c.execution_state,
+                action_proposal.c.generation,
+                action_proposal.c.attempts,
+                func.count(),
+            ).group_by(
+                action_proposal.c.execution_state,
+                action_proposal.c.generation,
+                action_proposal.c.attempts,
+            )
+        ).all()
+    assert [tuple(s) for s in states] == [("running", 1, 1, 2000)]
+
+
+def test_two_processes_racing_opposite_decisions_apply_exactly_one(
+    engine: Any, db_url: str
+) -> None:
+    add_thread(engine)
+    store = ActionProposalStore(engine)
+    ids = [
+        store.create(
+            NewProposal(ALICE, "refund", {"order": i}, run_id="r", tool_call_id=f"c{i}")
+        ).proposal.id
+        for i in range(40)
+    ]
+    approver = start(DECIDE_WORKER, db_url, "approved", "bob", *ids)
+    rejecter = start(DECIDE_WORKER, db_url, "rejected", "carol", *ids)
+    go([approver, rejecter])
+    approvals, rejections = finish(approver), finish(rejecter)
+    for pid, a, r in zip(ids, approvals, rejections, strict=True):
+        assert sorted([a, r]) == ["applied", "conflict"], (pid, a, r)
+        row = store.get(pid, ALICE)
+        winner = ("approved", "bob") if a == "applied" else ("rejected", "carol")
+        assert (row.decision, row.decided_by, row.version) == (*winner, 1)
+        assert row.discovery_state == ("queued" if a == "applied" else "done")
+
+
+def test_processes_creating_the_same_proposals_create_each_once(engine: Any, db_url: str) -> None:
+    add_thread(engine)
+    creators = [start(CREATE_WORKER, db_url, "40") for _ in range(3)]
+    go(creators)
+    outcomes = [finish(c) for c in creators]
+    for i in range(40):
+        assert sorted(o[i] for o in outcomes) == ["created", "existing", "existing"], i
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(action_proposal)).scalar() == 40
+
+
+def test_a_backfill_killed_mid_run_finishes_when_run_again(engine: Any, db_url: str) -> None:
+    add_thread(engine)
+    insert_legacy(engine, legacy_rows(300))  # 2,400 rows, every state
+    total = 300 * len(LEGACY_STATES)
+    before = snapshot(engine)
+    worker = start(BACKFILL_WORKER, db_url, "50", "0.05")
+    go([worker])
+    assert worker.stdout is not None
+    for _ in range(3):
+        assert worker.stdout.readline()
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.wait(timeout=30)
+    assert worker.returncode == -signal.SIGKILL
+
+    store = ActionProposalStore(engine)
+    mid = snapshot(engine)
+    filled = [pid for pid, row in mid.items() if row["discovery_state"] is not None]
+    assert 0 < len(filled) < total
+    assert len(filled) % 50 == 0  # whole batches only: the one in flight rolled back
+    while store.backfill(limit=500).remaining:
+        pass
+    after = snapshot(engine)
+    discovery = ("discovery_state", "discovery_at", "version")
+    for pid, old in before.items():
+        new = after[pid]
+        assert new["version"] == old["version"] + 1, pid  # backfilled exactly once
+        assert new["discovery_state"] is not None
+        assert {k: v for k, v in new.items() if k not in discovery} == {
+            k: v for k, v in old.items() if k not in discovery
+        }
+
+
+def test_a_backfill_racing_decisions_never_overwrites_them(engine: Any, db_url: str) -> None:
+    add_thread(engine)
+    rows = [row for row in legacy_rows(400) if row["id"].endswith("-1")]  # pending, no expiry
+    insert_legacy(engine, rows)
+    ids = [row["id"] for row in rows]
+    decided, left = ids[::2], ids[1::2]
+    backfiller = start(BACKFILL_WORKER, db_url, "20", "0")
+    decider = start(DECIDE_WORKER, db_url, "approved", "bob", *decided)
+    go([backfiller, decider])
+    backfiller.communicate(timeout=120)
+    assert backfiller.returncode == 0
+    assert finish(decider) == ["applied"] * len(decided)
+    store = ActionProposalStore(engine)
+    assert store.backfill().remaining == 0
+    after = snapshot(engine)
+    for pid in decided:
+        row = after[pid]
+        assert (row["decision"], row["decided_by"], row["execution_state"]) == (
+            "approved",
+            "bob",
+            "queued",
+        )
+        assert (row["discovery_state"], row["discovery_at"]) == ("queued", row["decided_at"])
+        assert row["version"] in (4, 5)  # decided then skipped, or backfilled then decided
+    for pid in left:
+        row = after[pid]
+        assert (row["decision"], row["discovery_state"], row["version"]) == (
+            "pending",
+            "pending",
+            4,
+        )

@@ -1,0 +1,96 @@
+"""The runnable examples in examples/ run, against every dialect."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import ROOT, run_cli
+from sqlalchemy import func, select
+
+from agora_cli.store.engine import open_engine
+from agora_cli.store.schema import action_proposal as proposal
+
+EXAMPLES = ROOT / "examples"
+
+
+def _run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(argv),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_record_usage_example(db_url: str) -> None:
+    proc = _run(sys.executable, str(EXAMPLES / "record_usage.py"), "--db", db_url)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert (
+        lines[0].startswith("gpt-4o-mini-2024-07-18: cost_usd=0.0003") and "(estimate)" in lines[0]
+    )
+    assert lines[1] == "some-unpriced-model: cost_usd=None (None)"
+
+
+def test_worker_example_executes_each_approved_proposal_once(db_url: str) -> None:
+    assert run_cli("demo", "--db", db_url).exit_code == 0
+    first = _run(sys.executable, str(EXAMPLES / "worker.py"), "--db", db_url, "--max-idle", "1")
+    assert first.returncode == 0, first.stderr
+    assert "settled 2 proposal(s)" in first.stdout  # the two approved, queued proposals
+    again = _run(sys.executable, str(EXAMPLES / "worker.py"), "--db", db_url, "--max-idle", "0.5")
+    assert "settled 0 proposal(s)" in again.stdout
+    engine = open_engine(db_url)
+    with engine.connect() as conn:
+        keys = sorted(conn.exec_driver_sql("SELECT idempotency_key FROM example_refund").scalars())
+        done = sorted(
+            conn.execute(
+                select(proposal.c.idempotency_key).where(
+                    proposal.c.execution_state == "succeeded", proposal.c.attempts == 1
+                )
+            ).scalars()
+        )
+        queued = conn.execute(
+            select(func.count()).where(proposal.c.execution_state == "queued")
+        ).scalar()
+    engine.dispose()
+    assert len(keys) == 2 and set(keys) <= set(done)  # each executed once, by its key
+    assert queued == 0
+
+
+def test_cron_script_runs_each_step(db_url: str, tmp_path: Path) -> None:
+    assert run_cli("demo", "--db", db_url).exit_code == 0
+    agora = str(Path(sys.executable).with_name("agora"))
+    proc = _run(
+        "bash",
+        str(EXAMPLES / "cron-maintenance.sh"),
+        env={"AGORA": agora, "AGORA_DATABASE_URL": db_url},
+    )
+    assert proc.returncode == 0, proc.stderr
+    decoder = json.JSONDecoder()
+    docs, text = [], proc.stdout.strip()
+    while text:
+        doc, end = decoder.raw_decode(text)
+        docs.append(doc)
+        text = text[end:].strip()
+    assert [sorted(d) for d in docs] == [
+        ["cutoff", "rows_deleted", "runs_purged", "runs_still_active"],
+        ["expired"],
+        ["backfilled", "batches", "remaining"],
+    ]
+    assert docs[0]["runs_purged"] == 1  # the demo's expired stream
+
+
+def test_cron_script_stops_with_exit_3_when_the_database_is_down() -> None:
+    agora = str(Path(sys.executable).with_name("agora"))
+    proc = _run(
+        "bash",
+        str(EXAMPLES / "cron-maintenance.sh"),
+        env={"AGORA": agora, "AGORA_DATABASE_URL": "postgresql://x:pw@127.0.0.1:1/none"},
+    )
+    assert proc.returncode == 3
+    assert proc.stderr.startswith("error: ") and "pw@" not in proc.stderr
