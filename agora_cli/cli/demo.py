@@ -81,6 +81,7 @@ def demo(
         f"  proposals: {proposals}\n"
         f"  streams: {', '.join(summary.frame_runs)}",
         markup=False,
+        soft_wrap=True,
     )
     console.print("\nTry next:", style="bold")
     for command in try_next:
