@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -52,10 +53,15 @@ class Col:
 
 
 def out_console() -> Console:
-    """A Rich console on the current stdout (created per call: tests swap the streams)."""
+    """A Rich console on the current stdout (created per call: tests swap the streams).
+
+    On a terminal it takes the terminal's width; piped or redirected it is 200 columns wide
+    (or ``$COLUMNS``) so that tables in logs and files are never cut to 80.
+    """
     from rich.console import Console
 
-    return Console(file=sys.stdout, highlight=False, soft_wrap=False)
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 200)
+    return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=width)
 
 
 def err_console() -> Console:
@@ -101,6 +107,7 @@ def render_table(
             col.header or col.key,
             justify=col.justify,  # type: ignore[arg-type]
             no_wrap=col.no_wrap,
+            overflow="fold",  # a narrow terminal folds a value; it never hides it behind "…"
         )
     for i, row in enumerate(rows):
         style = row_styles[i] if row_styles else None

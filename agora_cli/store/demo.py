@@ -415,8 +415,10 @@ def _write_proposal(
     )
 
     scope = Scope(tenant_ref=tenant, actor_ref=actor, thread_id=thread_id)
-    expires = clock.now_ms() + (3_600_000 if decision == "expired" else 14 * DAY_MS)
-    card = {"title": f"{tool.replace('_', ' ')}", "summary": f"{actor} asked: {tool_input}"}
+    # pending ones stay decidable for a week after the demo ran; "expired" lapsed an hour in
+    expires = clock.now_ms() + 3_600_000 if decision == "expired" else now + 7 * DAY_MS
+    what = ", ".join(f"{k} {v}" for k, v in tool_input.items())
+    card = {"title": tool.replace("_", " ").capitalize(), "summary": f"{actor} asked: {what}"}
     created = create_proposal(
         conn,
         NewProposal(
