@@ -101,7 +101,7 @@ def upgrade(
             emit_json(
                 {
                     "from": result.from_revision,
-                    "to": revision,
+                    "to": result.to_revision,
                     "applied": [],
                     "sql": result.sql,
                 }

@@ -178,7 +178,9 @@ def upgrade(
             except CommandError as exc:
                 raise InvalidInput(str(exc).splitlines()[0]) from None
             statements = [s.strip() for s in buf.getvalue().split(";\n") if s.strip()]
-            return UpgradeResult(before, before, [], statements, notices)
+            target = script.get_revision(revision)
+            to = str(target.revision) if target is not None else before
+            return UpgradeResult(before, to, [], statements, notices)
         applied: list[str] = []
         with provisioning_lock(conn):
             cfg = make_config(conn, applied=applied)
