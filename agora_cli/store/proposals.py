@@ -28,7 +28,7 @@ import json
 import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, cast
 
 from sqlalchemy import (
     Integer,
@@ -43,7 +43,7 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from agora_cli.store.clock import Clock, SystemClock, iso_ms
 from agora_cli.store.engine import dialect_name, retry_transient, supports_skip_locked
@@ -651,15 +651,21 @@ def _take_lease(
     """Take the lease of ``row`` (a proposal or a discovery row) if its version still holds."""
     token = secrets.token_urlsafe(32)
     expires = now + lease_ms
-    params = {
-        "b_id": row.id,
-        "b_version": row.version,
-        "b_owner": worker_id,
-        "b_hash": _token_hash(token),
-        "b_expires": expires,
-        "b_now": now,
-    }
-    if conn.execute(_TAKE_LEASE, params).rowcount != 1:
+    token_hash = _token_hash(token)
+    if _on_driver(conn):
+        params: Any = (worker_id, token_hash, expires, expires, now, row.id, row.version)
+        taken = _driver_execute(conn, _TAKE_LEASE_SQL, params).rowcount
+    else:
+        params = {
+            "b_id": row.id,
+            "b_version": row.version,
+            "b_owner": worker_id,
+            "b_hash": token_hash,
+            "b_expires": expires,
+            "b_now": now,
+        }
+        taken = conn.execute(_TAKE_LEASE, params).rowcount
+    if taken != 1:
         return None
     work = Work(
         id=row.id,
@@ -814,13 +820,19 @@ def settle_proposal(
     _check_lease_args(token, generation)
     result_text = _check_settle(outcome, result, error)
     now = _clock(clock).now_ms()
-    params = {
-        **_holder(proposal_id, token, generation, now),
-        "b_outcome": outcome,
-        "b_result": result_text,
-        "b_error": error,
-    }
-    if conn.execute(_SETTLE, params).rowcount != 1:
+    if _on_driver(conn):
+        token_hash = _token_hash(token)
+        args = (outcome, result_text, error, now, now, proposal_id, token_hash, generation, now)
+        settled = _driver_execute(conn, _SETTLE_SQL, args).rowcount
+    else:
+        params = {
+            **_holder(proposal_id, token, generation, now),
+            "b_outcome": outcome,
+            "b_result": result_text,
+            "b_error": error,
+        }
+        settled = conn.execute(_SETTLE, params).rowcount
+    if settled != 1:
         return SettleResult("lost")
     return SettleResult("settled")
 
@@ -873,17 +885,146 @@ _NEXT_DUE_LOCKED_MYSQL = _next_due(locked=True, per_state=1, derived=False)
 _NEXT_DUE_FENCED = _next_due(locked=False, per_state=_FALLBACK_CANDIDATES)
 
 
-def _next_due_statement(conn: Connection) -> Any:
-    """The discovery read for this server: SKIP LOCKED where it exists, else fenced only."""
-    name = dialect_name(conn)
-    if name == "sqlite":
-        return _NEXT_DUE_FENCED
-    info = conn.info  # the server's version is asked once per pooled connection
+# --- the worker hot path on the driver's cursor ---------------------------------------------
+#
+# claim_next and settle are what every worker runs in a loop. On PostgreSQL and MySQL/MariaDB
+# they run pre-written SQL on the DBAPI cursor of the caller's SQLAlchemy connection, inside its
+# transaction: SQLAlchemy's per-statement work (execution context, bind processing, result
+# wrapping) costs more client CPU than the round trip itself. Driver errors are wrapped as
+# SQLAlchemy would wrap them, so that retry_transient and translate_error see the same thing.
+# SQLite, the scoped reads and the rare paths stay on SQLAlchemy statements.
+
+
+class _Due(NamedTuple):
+    """A row of the discovery read: what ``Work`` needs, and what the fence and order need."""
+
+    id: str
+    idempotency_key: str
+    tenant_ref: str | None
+    actor_ref: str
+    thread_id: str
+    run_id: str | None
+    tool_call_id: str | None
+    tool_name: str
+    input: str
+    attempts: int
+    version: int
+    generation: int
+    discovery_state: str
+    discovery_at: int
+
+
+_T = p.name
+_WORK_LIST = ", ".join(_WORK_FIELDS)
+
+
+def _locking_read(state: str, columns: str) -> str:
+    # One index range per read (see _next_due); the state is a constant for the generic plan.
+    return (
+        f"SELECT {columns} FROM {_T} WHERE discovery_state = '{state}' AND discovery_at <= %s "
+        "ORDER BY discovery_at LIMIT 1 FOR UPDATE SKIP LOCKED"
+    )
+
+
+def _union_of_locking_reads(columns: Sequence[str], *, derived: bool) -> str:
+    listed = ", ".join(columns)
+    if derived:  # PostgreSQL refuses FOR UPDATE on a UNION member itself
+        branches = (f"SELECT * FROM ({_locking_read(s, listed)}) AS {s}" for s in _DUE_STATES)
+    else:  # MySQL/MariaDB: parenthesised branches (MariaDB materialises derived tables)
+        branches = (f"({_locking_read(s, listed)})" for s in _DUE_STATES)
+    return " UNION ALL ".join(branches)
+
+
+_NEXT_DUE_SQL = {
+    "mysql": _union_of_locking_reads(_Due._fields, derived=False),
+    "postgresql": _union_of_locking_reads(_Due._fields, derived=True),
+}
+
+
+_DUE_KEY = ("id", "version", "discovery_state", "discovery_at")
+
+
+def _take_lease_set(alias: str) -> str:
+    """The take-lease assignments; what they read is qualified by ``alias`` where it must be."""
+    return (
+        "execution_state = 'running', lease_owner = %s, lease_token_hash = %s, "
+        f"lease_expires_at = %s, generation = {alias}generation + 1, "
+        f"attempts = {alias}attempts + 1, discovery_state = 'running', discovery_at = %s, "
+        f"updated_at = %s, version = {alias}version + 1"
+    )
+
+
+_TAKE_LEASE_SQL = f"UPDATE {_T} SET {_take_lease_set('')} WHERE id = %s AND version = %s"
+# PostgreSQL: the same two locking reads, the oldest row of the two taken under the same version
+# fence, in one round trip. The other row (if any) stays locked until this short transaction
+# ends, as in the two-step form. RETURNING gives the new generation and attempts, and the state
+# the row was discovered in (running: a recovery).
+_CLAIM_NEXT_PG_SQL = (
+    f"UPDATE {_T} AS a SET {_take_lease_set('a.')} "
+    f"FROM ({_union_of_locking_reads(_DUE_KEY, derived=True)} "
+    "ORDER BY discovery_at LIMIT 1) AS due "
+    "WHERE a.id = due.id AND a.version = due.version "
+    f"RETURNING {', '.join('a.' + name for name in _WORK_FIELDS)}, a.generation, "
+    "due.discovery_state"
+)
+_SETTLE_SQL = (
+    f"UPDATE {_T} SET execution_state = %s, result = %s, error = %s, settled_at = %s, "
+    "lease_token_hash = NULL, lease_expires_at = NULL, discovery_state = 'done', "
+    "discovery_at = NULL, updated_at = %s, version = version + 1 "
+    "WHERE id = %s AND lease_token_hash = %s AND generation = %s "
+    "AND execution_state = 'running' AND lease_expires_at > %s"
+)
+
+
+def _on_driver(conn: Connection) -> bool:
+    """Whether the hot statements run on the driver's cursor here (PostgreSQL, MySQL/MariaDB)."""
+    return dialect_name(conn) != "sqlite"
+
+
+def _driver_execute(conn: Connection, sql: str, params: tuple[Any, ...]) -> Any:
+    """Execute ``sql`` on the DBAPI cursor inside ``conn``'s transaction; the cursor.
+
+    Begins the transaction first if the caller has not (as SQLAlchemy's autobegin would), and
+    raises driver errors as the ``sqlalchemy.exc.DBAPIError`` SQLAlchemy itself would raise,
+    invalidating the connection when the driver reports it lost.
+    """
+    if not conn.in_transaction():
+        conn.begin()
+    dbapi_conn: Any = conn.connection.driver_connection
+    cursor = dbapi_conn.cursor()
+    try:
+        cursor.execute(sql, params)
+    except conn.dialect.loaded_dbapi.Error as exc:
+        lost = conn.dialect.is_disconnect(exc, dbapi_conn, cursor)
+        cursor.close()
+        wrapped = DBAPIError.instance(
+            sql,
+            params,
+            exc,
+            conn.dialect.loaded_dbapi.Error,
+            hide_parameters=conn.engine.hide_parameters,
+            connection_invalidated=lost,
+            dialect=conn.dialect,
+        )
+        if lost:
+            conn.invalidate(exc)
+        raise cast(BaseException, wrapped) from exc
+    except BaseException:
+        # Interrupted mid-statement (KeyboardInterrupt, cancellation): the connection's state
+        # is unknown, so it must not go back to the pool.
+        conn.invalidate()
+        raise
+    return cursor
+
+
+def _skip_locked(conn: Connection) -> bool:
+    """Whether this connection's server has SKIP LOCKED (asked once per pooled connection)."""
+    if dialect_name(conn) == "sqlite":
+        return False
+    info = conn.info
     if "agora_skip_locked" not in info:
         info["agora_skip_locked"] = supports_skip_locked(conn)
-    if not info["agora_skip_locked"]:
-        return _NEXT_DUE_FENCED
-    return _NEXT_DUE_LOCKED_MYSQL if name == "mysql" else _NEXT_DUE_LOCKED
+    return bool(info["agora_skip_locked"])
 
 
 def claim_next_proposal(
@@ -899,9 +1040,14 @@ def claim_next_proposal(
     check_identity("worker_id", worker_id)
     _check_lease_ms(lease_ms)
     now = _clock(clock).now_ms()
-    stmt = _next_due_statement(conn)
+    locked = _skip_locked(conn)
+    if locked and dialect_name(conn) == "postgresql":
+        claimed = _claim_next_in_one_statement(conn, worker_id, lease_ms, now)
+        if claimed is not None:
+            return claimed
+        # Nothing was due, or (rarely) the fence lost a race: the loop below tells them apart.
     for _ in range(_FENCE_ROUNDS):
-        rows = sorted(conn.execute(stmt, {"now": now}).all(), key=lambda r: r.discovery_at)
+        rows = sorted(_due_rows(conn, locked, now), key=lambda r: r.discovery_at)
         if not rows:
             break
         for row in rows:
@@ -910,6 +1056,32 @@ def claim_next_proposal(
             if claimed is not None:
                 return claimed
     return ClaimResult("none", None, None)
+
+
+def _due_rows(conn: Connection, locked: bool, now: int) -> list[Any]:
+    """The discovery read: the oldest due row of each state, locked, or candidates to fence."""
+    if not locked:
+        return list(conn.execute(_NEXT_DUE_FENCED, {"now": now}).all())
+    cursor = _driver_execute(conn, _NEXT_DUE_SQL[dialect_name(conn)], (now, now))
+    return [_Due(*row) for row in cursor.fetchall()]
+
+
+def _claim_next_in_one_statement(
+    conn: Connection, worker_id: str, lease_ms: int, now: int
+) -> ClaimResult | None:
+    """PostgreSQL: the locking discovery read and the fenced take-lease as one UPDATE.
+
+    ``None`` when it changed no row: nothing is due, or the version fence lost a race.
+    """
+    token = secrets.token_urlsafe(32)
+    expires = now + lease_ms
+    args = (worker_id, _token_hash(token), expires, expires, now, now, now)
+    row = _driver_execute(conn, _CLAIM_NEXT_PG_SQL, args).fetchone()
+    if row is None:
+        return None
+    *work, generation, prior_state = row
+    kind: ClaimOutcome = "recovered" if prior_state == "running" else "claimed"
+    return ClaimResult(kind, Lease(token, generation, expires), Work(*work))
 
 
 _EXPIRE_DUE = (
