@@ -255,13 +255,17 @@ def backfill(
     with progress("backfilling", remaining) as advance:
         while remaining and (max_batches is None or batches < max_batches):
             with engine.begin() as conn:
-                result = backfill_discovery_index(conn, limit=limit)
+                # counted once at the end: a count per batch would make the run quadratic
+                result = backfill_discovery_index(conn, limit=limit, count_remaining=False)
             batches += 1
             backfilled += result.backfilled
-            remaining = result.remaining
             advance(result.backfilled)
-            if result.backfilled == 0:
+            if result.remaining == 0 or result.backfilled == 0:
                 break
+    if batches:
+        with engine.connect() as conn:
+            remaining = count_legacy_proposals(conn)
+            conn.rollback()
     if json:
         emit_json({"batches": batches, "backfilled": backfilled, "remaining": remaining})
         return

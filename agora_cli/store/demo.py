@@ -501,7 +501,7 @@ def _write_background_usage(
         for day in range(days):
             for actor, tenant in ACTORS:
                 at = first + day * DAY_MS + rng.randrange(1, 6) * 3_600_000
-                clock.set(min(at, now - 60_000))  # today's rows exist whatever the hour
+                clock.set(min(at, now - 1))  # today's rows exist whatever the hour
                 inp, out = rng.randrange(1000, 9000), rng.randrange(100, 700)
                 model = _pick_model(rng)
                 record_usage(

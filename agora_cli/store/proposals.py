@@ -360,10 +360,14 @@ class DeliveryResult:
 
 @dataclass(frozen=True)
 class BackfillResult:
-    """How many legacy rows one backfill batch filled, and how many remain."""
+    """How many legacy rows one backfill batch filled, and how many remain.
+
+    ``remaining`` is ``None`` when the caller asked not to count (``count_remaining=False``) and
+    the batch was full, so that more may remain.
+    """
 
     backfilled: int
-    remaining: int
+    remaining: int | None
 
 
 def _proposal(row: RowMapping) -> Proposal:
@@ -1231,7 +1235,11 @@ def count_legacy_proposals(conn: Connection) -> int:
 
 
 def backfill_discovery_index(
-    conn: Connection, *, limit: int = 500, clock: Clock | None = None
+    conn: Connection,
+    *,
+    limit: int = 500,
+    clock: Clock | None = None,
+    count_remaining: bool = True,
 ) -> BackfillResult:
     """Fill the discovery columns of at most ``limit`` legacy rows, in the caller's transaction.
 
@@ -1239,6 +1247,10 @@ def backfill_discovery_index(
     (``updated_at`` too) and the decision audit stay byte-for-byte. Each row's update is fenced
     by its version, so a concurrent decision is never overwritten; repeating an interrupted run
     is safe. ``clock`` is accepted for symmetry and unused: the backfill writes no timestamp.
+
+    The exact ``remaining`` count costs a scan of the legacy rows left; a loop that runs batches
+    until one comes back short (``agora db backfill``, migration 0002) passes
+    ``count_remaining=False`` and counts once at the end, which keeps the whole run linear.
     """
     _check_limit(limit, MAX_BACKFILL_BATCH)
     legacy = conn.execute(
@@ -1268,7 +1280,11 @@ def backfill_discovery_index(
             )
         )
         filled = int(conn.execute(stmt).rowcount)
-    return BackfillResult(filled, count_legacy_proposals(conn))
+    if count_remaining:
+        return BackfillResult(filled, count_legacy_proposals(conn))
+    # A short batch that filled every row it read leaves nothing (older writers are stopped).
+    exhausted = len(legacy) < limit and filled == len(legacy)
+    return BackfillResult(filled, 0 if exhausted else None)
 
 
 # --- the store --------------------------------------------------------------------------------

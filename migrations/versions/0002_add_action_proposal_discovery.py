@@ -29,7 +29,7 @@ def upgrade() -> None:
     # because a batch only ever touches rows whose discovery_state is still NULL.
     bind = op.get_bind()
     while True:
-        result = backfill_discovery_index(bind, limit=BATCH)
+        result = backfill_discovery_index(bind, limit=BATCH, count_remaining=False)
         if result.backfilled == 0 or result.remaining == 0:
             break
 

@@ -15,6 +15,7 @@ from agora_cli.store.proposals import (
     ActionProposalStore,
     NewProposal,
     Scope,
+    backfill_discovery_index,
     claim_next_proposal,
     count_legacy_proposals,
     decide_proposal,
@@ -834,3 +835,17 @@ def test_claim_next_falls_back_to_the_fence_without_skip_locked(
             conn.info.pop("agora_skip_locked")
     assert [g.outcome for g in got] == ["claimed", "claimed", "none"]
     assert [g.work.id for g in got[:2] if g.work] == [first, second]
+
+
+def test_backfill_without_counting_reports_only_what_it_knows(
+    store: ActionProposalStore, engine: Any
+) -> None:
+    insert_legacy(engine, legacy_rows())
+    total = len(LEGACY_STATES)
+    with engine.begin() as conn:
+        full = backfill_discovery_index(conn, limit=total - 1, count_remaining=False)
+    assert (full.backfilled, full.remaining) == (total - 1, None)  # a full batch: may be more
+    with engine.begin() as conn:
+        short = backfill_discovery_index(conn, limit=total, count_remaining=False)
+        assert (short.backfilled, short.remaining) == (1, 0)  # a short batch: nothing left
+        assert count_legacy_proposals(conn) == 0
