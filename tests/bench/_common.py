@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,33 +16,60 @@ PG_ADMIN = os.environ.get(
 MYSQL_ADMIN = os.environ.get("AGORA_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/")
 
 
-@contextmanager
-def scratch_database(dialect: str) -> Iterator[str]:
-    """A new, empty database on the local server (or a temp SQLite file), dropped afterwards."""
-    import tempfile
+ADMIN = {"postgresql": PG_ADMIN, "mysql": MYSQL_ADMIN}
 
+
+def create_database(dialect: str, prefix: str = "agora_bench") -> tuple[str, str]:
+    """Create an empty database (SQLite: a file in a temp folder); return (name, url).
+
+    ``name`` is what ``drop_database`` takes: the database name, or the SQLite file's path.
+    """
     from sqlalchemy.engine import make_url
 
     from agora_cli.store.engine import normalize_url, open_engine
 
-    name = f"agora_bench_{os.getpid()}_{secrets.token_hex(3)}"
     if dialect == "sqlite":
-        folder = tempfile.mkdtemp(prefix="agora-bench-")
-        yield f"sqlite:///{folder}/bench.db"
-        return
-    admin_url = PG_ADMIN if dialect == "postgresql" else MYSQL_ADMIN
-    admin = open_engine(admin_url, isolation_level="AUTOCOMMIT")
-    quote = "`" if dialect == "mysql" else '"'
+        path = os.path.join(tempfile.mkdtemp(prefix=f"{prefix}_"), "agora.db")
+        return path, f"sqlite:///{path}"
+    name = f"{prefix}_{os.getpid()}_{secrets.token_hex(3)}"
+    admin = open_engine(ADMIN[dialect], isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {quote}{name}{quote}")
-    url = make_url(normalize_url(admin_url).set(database=name))
+        if dialect == "mysql":
+            conn.exec_driver_sql(
+                f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+            )
+        else:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    admin.dispose()
+    url = make_url(normalize_url(ADMIN[dialect]).set(database=name))
+    return name, url.render_as_string(hide_password=False)
+
+
+def drop_database(dialect: str, name: str) -> None:
+    """Drop what ``create_database`` made."""
+    from agora_cli.store.engine import open_engine
+
+    if dialect == "sqlite":
+        if os.path.exists(name):
+            os.remove(name)
+        return
+    admin = open_engine(ADMIN[dialect], isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        if dialect == "mysql":
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
+        else:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.dispose()
+
+
+@contextmanager
+def scratch_database(dialect: str, prefix: str = "agora_bench") -> Iterator[str]:
+    """A new, empty database on the local server (or a temp SQLite file), dropped afterwards."""
+    name, url = create_database(dialect, prefix)
     try:
-        yield url.render_as_string(hide_password=False)
+        yield url
     finally:
-        with admin.connect() as conn:
-            force = " WITH (FORCE)" if dialect == "postgresql" else ""
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {quote}{name}{quote}{force}")
-        admin.dispose()
+        drop_database(dialect, name)
 
 
 def median_seconds(fn: Callable[[], object], repeat: int) -> float:

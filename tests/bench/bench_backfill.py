@@ -13,17 +13,11 @@ transaction (as ``agora db backfill`` does), and — on an identical fresh load 
 from __future__ import annotations
 
 import os
-import secrets
 import sys
-import tempfile
 import time
 
-ADMIN = {
-    "postgresql": os.environ.get(
-        "AGORA_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-    ),
-    "mysql": os.environ.get("AGORA_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/"),
-}
+from _common import create_database, drop_database
+
 N = int(os.environ.get("BENCH_BACKFILL_N", "200000"))
 BATCH = int(os.environ.get("BENCH_BACKFILL_BATCH", "500"))
 
@@ -44,43 +38,6 @@ UPDATE agent_action_proposal SET
   version = version + 1
 WHERE discovery_state IS NULL
 """
-
-
-def create_database(dialect: str) -> tuple[str, str]:
-    from sqlalchemy.engine import make_url
-
-    from agora_cli.store.engine import normalize_url, open_engine
-
-    if dialect == "sqlite":
-        path = os.path.join(tempfile.mkdtemp(prefix="agora_bench_backfill_"), "agora.db")
-        return path, f"sqlite:///{path}"
-    name = f"agora_bench_backfill_{os.getpid()}_{secrets.token_hex(3)}"
-    admin = open_engine(ADMIN[dialect], isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        if dialect == "mysql":
-            conn.exec_driver_sql(
-                f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
-            )
-        else:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    admin.dispose()
-    url = normalize_url(ADMIN[dialect]).set(database=name)
-    return name, make_url(url).render_as_string(hide_password=False)
-
-
-def drop_database(dialect: str, name: str) -> None:
-    from agora_cli.store.engine import open_engine
-
-    if dialect == "sqlite":
-        os.remove(name)
-        return
-    admin = open_engine(ADMIN[dialect], isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        if dialect == "mysql":
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
-        else:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.dispose()
 
 
 def legacy_row(i: int) -> dict[str, object]:
@@ -190,7 +147,7 @@ def check_done(url: str) -> int:
 
 
 def measure(dialect: str) -> None:
-    name, url = create_database(dialect)
+    name, url = create_database(dialect, "agora_bench_backfill")
     try:
         from agora_cli.store.engine import open_engine
         from agora_cli.store.provision import ensure_agent_tables

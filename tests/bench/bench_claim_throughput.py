@@ -18,47 +18,12 @@ import time
 from collections import Counter
 from typing import Any
 
-ADMIN = {
-    "postgresql": os.environ.get(
-        "AGORA_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-    ),
-    "mysql": os.environ.get("AGORA_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/"),
-}
+from _common import create_database, drop_database
+
 N = int(os.environ.get("BENCH_CLAIM_N", "20000"))
 WORKERS = int(os.environ.get("BENCH_CLAIM_WORKERS", "4"))
 ROUNDS = int(os.environ.get("BENCH_CLAIM_ROUNDS", "2"))
 LEASE_MS = 600_000
-
-
-def create_database(dialect: str) -> tuple[str, str]:
-    from sqlalchemy.engine import make_url
-
-    from agora_cli.store.engine import normalize_url, open_engine
-
-    name = f"agora_bench_claim_{os.getpid()}_{secrets.token_hex(3)}"
-    admin = open_engine(ADMIN[dialect], isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        if dialect == "mysql":
-            conn.exec_driver_sql(
-                f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
-            )
-        else:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    admin.dispose()
-    url = normalize_url(ADMIN[dialect]).set(database=name)
-    return name, make_url(url).render_as_string(hide_password=False)
-
-
-def drop_database(dialect: str, name: str) -> None:
-    from agora_cli.store.engine import open_engine
-
-    admin = open_engine(ADMIN[dialect], isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        if dialect == "mysql":
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
-        else:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    admin.dispose()
 
 
 def load(url: str, n: int) -> None:
@@ -298,7 +263,7 @@ def run_workers(target: Any, url: str) -> tuple[float, list[str]]:
 
 
 def measure(dialect: str) -> None:
-    name, url = create_database(dialect)
+    name, url = create_database(dialect, "agora_bench_claim")
     try:
         from agora_cli.store.engine import open_engine
         from agora_cli.store.provision import ensure_agent_tables

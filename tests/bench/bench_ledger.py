@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import statistics
 import subprocess
@@ -31,21 +30,16 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+from _common import create_database, drop_database
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from agora_cli.store.clock import parse_instant
-from agora_cli.store.engine import normalize_url, open_engine
+from agora_cli.store.engine import open_engine
 from agora_cli.store.ledger import quota, spend
 from agora_cli.store.provision import ensure_agent_tables
 from agora_cli.store.schema import token_usage
 
-ADMIN = {
-    "postgresql": os.environ.get(
-        "AGORA_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-    ),
-    "mysql": os.environ.get("AGORA_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/"),
-}
 ROWS = int(os.environ.get("BENCH_LEDGER_ROWS", "2000000"))
 REPEAT = int(os.environ.get("BENCH_LEDGER_REPEAT", "5"))
 START = parse_instant("2026-01-01T00:00:00Z")
@@ -224,16 +218,7 @@ def plan(conn: Any, dialect: str, sql: str) -> str:
 
 
 def bench(dialect: str) -> None:
-    admin = open_engine(ADMIN[dialect], isolation_level="AUTOCOMMIT")
-    name = f"agora_bench_ledger_{os.getpid()}_{secrets.token_hex(3)}"
-    with admin.connect() as conn:
-        if dialect == "mysql":
-            conn.exec_driver_sql(
-                f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
-            )
-        else:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    url = normalize_url(ADMIN[dialect]).set(database=name).render_as_string(hide_password=False)
+    name, url = create_database(dialect, "agora_bench_ledger")
     engine = open_engine(url)
     try:
         ensure_agent_tables(engine)
@@ -243,12 +228,7 @@ def bench(dialect: str) -> None:
         run_figures(dialect, url, engine)
     finally:
         engine.dispose()
-        with admin.connect() as conn:
-            if dialect == "mysql":
-                conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
-            else:
-                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
+        drop_database(dialect, name)
 
 
 def run_figures(dialect: str, url: str, engine: Any) -> None:

@@ -20,26 +20,20 @@ Environment: ``BENCH_PURGE_LIVE_ROWS`` (default 1980000), ``BENCH_PURGE_RUNS`` (
 from __future__ import annotations
 
 import os
-import secrets
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
+from _common import create_database, drop_database
 from sqlalchemy import text
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Engine
 
-from agora_cli.store.engine import normalize_url, open_engine
+from agora_cli.store.engine import open_engine
 from agora_cli.store.frames import purge_expired
 from agora_cli.store.provision import ensure_agent_tables
 
-ADMIN = {
-    "postgresql": os.environ.get(
-        "AGORA_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-    ),
-    "mysql": os.environ.get("AGORA_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/"),
-}
 LIVE_ROWS = int(os.environ.get("BENCH_PURGE_LIVE_ROWS", "1980000"))
 RUNS = int(os.environ.get("BENCH_PURGE_RUNS", "1000"))
 ROWS_PER_RUN = 20
@@ -51,30 +45,6 @@ FRAME = '{"type":"text-delta","delta":"a few streamed words "}'
 
 def out(dialect: str, figure: str) -> None:
     print(f"purge_scaling {dialect:<10} {figure}", flush=True)
-
-
-def admin_engine(dialect: str) -> Engine:
-    return open_engine(ADMIN[dialect], isolation_level="AUTOCOMMIT")
-
-
-def create_db(dialect: str, name: str) -> str:
-    with admin_engine(dialect).connect() as conn:
-        if dialect == "mysql":
-            conn.exec_driver_sql(
-                f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
-            )
-        else:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    url = normalize_url(ADMIN[dialect]).set(database=name)
-    return make_url(url).render_as_string(hide_password=False)
-
-
-def drop_db(dialect: str, name: str) -> None:
-    with admin_engine(dialect).connect() as conn:
-        if dialect == "mysql":
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")
-        else:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def generated(dialect: str, n: int, prefix: str, at_expr: str) -> str:
@@ -140,12 +110,12 @@ def naive_ms(engine: Engine, cutoff: int) -> float:
 
 
 def bench(dialect: str) -> None:
-    tag = secrets.token_hex(3)
-    names = {"small": f"agora_bench_purge_small_{tag}", "large": f"agora_bench_purge_large_{tag}"}
+    names: dict[str, str] = {}
     engines: dict[str, Engine] = {}
     try:
-        for size, name in names.items():
-            engines[size] = open_engine(create_db(dialect, name))
+        for size in ("small", "large"):
+            names[size], url = create_database(dialect, f"agora_bench_purge_{size}")
+            engines[size] = open_engine(url)
             ensure_agent_tables(engines[size])
         now = int(time.time() * 1000)
         load_ms, _ = timed(lambda: load_live(engines["large"], dialect, now))
@@ -180,7 +150,7 @@ def bench(dialect: str) -> None:
         for engine in engines.values():
             engine.dispose()
         for name in names.values():
-            drop_db(dialect, name)
+            drop_database(dialect, name)
 
 
 def main() -> None:

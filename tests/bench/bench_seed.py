@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import statistics
 import sys
 import tempfile
@@ -31,14 +30,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from _common import create_database, drop_database
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOT_PATH = ROOT.parent / "shared" / "fixtures" / "models-dev-api.json"
-PG_ADMIN = os.environ.get(
-    "AGORA_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
-)
-MY_ADMIN = os.environ.get("AGORA_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/")
 N_MODELS = int(os.environ.get("BENCH_SEED_MODELS", "500"))
 REPEAT = int(os.environ.get("BENCH_REPEAT", "5"))
 RUNNER = CliRunner()
@@ -98,34 +94,14 @@ def pick_names(catalog: Any, n: int) -> list[str]:
 
 def databases() -> list[tuple[str, str, Callable[[], None]]]:
     """(dialect, url, drop) for SQLite and each reachable server."""
-    from sqlalchemy.engine import make_url
-
-    from agora_cli.store.engine import normalize_url, open_engine
-
     out: list[tuple[str, str, Callable[[], None]]] = []
-    folder = tempfile.mkdtemp(prefix="agora_bench_seed_")
-    out.append(("sqlite", f"sqlite:///{folder}/bench.db", lambda: None))
-    for dialect, admin in (("postgresql", PG_ADMIN), ("mysql", MY_ADMIN)):
-        name = f"agora_bench_seed_{secrets.token_hex(4)}"
+    for dialect in ("sqlite", "postgresql", "mysql"):
         try:
-            engine = open_engine(admin, isolation_level="AUTOCOMMIT")
+            name, url = create_database(dialect, "agora_bench_seed")
         except Exception as exc:
             print(f"{dialect}: skipped ({str(exc).splitlines()[0]})")
             continue
-        quoted = f"`{name}`" if dialect == "mysql" else f'"{name}"'
-        with engine.connect() as conn:
-            conn.exec_driver_sql(f"CREATE DATABASE {quoted}")
-
-        def drop(engine: Any = engine, quoted: str = quoted, dialect: str = dialect) -> None:
-            force = " WITH (FORCE)" if dialect == "postgresql" else ""
-            with engine.connect() as conn:
-                conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {quoted}{force}")
-            engine.dispose()
-
-        url = make_url(normalize_url(admin).set(database=name)).render_as_string(
-            hide_password=False
-        )
-        out.append((dialect, url, drop))
+        out.append((dialect, url, lambda d=dialect, n=name: drop_database(d, n)))
     return out
 
 
