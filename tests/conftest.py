@@ -112,6 +112,7 @@ class Databases:
         self.require(dialect)
         if dialect == "sqlite":
             path = self.tmp_factory.mktemp("sqlite") / "agora.db"
+            path.touch()  # an empty database exists; only a missing file is "no database"
             return f"sqlite:///{path}"
         return self.servers[dialect].create()
 

@@ -68,3 +68,15 @@ def with_database(admin_url: str, name: str) -> str:
 
     url = normalize_url(admin_url).set(database=name)
     return make_url(url).render_as_string(hide_password=False)
+
+
+def no_data(result: CliResult) -> bool:
+    """Nothing but the error on stdout: empty, or (with ``--json``) the one error document."""
+    if result.stdout == "":
+        return True
+    doc = json.loads(result.stdout)
+    return (
+        set(doc) == {"error"}
+        and doc["error"]["exit_code"] == result.exit_code
+        and result.stderr == f"error: {doc['error']['message']}\n"
+    )

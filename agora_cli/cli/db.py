@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 import typer
 
 from agora_cli.cli.options import DbOpt, JsonOpt, open_db
-from agora_cli.cli.output import Col, emit_json, out_console, progress, render_table, say
+from agora_cli.cli.output import (
+    Col,
+    emit_json,
+    out_console,
+    progress,
+    render_table,
+    safe_text,
+    say,
+)
 
 app = typer.Typer(
     help="Provision, upgrade, check and describe the agent schema.",
@@ -32,7 +41,7 @@ def provision(
     """
     from agora_cli.store.provision import ensure_agent_tables
 
-    report = ensure_agent_tables(open_db(db), dry_run=dry_run)
+    report = ensure_agent_tables(open_db(db, create=True), dry_run=dry_run)
     if json:
         emit_json(
             {
@@ -91,7 +100,7 @@ def upgrade(
     from agora_cli.store.migrate import pending_notices
     from agora_cli.store.migrate import upgrade as run_upgrade
 
-    engine = open_db(db)
+    engine = open_db(db, create=True)
     if not sql:
         for notice in pending_notices(revision):
             say(f"note: {notice}", style="yellow")
@@ -133,10 +142,12 @@ def status(db: DbOpt = None, json: JsonOpt = False) -> None:
 
     Example: agora db status --json
     """
+    from agora_cli.store.engine import describe_url
     from agora_cli.store.status import schema_status
 
-    st = schema_status(open_db(db))
+    st = schema_status(open_db(db, readonly=True))
     doc: dict[str, Any] = {
+        "database": describe_url(db),
         "dialect": st.dialect,
         "server_version": st.server_version,
         "revision": st.revision,
@@ -151,7 +162,8 @@ def status(db: DbOpt = None, json: JsonOpt = False) -> None:
         emit_json(doc)
         return
     console = out_console()
-    console.print(f"dialect          {doc['dialect']} {doc['server_version']}")
+    console.print(f"database         {safe_text(doc['database'])}", markup=False)
+    console.print(f"dialect          {doc['dialect']} {safe_text(doc['server_version'])}")
     console.print(f"revision         {doc['revision'] or '(migrations never run)'}")
     console.print(f"head             {doc['head']}")
     console.print(f"branches         {', '.join(doc['branches']) or '—'}")
@@ -178,7 +190,7 @@ def check(db: DbOpt = None, json: JsonOpt = False) -> None:
     from agora_cli.store.engine import dialect_name
     from agora_cli.store.provision import check_agent_tables
 
-    engine = open_db(db)
+    engine = open_db(db, readonly=True)
     problems = check_agent_tables(engine)
     if json:
         emit_json(
@@ -260,8 +272,12 @@ def backfill(
             batches += 1
             backfilled += result.backfilled
             advance(result.backfilled)
-            if result.remaining == 0 or result.backfilled == 0:
+            if result.remaining == 0:
                 break
+            if result.backfilled == 0:
+                # Every row this batch read was filled by a concurrent backfill first (its
+                # version fence lost): others remain, so go on after a short pause.
+                time.sleep(0.01)
     if batches:
         with engine.connect() as conn:
             remaining = count_legacy_proposals(conn)

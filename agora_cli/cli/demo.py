@@ -36,11 +36,11 @@ def demo(
     """
     from agora_cli.store.demo import write_demo_data
 
-    summary = write_demo_data(open_db(db), seed=seed, days=days, force=force)
+    summary = write_demo_data(open_db(db, create=True), seed=seed, days=days, force=force)
     scope = f"--actor {summary.sample_actor} --thread {summary.sample_thread} " + (
         f"--tenant {summary.sample_tenant}" if summary.sample_tenant else "--no-tenant"
     )
-    db_opt = f" --db {db}" if db else ""
+    db_opt = _db_option(db)
     try_next = [
         f"agora spend --by model{db_opt}",
         f"agora spend --by day --from {summary.first_day} --chart{db_opt}",
@@ -86,3 +86,18 @@ def demo(
     console.print("\nTry next:", style="bold")
     for command in try_next:
         console.print(f"  {command}", markup=False, soft_wrap=True)
+
+
+def _db_option(db: str | None) -> str:
+    """``--db`` as the "Try next" lines show it: never with a password in clear.
+
+    A URL from the environment is left out (the commands find it there too); a URL with a
+    password is shown masked, and the operator puts the password back.
+    """
+    if not db:
+        return ""
+    import shlex
+
+    from agora_cli.store.masking import mask_url
+
+    return f" --db {shlex.quote(mask_url(db))}"

@@ -1,45 +1,96 @@
-"""Turn agora errors into one ``error: …`` line on stderr and the documented exit code.
+"""Turn every failure into one ``error: …`` line on stderr and the documented exit code.
 
 This is the only place that does. Commands never ``try``: an ``AgoraError`` (or a driver error
-that ``store.engine.translate_error`` recognises) raised anywhere below the root group ends here.
-``--debug`` (or ``AGORA_DEBUG=1``) re-raises instead, for a traceback with locals hidden.
+that ``store.engine.translate_error`` recognises) raised anywhere below the root group ends here,
+and so do Typer's own usage errors, which get the same one-line style instead of a boxed panel.
+With ``--json`` the error is also one JSON document on stdout::
+
+    {"error": {"exit_code": 2, "kind": "invalid_input", "message": "…"}}
+
+``--debug`` (or ``AGORA_DEBUG=1``) prints the traceback instead (locals hidden, credentials
+scrubbed). A reader that leaves early (``agora … | head``) ends the command quietly with 141,
+whatever was being printed; a closed stdout (``>&-``) discards the output quietly.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import typer
 from typer.core import TyperGroup
 
 from agora_cli.store.errors import AgoraError
+from agora_cli.store.masking import scrub
 
-__all__ = ["AgoraGroup", "debug_enabled", "error_line"]
+__all__ = [
+    "AgoraGroup",
+    "debug_enabled",
+    "error_line",
+    "remember_json",
+    "set_debug",
+]
 
-_DEBUG = {"on": False}
+_STATE: dict[str, bool] = {"debug": False, "json": False}
+_BROKEN_PIPE = 141
+_ROOT_ONLY = ("--debug", "--version")
+_COMMAND_OPTIONS = ("--db", "--json", "--csv")
 
 
 def debug_enabled() -> bool:
-    return _DEBUG["on"] or os.environ.get("AGORA_DEBUG", "") not in ("", "0", "false", "no")
+    return _STATE["debug"] or os.environ.get("AGORA_DEBUG", "") not in ("", "0", "false", "no")
 
 
 def set_debug(on: bool) -> None:
-    _DEBUG["on"] = on
+    _STATE["debug"] = on
+
+
+def remember_json(value: bool) -> bool:
+    """Option callback of ``--json``: errors of this command are JSON documents too."""
+    if value:
+        _STATE["json"] = True
+    return value
 
 
 def error_line(message: str) -> None:
-    """Write ``error: message`` (one line, password-masked) to stderr."""
-    from agora_cli.store.engine import mask_url
+    """Write ``error: message`` (one line, credentials scrubbed, controls escaped) to stderr."""
+    from agora_cli.cli.output import safe_line
 
-    first = " ".join(mask_url(message).split()) or "unknown error"
+    first = safe_line(" ".join(scrub(message).split())) or "unknown error"
     typer.echo(f"error: {first}", err=True)
+
+
+def _kind(exc: BaseException) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", type(exc).__name__).lower()
+
+
+def _fail(message: str, exit_code: int, kind: str) -> typer.Exit:
+    error_line(message)
+    if _STATE["json"]:
+        doc = {"error": {"exit_code": exit_code, "kind": kind, "message": scrub(message)}}
+        _write_stdout(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    return typer.Exit(exit_code)
+
+
+def _write_stdout(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError, OSError):
+        _silence_stdout()
 
 
 def _translate(exc: BaseException) -> AgoraError | None:
     if isinstance(exc, AgoraError):
         return exc
+    if isinstance(exc, RecursionError):
+        from agora_cli.store.errors import InvalidInput
+
+        return InvalidInput("the input is nested too deeply")
     if "sqlalchemy" in sys.modules:
         from agora_cli.store.engine import translate_error
 
@@ -47,8 +98,130 @@ def _translate(exc: BaseException) -> AgoraError | None:
     return None
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that nothing more (not even Python's last flush) fails."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _print_traceback(exc: BaseException) -> None:
+    import traceback
+
+    text = "".join(traceback.format_exception(exc))
+    sys.stderr.write(scrub(text))
+    sys.stderr.flush()
+
+
+def _invalid_utf8(args: Sequence[str]) -> str | None:
+    for arg in args:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            return arg.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+    return None
+
+
+def _misplaced_option(args: Sequence[str]) -> tuple[str, list[str]] | None:
+    """A per-command option written before the command (``agora --db URL spend``), and the
+    command's words as typed after it."""
+    for i, arg in enumerate(args):
+        name = arg.split("=", 1)[0]
+        if name in _COMMAND_OPTIONS:
+            rest = list(args[i + 1 :])
+            if name == "--db" and "=" not in arg and rest:
+                rest = rest[1:]  # its value
+            words = []
+            for word in rest:
+                if word.startswith("-"):
+                    break
+                words.append(word)
+            return name, words
+        if not arg.startswith("-"):
+            return None
+    return None
+
+
 class AgoraGroup(TyperGroup):
     """The root command group: the single place where errors become exit codes."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        _STATE["json"] = "--json" in argv
+        if sys.stdout is None:  # started with stdout closed (`agora … >&-`)
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+        code = self._run(argv, prog_name, complete_var, extra)
+        code = self._flush(code)
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+    def _run(
+        self, argv: list[str], prog_name: str | None, complete_var: str | None, extra: Any
+    ) -> int:
+        bad = _invalid_utf8(argv)
+        if bad is not None:
+            return self._exit_of(_fail(f"argument '{bad}' is not valid UTF-8", 2, "invalid_input"))
+        try:
+            rv = super().main(
+                args=argv,
+                prog_name=prog_name,
+                complete_var=complete_var,
+                standalone_mode=False,
+                **extra,
+            )
+        except typer.Exit as exc:
+            return exc.exit_code
+        except typer.TyperException as exc:  # Typer's usage errors: the same one-line style
+            return self._exit_of(self._usage_error(exc, argv))
+        except typer.Abort:
+            typer.echo("aborted", err=True)
+            return 1
+        except BrokenPipeError:
+            _silence_stdout()
+            return _BROKEN_PIPE
+        return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+
+    @staticmethod
+    def _exit_of(exit_: typer.Exit) -> int:
+        return exit_.exit_code
+
+    @staticmethod
+    def _usage_error(exc: typer.TyperException, argv: list[str]) -> typer.Exit:
+        message = exc.format_message().strip()
+        if not message:  # no arguments: the help was printed, as `no_args_is_help` asks
+            return typer.Exit(exc.exit_code)
+        misplaced = _misplaced_option(argv)
+        if misplaced is not None and "No such option" in message:
+            option, words = misplaced
+            shown = "--db URL" if option == "--db" else option
+            message = f"options go after the command: agora {' '.join(words or ['spend'])} {shown}"
+        else:
+            ctx = getattr(exc, "ctx", None)
+            if ctx is not None:
+                message += f" (see `{ctx.command_path} --help`)"
+        return _fail(message, exc.exit_code, "usage")
+
+    @staticmethod
+    def _flush(code: int) -> int:
+        try:
+            if sys.stdout is not None:
+                sys.stdout.flush()
+        except BrokenPipeError:
+            _silence_stdout()
+            return _BROKEN_PIPE
+        except (OSError, ValueError):
+            _silence_stdout()
+        return code
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -57,18 +230,21 @@ class AgoraGroup(TyperGroup):
             raise
         except BrokenPipeError:
             # `agora … | head`: the reader left; stop quietly, as other Unix tools do.
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            raise typer.Exit(141) from None
+            _silence_stdout()
+            raise typer.Exit(_BROKEN_PIPE) from None
         except Exception as exc:
-            if type(exc).__module__.startswith("typer."):
+            if isinstance(exc, typer.TyperException):
                 raise
             if debug_enabled():
-                raise
+                _print_traceback(exc)
+                err = _translate(exc)
+                raise typer.Exit(err.exit_code if err is not None else 1) from None
             err = _translate(exc)
             if err is None:
                 name = type(exc).__name__
-                error_line(f"unexpected {name}: {exc} (`agora --debug …` shows a traceback)")
-                raise typer.Exit(1) from None
-            error_line(err.message)
-            raise typer.Exit(err.exit_code) from None
+                raise _fail(
+                    f"unexpected {name}: {exc} (`agora --debug …` shows a traceback)",
+                    1,
+                    "unexpected",
+                ) from None
+            raise _fail(err.message, err.exit_code, _kind(err)) from None

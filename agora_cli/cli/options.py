@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from agora_cli.cli.errors import remember_json
+
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
@@ -20,12 +22,24 @@ DbOpt = Annotated[
         metavar="URL",
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+JsonOpt = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="Print one JSON document on stdout (errors too).",
+        callback=remember_json,
+    ),
+]
 CsvOpt = Annotated[bool, typer.Option("--csv", help="Print CSV on stdout.")]
 
 
-def open_db(db: str | None) -> Engine:
-    """Open (and prove) the engine for ``--db`` / ``AGORA_DATABASE_URL`` / the SQLite default."""
+def open_db(db: str | None, *, create: bool = False, readonly: bool = False) -> Engine:
+    """Open (and prove) the engine for ``--db`` / ``AGORA_DATABASE_URL`` / the SQLite default.
+
+    Only the commands that create a database pass ``create=True`` (``db provision``, ``db
+    upgrade``, ``demo``); anything else refuses a SQLite file that does not exist. Reports pass
+    ``readonly=True``: on SQLite they then never take the write lock.
+    """
     from agora_cli.store.engine import open_engine
 
-    return open_engine(db)
+    return open_engine(db, create=create, readonly=readonly)

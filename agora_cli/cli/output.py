@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -19,15 +21,69 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 __all__ = [
+    "MONEY_DECIMALS",
     "Col",
+    "csv_cell",
     "emit_csv",
     "emit_json",
     "err_console",
     "out_console",
     "progress",
     "render_table",
+    "safe_line",
+    "safe_text",
     "say",
+    "script_value",
 ]
+
+# Money is summed in the database as doubles; on output it is rounded to this many decimal
+# places, which keeps every real price (fractions of a cent per token) and drops float noise
+# such as 0.033190950000000004.
+MONEY_DECIMALS = 10
+# C0 and C1 control characters, DEL, and the Unicode controls that reorder or break lines
+# (bidi overrides and isolates, line/paragraph separators): stored data a terminal would obey.
+_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_BODY_KEEP = frozenset("\n\t")
+_CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def safe_text(value: object, *, body: bool = False) -> str:
+    """``value`` as text a terminal shows but never obeys: control characters become visible
+    escapes (``\\x1b``). ``body=True`` keeps newlines and tabs (a message's text)."""
+    text = str(value)
+    if body:
+        return _CONTROL_RE.sub(lambda m: m[0] if m[0] in _BODY_KEEP else _escape(m[0]), text)
+    return _CONTROL_RE.sub(lambda m: _escape(m[0]), text)
+
+
+def safe_line(value: object) -> str:
+    """``safe_text`` for one line of talk (an error, a notice)."""
+    return safe_text(value)
+
+
+def script_value(value: Any) -> Any:
+    """A value as scripts get it: floats rounded to ``MONEY_DECIMALS``, never NaN or infinite."""
+    if isinstance(value, float):
+        return round(value, MONEY_DECIMALS) if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: script_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [script_value(v) for v in value]
+    return value
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell: text that a spreadsheet would run as a formula gets a leading ``'``."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(_CSV_FORMULA_START):
+        return "'" + value
+    return script_value(value)
 
 
 @dataclass(frozen=True)
@@ -42,14 +98,14 @@ class Col:
 
     def show(self, value: Any) -> str:
         if self.fmt is not None:
-            return self.fmt(value)
+            return safe_text(self.fmt(value))
         if value is None:
             return "—"
         if isinstance(value, float):
             return f"{value:,.4f}"
         if isinstance(value, int) and not isinstance(value, bool):
             return f"{value:,}"
-        return str(value)
+        return safe_text(value)
 
 
 def out_console() -> Console:
@@ -71,17 +127,19 @@ def err_console() -> Console:
 
 
 def emit_json(doc: Any) -> None:
-    """Print exactly one JSON document on stdout."""
-    sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False, default=str) + "\n")
+    """Print exactly one JSON document on stdout (strict JSON; money rounded, see above)."""
+    text = json.dumps(script_value(doc), indent=2, ensure_ascii=False, default=str, allow_nan=False)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
 
 def emit_csv(rows: Sequence[dict[str, Any]], columns: Sequence[Col]) -> None:
-    """Print a header line and one CSV line per row (raw values, no formatting)."""
+    """Print a header line and one CSV line per row: raw values, money rounded, and text that
+    starts like a spreadsheet formula (``= + - @``, tab, CR) prefixed with ``'`` (OWASP)."""
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow([c.key for c in columns])
     for row in rows:
-        writer.writerow(["" if row.get(c.key) is None else row.get(c.key) for c in columns])
+        writer.writerow([csv_cell(row.get(c.key)) for c in columns])
 
 
 def render_table(

@@ -17,9 +17,11 @@ checkout, and are not reset again on return to the pool.
 from __future__ import annotations
 
 import os
+import random
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agora_cli.store.errors import (
@@ -29,12 +31,14 @@ from agora_cli.store.errors import (
     InvalidInput,
     UnknownDialect,
 )
+from agora_cli.store.masking import mask_url, remember_url, scrub, url_password
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL, Connection, Engine
 
 __all__ = [
     "DEFAULT_URL",
+    "describe_url",
     "dialect_name",
     "is_retryable",
     "mask_url",
@@ -43,6 +47,7 @@ __all__ = [
     "resolve_url",
     "retry_transient",
     "server_version",
+    "sqlite_path",
     "supports_skip_locked",
     "translate_error",
 ]
@@ -51,21 +56,21 @@ DEFAULT_URL = "sqlite:///agora.db"
 DIALECTS = ("postgresql", "mysql", "sqlite")
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
-_PASSWORD_RE = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.\-]*://[^:/?#@\s]*:)(?P<pw>[^@\s]*)(?=@)")
 _DRIVERS = {
     "postgres": "postgresql+psycopg",
     "postgresql": "postgresql+psycopg",
+    "postgresql+psycopg": "postgresql+psycopg",
     "mysql": "mysql+pymysql",
+    "mysql+pymysql": "mysql+pymysql",
     "mariadb": "mysql+pymysql",
     "mariadb+pymysql": "mysql+pymysql",
+    "sqlite": "sqlite",
+    "sqlite+pysqlite": "sqlite+pysqlite",
 }
+_SUPPORTED = "use postgresql:// (psycopg 3), mysql:// or mariadb:// (PyMySQL), or sqlite:///FILE"
+_MEMORY = ("", ":memory:")
 
 T = TypeVar("T")
-
-
-def mask_url(url: object) -> str:
-    """Return the URL as text with any password shown as ``***``."""
-    return _PASSWORD_RE.sub(lambda m: m.group("head") + "***", str(url))
 
 
 def resolve_url(url: str | None) -> str:
@@ -74,10 +79,19 @@ def resolve_url(url: str | None) -> str:
 
 
 def normalize_url(url: str) -> URL:
-    """Parse an operator's URL into a SQLAlchemy URL with agora's drivers."""
+    """Parse an operator's URL into a SQLAlchemy URL with agora's drivers.
+
+    Only the drivers agora installs are accepted (``postgresql+asyncpg://`` is ``InvalidInput``
+    naming them, not a missing module). A password must be percent-encoded where it holds a
+    character that ends the password (``@``): SQLAlchemy would cut ``u:p@ss@host`` after ``p``
+    and send the rest of the password to the server as a host name, into its error messages.
+    """
+    from urllib.parse import unquote
+
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
+    remember_url(url)
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
@@ -85,21 +99,63 @@ def normalize_url(url: str) -> URL:
             f"{mask_url(url)!r} is not a database URL "
             "(try postgresql://user@host/db, mysql://user@host/db or sqlite:///agora.db)"
         ) from None
-    driver = _DRIVERS.get(parsed.drivername, parsed.drivername)
-    parsed = parsed.set(drivername=driver)
-    backend = parsed.get_backend_name()
-    if backend not in DIALECTS:
-        raise UnknownDialect(
-            f"unsupported database {backend!r} in {mask_url(url)!r}: "
-            "use postgresql://, mysql:// (MariaDB too) or sqlite:///"
+    written = url_password(url)
+    if written is not None and unquote(written) != (parsed.password or ""):
+        raise InvalidInput(
+            f"the password in {mask_url(url)!r} holds a character that must be percent-encoded "
+            "(@ is %40, / is %2F, ? is %3F, # is %23, % is %25)"
         )
+    backend = parsed.get_backend_name().replace("mariadb", "mysql")
+    if backend not in DIALECTS:
+        raise UnknownDialect(f"unsupported database {backend!r} in {mask_url(url)!r}: {_SUPPORTED}")
+    driver = _DRIVERS.get(parsed.drivername)
+    if driver is None:
+        raise InvalidInput(
+            f"the driver {parsed.drivername!r} in {mask_url(url)!r} is not supported: {_SUPPORTED}"
+        )
+    parsed = parsed.set(drivername=driver)
     if backend == "mysql" and "charset" not in parsed.query:
         parsed = parsed.update_query_dict({"charset": "utf8mb4"})
     return parsed
 
 
-def open_engine(url: str | None = None, *, check: bool = True, **kwargs: Any) -> Engine:
+def sqlite_path(url: URL) -> Path | None:
+    """The absolute path of a file-backed SQLite database (``None``: in memory, or not SQLite)."""
+    if url.get_backend_name() != "sqlite" or (url.database or "") in _MEMORY:
+        return None
+    database = str(url.database)
+    if database.startswith("file:"):
+        database = database.removeprefix("file:").split("?", 1)[0]
+    return Path(database).expanduser().absolute()
+
+
+def describe_url(url: str | None) -> str:
+    """The database as a person should see it: the masked URL, or a SQLite file's full path."""
+    raw = resolve_url(url)
+    try:
+        parsed = normalize_url(raw)
+    except InvalidInput:
+        return mask_url(raw)
+    path = sqlite_path(parsed)
+    if path is not None:
+        return str(path)
+    return mask_url(raw)
+
+
+def open_engine(
+    url: str | None = None,
+    *,
+    check: bool = True,
+    create: bool = True,
+    readonly: bool = False,
+    **kwargs: Any,
+) -> Engine:
     """Create an engine for ``url`` (see module docs) and, with ``check``, prove it connects.
+
+    ``create=False`` refuses a SQLite file that does not exist (``DatabaseUnreachable``, "no
+    database at /absolute/path") instead of creating an empty one: only provisioning, migrations
+    and the demo create databases. ``readonly=True`` makes every SQLite transaction on the engine
+    a plain deferred ``BEGIN``, so that a report never takes the write lock.
 
     Raises ``InvalidInput`` for a malformed URL or unknown dialect and ``DatabaseUnreachable``
     when the server cannot be reached or refuses the credentials.
@@ -110,6 +166,12 @@ def open_engine(url: str | None = None, *, check: bool = True, **kwargs: Any) ->
     raw = resolve_url(url)
     parsed = normalize_url(raw)
     backend = parsed.get_backend_name()
+    path = sqlite_path(parsed)
+    if path is not None and not create and not path.exists():
+        raise DatabaseUnreachable(
+            f"no database at {path} (check --db or AGORA_DATABASE_URL; "
+            "`agora db provision` creates one)"
+        )
     options: dict[str, Any] = {}
     if backend == "mysql":
         options["isolation_level"] = "READ COMMITTED"
@@ -128,13 +190,17 @@ def open_engine(url: str | None = None, *, check: bool = True, **kwargs: Any) ->
         raise InvalidInput(f"cannot use {mask_url(raw)!r}: {_first_line(exc, raw)}") from None
     if backend == "sqlite":
         _install_sqlite_events(engine, event)
+        if readonly:
+            engine = engine.execution_options(sqlite_deferred=True)
     if check:
         try:
-            with engine.connect() as conn:
+            # The check never takes SQLite's write lock (a deferred BEGIN reads nothing).
+            with engine.connect().execution_options(sqlite_deferred=True) as conn:
                 conn.exec_driver_sql("SELECT 1")
+                conn.rollback()
         except Exception as exc:
             engine.dispose()
-            raise _unreachable(exc, raw) from exc
+            raise _unreachable(exc, raw, path) from exc
     return engine
 
 
@@ -159,27 +225,16 @@ def _install_sqlite_events(engine: Engine, event: Any) -> None:
 def _first_line(exc: BaseException, url: str | None = None) -> str:
     orig = getattr(exc, "orig", None) or exc
     text = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
-    return _scrub(text, url)
-
-
-def _scrub(text: str, url: str | None) -> str:
-    text = mask_url(text)
     if url:
-        try:
-            from sqlalchemy.engine import make_url
-
-            password = make_url(url).password
-        except Exception:
-            password = None
-        if password:
-            text = text.replace(str(password), "***")
-    return text
+        remember_url(url)
+    return scrub(text)
 
 
-def _unreachable(exc: BaseException, url: str) -> AgoraError:
+def _unreachable(exc: BaseException, url: str, path: Path | None = None) -> AgoraError:
     if isinstance(exc, AgoraError):
         return exc
-    return DatabaseUnreachable(f"cannot connect to {mask_url(url)}: {_first_line(exc, url)}")
+    where = f"the SQLite database {path}" if path is not None else mask_url(url)
+    return DatabaseUnreachable(f"cannot connect to {where}: {_first_line(exc, url)}")
 
 
 def translate_error(exc: BaseException, url: str | None = None) -> AgoraError | None:
@@ -295,5 +350,6 @@ def retry_transient(fn: Callable[[], T], *, attempts: int = 8, base_delay: float
         except Exception as exc:
             if attempt == attempts - 1 or not is_retryable(exc):
                 raise
-            time.sleep(base_delay * (2**attempt) * (1 + (os.getpid() % 7) / 7))
+            # Full jitter: processes that collided once must not collide again in lockstep.
+            time.sleep(random.uniform(0, base_delay * (2**attempt)))
     raise AssertionError("unreachable")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
+from helpers import no_data
 from sqlalchemy import select, text
 
 from agora_cli.store.clock import ManualClock
@@ -96,7 +98,7 @@ def test_demo_cli_refuses_existing_data_unless_forced(db_url: str, cli: Any) -> 
     assert doc["usage_rows"] > 100 and doc["threads"] == 13
     assert all(cmd.startswith("agora ") for cmd in doc["try_next"])
     refused = cli("demo", "--db", db_url)
-    assert refused.exit_code == 1 and refused.stdout == ""
+    assert refused.exit_code == 1 and no_data(refused)
     assert refused.stderr.startswith("error: ") and "--force" in refused.stderr
     forced = cli("demo", "--db", db_url, "--force", "--json")
     assert forced.exit_code == 0 and forced.json()["usage_rows"] == doc["usage_rows"]
@@ -106,7 +108,7 @@ def test_demo_cli_refuses_existing_data_unless_forced(db_url: str, cli: Any) -> 
 def test_demo_try_next_commands_all_run(db_url: str, cli: Any) -> None:
     doc = cli("demo", "--db", db_url, "--json").json()
     for command in doc["try_next"]:
-        argv = command.split()[1:]
+        argv = shlex.split(command)[1:]
         if "--db" not in argv:
             argv += ["--db", db_url]
         result = cli(*argv)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import FIXTURE_CATALOG, run_agora
+from helpers import FIXTURE_CATALOG, no_data, run_agora
 from sqlalchemy import func, select
 
 from agora_cli.store import schema
@@ -138,7 +138,7 @@ def add_ledger(url: str, rows: list[tuple[str, int, float | None, str | None]]) 
 
 def assert_error(r: Any, code: int, text: str) -> None:
     assert r.exit_code == code, (r.stdout, r.stderr)
-    assert r.stdout == ""
+    assert no_data(r)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
     assert text in lines[0]
@@ -421,7 +421,7 @@ def test_set_list_and_history_json(cli: Any, db_url: str) -> None:
 )
 def test_set_bad_input_is_exit_2(cli: Any, db_url: str, args: list[str], code: int) -> None:
     r = cli("prices", "set", *args, "--db", db_url)
-    assert r.exit_code == code and r.stdout == ""
+    assert r.exit_code == code and no_data(r)
     assert count_prices(db_url) == 0
 
 
@@ -500,7 +500,7 @@ def test_reprice_json(cli: Any, db_url: str) -> None:
 )
 def test_reprice_bad_dates_are_exit_2(cli: Any, db_url: str, args: list[str]) -> None:
     r = cli("prices", "reprice", *args, "--db", db_url, "--json")
-    assert r.exit_code == 2 and r.stdout == ""
+    assert r.exit_code == 2 and no_data(r)
     assert r.stderr.startswith("error: ")
 
 

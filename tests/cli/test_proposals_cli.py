@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import run_agora
+from helpers import no_data, run_agora
 
 from agora_cli.store.proposals import proposal_id
 from agora_cli.store.schema import thread
@@ -76,7 +76,7 @@ def db(engine: Any, db_url: str) -> str:
 
 def one_error(result: Any, code: int) -> str:
     assert result.exit_code == code, (result.stdout, result.stderr)
-    assert result.stdout == ""
+    assert no_data(result)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     return str(lines[0])

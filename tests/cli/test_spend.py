@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from helpers import run_agora
+from helpers import no_data, run_agora
 
 from agora_cli.store.clock import SystemClock, parse_instant
 from agora_cli.store.schema import thread, token_usage
@@ -250,7 +250,7 @@ def test_spend_chart_is_a_time_series(cli: Any, db_url: str, sample: None) -> No
 def test_spend_bad_input_is_exit_2(cli: Any, db_url: str, args: tuple[str, ...]) -> None:
     r = cli("spend", *args, "--db", db_url)
     assert r.exit_code == 2
-    assert r.stdout == ""
+    assert no_data(r)
     assert r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1
 
 
@@ -334,13 +334,13 @@ def test_quota_provider_cost_only(cli: Any, db_url: str, engine: Any) -> None:
 def test_quota_bad_input_is_exit_2(cli: Any, db_url: str, args: tuple[str, ...]) -> None:
     r = cli("quota", "--actor", "alice", *args, "--db", db_url, "--json")
     assert r.exit_code == 2
-    assert r.stdout == ""
+    assert no_data(r)
     assert r.stderr.startswith("error: ")
 
 
 def test_quota_needs_an_actor(cli: Any, db_url: str) -> None:
     r = cli("quota", "--db", db_url)
-    assert r.exit_code == 2 and r.stdout == ""
+    assert r.exit_code == 2 and no_data(r)
 
 
 def test_spend_through_the_installed_command(db_url: str, sample: None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from helpers import no_data
 from sqlalchemy import func, select
 
 from agora_cli.store.clock import ManualClock
@@ -125,7 +126,7 @@ def test_list_table_shows_whole_ids(cli: Any, db_url: str, convo: dict[str, str]
 
 def test_list_limit_out_of_range_is_exit_2(cli: Any, db_url: str) -> None:
     r = cli("threads", "list", "--limit", "0", "--db", db_url)
-    assert r.exit_code == 2 and r.stdout == "" and r.stderr.startswith("error: ")
+    assert r.exit_code == 2 and no_data(r) and r.stderr.startswith("error: ")
 
 
 def test_show_json_transcript(cli: Any, db_url: str, convo: dict[str, str]) -> None:
@@ -183,7 +184,7 @@ def test_show_table(cli: Any, db_url: str, convo: dict[str, str]) -> None:
 
 def test_show_missing_is_exit_1(cli: Any, db_url: str) -> None:
     r = cli("threads", "show", "nope", "--db", db_url, "--json")
-    assert r.exit_code == 1 and r.stdout == ""
+    assert r.exit_code == 1 and no_data(r)
     assert r.stderr.startswith("error: ") and "nope" in r.stderr
 
 
@@ -196,7 +197,7 @@ def test_delete_without_a_terminal_needs_yes(
     cli: Any, db_url: str, engine: Any, convo: dict[str, str]
 ) -> None:
     r = cli("threads", "delete", convo["alice"], "--db", db_url, "--json")
-    assert r.exit_code == 2 and r.stdout == ""
+    assert r.exit_code == 2 and no_data(r)
     assert r.stderr.startswith("error: ") and "--yes" in r.stderr
     assert rows(engine, message) == 2  # nothing deleted
 
