@@ -158,7 +158,7 @@ class AgoraGroup(TyperGroup):
         argv = list(sys.argv[1:] if args is None else args)
         _STATE["json"] = "--json" in argv
         if sys.stdout is None:  # started with stdout closed (`agora … >&-`)
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+            sys.stdout = open(os.devnull, "w")  # lives as long as the process
         code = self._run(argv, prog_name, complete_var, extra)
         code = self._flush(code)
         if standalone_mode:

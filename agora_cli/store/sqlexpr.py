@@ -26,7 +26,7 @@ class ExactEq(ColumnElement[bool]):
 
     inherit_cache = True
     # No Boolean type: non-native-boolean dialects would append "= 1" to the WHERE.
-    type = NullType()
+    type = NullType()  # type: ignore[assignment]
     _traverse_internals = [  # noqa: RUF012 - SQLAlchemy's own class-level protocol
         ("column", InternalTraversal.dp_clauseelement),
         ("value", InternalTraversal.dp_clauseelement),
