@@ -11,7 +11,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from agora_cli.cli.options import DbOpt, JsonOpt, open_db
-from agora_cli.cli.output import Col, emit_json, out_console, progress, render_table, say
+from agora_cli.cli.output import (
+    Col,
+    emit_json,
+    out_console,
+    progress,
+    render_table,
+    safe_text,
+    say,
+    script_value,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -118,7 +127,7 @@ def stats(ttl: TtlOpt = 3600, db: DbOpt = None, json: JsonOpt = False) -> None:
     from agora_cli.store.clock import iso_ms
     from agora_cli.store.frames import frame_stats
 
-    with open_db(db).connect().execution_options(sqlite_deferred=True) as conn:
+    with open_db(db, readonly=True).connect() as conn:
         st = frame_stats(conn, ttl_s=ttl)
     doc = {
         "runs": st.runs,
@@ -175,8 +184,8 @@ def tail(
     from agora_cli.store.frames import find_last_frame, read_frames
     from agora_cli.store.frames import follow as follow_frames
 
-    engine = open_db(db)
-    with engine.connect().execution_options(sqlite_deferred=True) as conn:
+    engine = open_db(db, readonly=True)
+    with engine.connect() as conn:
         rows = [] if follow else read_frames(conn, run_id, after=after)
         if not rows and find_last_frame(conn, run_id) is None:
             raise NotFound(f"run {run_id!r} has no frames (never written, closed or purged)")
@@ -187,7 +196,7 @@ def tail(
     with _ctrl_c_exits(view):
         view.show_all(follow_frames(engine, run_id, after=after, poll_ms=poll_ms))
     if not view.reached_end:
-        say(f"run {run_id} has no rows left (closed or purged); stopped following.")
+        say(f"run {safe_text(run_id)} has no rows left (closed or purged); stopped following.")
 
 
 @contextmanager
@@ -224,7 +233,7 @@ class _JsonLines(_View):
         from agora_cli.store.clock import iso_ms
 
         doc = {"seq": row.seq, "created_at": iso_ms(row.created_at), "frame": row.payload()}
-        sys.stdout.write(jsonlib.dumps(doc, ensure_ascii=False) + "\n")
+        sys.stdout.write(jsonlib.dumps(script_value(doc), ensure_ascii=False) + "\n")
         sys.stdout.flush()
 
 
@@ -256,7 +265,7 @@ class _Transcript(_View):
             return
         if not isinstance(frame, dict):
             self._newline()
-            self.console.print(f"[seq {row.seq}] {frame}", style="dim", markup=False)
+            self.console.print(f"[seq {row.seq}] {safe_text(frame)}", style="dim", markup=False)
             self.part = None
             return
         kind = frame.get("type")
@@ -267,10 +276,12 @@ class _Transcript(_View):
                 if kind == "reasoning-delta":
                     self._write("thinking: ", "dim")
                 elif kind == "tool-input-delta":
-                    self._write(f"tool input {frame.get('tool_call_id')}: ", "dim")
+                    self._write(f"tool input {safe_text(frame.get('tool_call_id'))}: ", "dim")
                 self.part = part
             style = None if kind == "text-delta" else "dim"
-            self._write(str(frame.get("delta", "")), style)
+            # The model's text keeps its newlines and tabs; any other control character (an
+            # OSC-52 clipboard write, a screen clear) is shown, never obeyed.
+            self._write(safe_text(frame.get("delta", ""), body=True), style)
             return
         if kind in _QUIET:
             return
@@ -280,7 +291,7 @@ class _Transcript(_View):
         detail = jsonlib.dumps(rest, ensure_ascii=False) if rest else ""
         if len(detail) > 300:
             detail = detail[:299] + "…"
-        self.console.print(f"[{kind}] {detail}".rstrip(), style="dim", markup=False)
+        self.console.print(safe_text(f"[{kind}] {detail}".rstrip()), style="dim", markup=False)
 
     def finish(self) -> None:
         self._newline()

@@ -27,6 +27,7 @@ __all__ = [
     "emit_csv",
     "emit_json",
     "err_console",
+    "money",
     "out_console",
     "progress",
     "render_table",
@@ -66,10 +67,17 @@ def safe_line(value: object) -> str:
     return safe_text(value)
 
 
+def money(value: float | None) -> float | None:
+    """An amount of USD as scripts get it: rounded to ``MONEY_DECIMALS`` (``None`` stays)."""
+    if value is None or not math.isfinite(value):
+        return None
+    return round(value, MONEY_DECIMALS)
+
+
 def script_value(value: Any) -> Any:
-    """A value as scripts get it: floats rounded to ``MONEY_DECIMALS``, never NaN or infinite."""
+    """A value as scripts get it: strict JSON, so a float is never NaN or infinite (→ null)."""
     if isinstance(value, float):
-        return round(value, MONEY_DECIMALS) if math.isfinite(value) else None
+        return value if math.isfinite(value) else None
     if isinstance(value, dict):
         return {k: script_value(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -127,15 +135,15 @@ def err_console() -> Console:
 
 
 def emit_json(doc: Any) -> None:
-    """Print exactly one JSON document on stdout (strict JSON; money rounded, see above)."""
+    """Print exactly one JSON document on stdout (strict JSON: no NaN, no Infinity)."""
     text = json.dumps(script_value(doc), indent=2, ensure_ascii=False, default=str, allow_nan=False)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
 
 def emit_csv(rows: Sequence[dict[str, Any]], columns: Sequence[Col]) -> None:
-    """Print a header line and one CSV line per row: raw values, money rounded, and text that
-    starts like a spreadsheet formula (``= + - @``, tab, CR) prefixed with ``'`` (OWASP)."""
+    """Print a header line and one CSV line per row: raw values, and text that starts like a
+    spreadsheet formula (``= + - @``, tab, CR) prefixed with ``'`` (OWASP)."""
     writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow([c.key for c in columns])
     for row in rows:
@@ -183,8 +191,9 @@ def render_table(
 
 
 def say(message: str, *, style: str | None = None) -> None:
-    """A sentence for people, on stderr (never mixed into data on stdout)."""
-    err_console().print(message, style=style, highlight=False)
+    """A sentence for people, on stderr (never mixed into data on stdout; never markup, and
+    control characters shown, not obeyed)."""
+    err_console().print(safe_text(message), style=style, highlight=False, markup=False)
 
 
 @contextmanager

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from agora_cli.cli.options import DbOpt, JsonOpt, open_db
-from agora_cli.cli.output import Col, emit_json, out_console, render_table
+from agora_cli.cli.output import Col, emit_json, out_console, render_table, safe_text
+from agora_cli.store.values import BIGINT_MAX, MAX_LEASE_MS
 
 if TYPE_CHECKING:
     from agora_cli.store.proposals import (
@@ -47,7 +48,14 @@ NoTenantOpt = Annotated[
 ]
 IdArg = Annotated[str, typer.Argument(help="The proposal id.", show_default=False, metavar="ID")]
 LeaseOpt = Annotated[
-    int, typer.Option("--lease-ms", help="Lease length in milliseconds.", metavar="N")
+    int,
+    typer.Option(
+        "--lease-ms",
+        min=1,
+        max=MAX_LEASE_MS,
+        help="Lease length in milliseconds (1 to 604800000: at most 7 days).",
+        metavar="N",
+    ),
 ]
 TokenOpt = Annotated[
     str,
@@ -60,10 +68,14 @@ TokenOpt = Annotated[
     ),
 ]
 GenerationOpt = Annotated[
-    int, typer.Option("--generation", help="The lease generation the claim printed.")
+    int,
+    typer.Option(
+        "--generation", min=1, max=BIGINT_MAX, help="The lease generation the claim printed."
+    ),
 ]
 
 DEFAULT_LEASE_MS = 30_000
+MAX_DOCUMENT_BYTES = 16 * 2**20
 
 
 # --- parse ------------------------------------------------------------------------------------
@@ -92,20 +104,20 @@ def _one_of(what: str, **flags: bool) -> str:
 
 def _read_document(path: str) -> Any:
     from agora_cli.store.errors import InvalidInput
+    from agora_cli.store.values import parse_json
 
-    source = "standard input" if path == "-" else path
+    source = "standard input" if path == "-" else repr(path)
     try:
         if path == "-":
-            text = sys.stdin.read()
+            data = sys.stdin.buffer.read(MAX_DOCUMENT_BYTES + 1)
         else:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"cannot read {source}: {exc}") from None
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise InvalidInput(f"{source} is not valid JSON: {exc}") from None
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {source}: {exc.strerror or exc}") from None
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise InvalidInput(f"{source} is larger than {MAX_DOCUMENT_BYTES // 2**20} MiB")
+    return parse_json(source, data)
 
 
 _CREATE_REQUIRED = ("tenant_ref", "actor_ref", "thread_id", "tool_name", "input")
@@ -153,14 +165,9 @@ def _new_proposal(doc: Any) -> NewProposal:
 
 
 def _parse_result(text: str | None) -> Any:
-    from agora_cli.store.errors import InvalidInput
+    from agora_cli.store.values import parse_json
 
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise InvalidInput(f"--result is not valid JSON: {exc}") from None
+    return None if text is None else parse_json("--result", text)
 
 
 def _store(db: str | None) -> ActionProposalStore:
@@ -227,17 +234,20 @@ def _claim_document(result: ClaimResult, *, with_id: bool = False) -> dict[str, 
 
 
 def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False)
+    """A JSON value for people: indented, with every control character shown as an escape."""
+    return safe_text(json.dumps(value, indent=2, ensure_ascii=False), body=True)
 
 
 def _show_one(p: Proposal) -> None:
+    from rich.markup import escape
+
     doc = proposal_document(p)
     rows = [
         {"field": key, "value": value}
         for key, value in doc.items()
         if key not in ("input", "card", "result")
     ]
-    render_table(rows, [Col("field"), Col("value")], title=f"proposal {p.id}")
+    render_table(rows, [Col("field"), Col("value")], title=escape(f"proposal {safe_text(p.id)}"))
     console = out_console()
     for key in ("input", "card", "result"):
         if doc[key] is not None:
@@ -254,8 +264,11 @@ def _print_claim(result: ClaimResult) -> None:
         return
     lease, work = result.lease, result.work
     console.print(
-        f"{result.outcome} {work.id} ({work.tool_name}, attempt {work.attempts}); "
-        f"idempotency key {work.idempotency_key}"
+        safe_text(
+            f"{result.outcome} {work.id} ({work.tool_name}, attempt {work.attempts}); "
+            f"idempotency key {work.idempotency_key}"
+        ),
+        markup=False,
     )
     console.print(f"lease token  {lease.token}", markup=False)
     console.print(f"generation   {lease.generation}")

@@ -8,7 +8,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db
-from agora_cli.cli.output import Col, emit_csv, emit_json, out_console, render_table
+from agora_cli.cli.output import (
+    Col,
+    emit_csv,
+    emit_json,
+    money,
+    out_console,
+    render_table,
+    safe_text,
+    say,
+)
 
 if TYPE_CHECKING:
     from agora_cli.store.ledger import QuotaReport, QuotaWindow, SpendReport, SpendRow
@@ -32,8 +41,14 @@ def _usd(value: Any) -> str:
     return "unknown" if value is None else f"${value:,.4f}"
 
 
+_MONEY = frozenset({"cost_usd", "estimated_usd"})
+
+
 def _row_doc(row: SpendRow) -> dict[str, Any]:
-    return {name: getattr(row, name) for name in _FIELDS}
+    return {
+        name: money(getattr(row, name)) if name in _MONEY else getattr(row, name)
+        for name in _FIELDS
+    }
 
 
 def _window(from_text: str | None, to_text: str | None, today: date) -> tuple[date, date]:
@@ -113,8 +128,10 @@ def spend(
     start, end = _window(from_day, to_day, ms_to_date(SystemClock().now_ms()))
     if start > end:
         raise InvalidInput(f"--from {start.isoformat()} is after --to {end.isoformat()}")
+    if chart:
+        _check_chart_window(by, start, end)
     filters = {"actor": actor, "tenant": tenant, "model": model}
-    engine = open_db(db)
+    engine = open_db(db, readonly=True)
     with engine.connect().execution_options(sqlite_deferred=True) as conn:
         report = spend_report(
             conn,
@@ -190,7 +207,7 @@ def _render_spend_table(report: SpendReport) -> None:
             f"{row.unpriced_turns:,}" if row.unpriced_turns else "—",
         ]
 
-    body = [cells(r, "(none)" if r.key is None else str(r.key)) for r in report.rows]
+    body = [cells(r, "(none)" if r.key is None else safe_text(r.key)) for r in report.rows]
     total = cells(report.total, "TOTAL")
     headers = [report.by, "turns", "input", "output", "cache read", "cache write"]
     headers += ["cost", "estimated", "unpriced"]
@@ -222,6 +239,28 @@ def _render_spend_table(report: SpendReport) -> None:
     console.print(table)
 
 
+# A chart draws every bucket of its window, empty ones too: bounded, so that a window to the
+# year 9999 is a clear error rather than millions of lines.
+MAX_CHART_BUCKETS = {"day": 1_000, "month": 1_200}
+
+
+def _check_chart_window(by: str, start: date, end: date) -> None:
+    from agora_cli.store.errors import InvalidInput
+
+    if by == "day":
+        buckets = (end - start).days + 1
+    elif by == "month":
+        buckets = (end.year - start.year) * 12 + end.month - start.month + 1
+    else:
+        return
+    most = MAX_CHART_BUCKETS[by]
+    if buckets > most:
+        raise InvalidInput(
+            f"--chart draws at most {most:,} {by}s and this window has {buckets:,}: "
+            "narrow --from/--to" + (" or use --by month" if by == "day" else "")
+        )
+
+
 def _chart_rows(report: SpendReport) -> list[SpendRow]:
     """The groups to draw; by day or month every bucket of the window, empty ones too."""
     from agora_cli.store.ledger import SpendRow
@@ -230,13 +269,17 @@ def _chart_rows(report: SpendReport) -> list[SpendRow]:
         return report.rows
     have = {r.key: r for r in report.rows}
     keys: list[str] = []
-    day = report.from_day
+    day = report.from_day if report.by == "day" else report.from_day.replace(day=1)
     while day <= report.to_day:
-        key = day.isoformat() if report.by == "day" else day.isoformat()[:7]
-        if not keys or keys[-1] != key:
-            keys.append(key)
-        day += timedelta(days=1)
+        keys.append(day.isoformat() if report.by == "day" else day.isoformat()[:7])
+        if day >= date.max - timedelta(days=31):
+            break
+        day = day + timedelta(days=1) if report.by == "day" else _next_month(day)
     return [have.get(k) or SpendRow(key=k, estimated_usd=0.0, **_zero()) for k in keys]
+
+
+def _next_month(first: date) -> date:
+    return (first + timedelta(days=32)).replace(day=1)
 
 
 def _zero() -> dict[str, Any]:
@@ -273,7 +316,7 @@ def _render_chart(report: SpendReport) -> None:
     values = [
         (r.cost_usd or 0.0) if by_cost else float(r.input_tokens + r.output_tokens) for r in rows
     ]
-    labels = ["(none)" if r.key is None else str(r.key) for r in rows]
+    labels = ["(none)" if r.key is None else safe_text(r.key) for r in rows]
     shown = [
         _usd(r.cost_usd) if by_cost else f"{int(v):,} tokens"
         for r, v in zip(rows, values, strict=True)
@@ -302,17 +345,22 @@ def _explain_unpriced(unpriced: list[tuple[str, int]]) -> None:
 
     console = out_console()
     for model_id, turns in unpriced:
-        line = Text(f"unpriced: {model_id}, {turns:,} turn(s) with no cost", style="yellow")
+        shown = safe_text(model_id)
+        line = Text(f"unpriced: {shown}, {turns:,} turn(s) with no cost", style="yellow")
         line.append(_pricing_hint(model_id))
         console.print(line, soft_wrap=not console.is_terminal)
 
 
 def _pricing_hint(model_id: str) -> str:
-    manual = f"agora prices set {model_id} --input X --output Y"
+    import shlex
+
+    # A command to copy: quoted for the shell, control characters escaped for the terminal.
+    quoted = safe_text(shlex.quote(model_id))
+    manual = f"agora prices set {quoted} --input X --output Y"
     if model_id.startswith("us-gov.") or ":us-gov-" in model_id:
         return f" (GovCloud: priced by hand) → {manual}"
     if "/" in model_id and not model_id.startswith("arn:"):
-        return f" → agora prices seed {model_id}  (or {manual})"
+        return f" → agora prices seed {quoted}  (or {manual})"
     return f" → agora prices seed --missing  (or {manual})"
 
 
@@ -326,8 +374,8 @@ def _window_doc(window: QuotaWindow) -> dict[str, Any]:
         "from": iso_ms(window.from_ms),
         "to": iso_ms(window.to_ms),
         "tokens": window.tokens,
-        "usd": window.usd,
-        "limits": {"tokens": window.limit_tokens, "usd": window.limit_usd},
+        "usd": money(window.usd),
+        "limits": {"tokens": window.limit_tokens, "usd": money(window.limit_usd)},
         "exhausted": window.exhausted,
     }
 
@@ -381,9 +429,17 @@ def quota(
     """
     from agora_cli.store.clock import SystemClock, parse_instant
     from agora_cli.store.ledger import quota as quota_report
+    from agora_cli.store.values import check_count, check_finite, check_identity
 
+    check_identity("--actor", actor)
+    for flag, tokens in (("--day-tokens", day_tokens), ("--month-tokens", month_tokens)):
+        if tokens is not None:
+            check_count(flag, tokens)
+    for flag, usd in (("--day-usd", day_usd), ("--month-usd", month_usd)):
+        if usd is not None:
+            check_finite(flag, usd)
     at_ms = parse_instant(at, what="--at") if at is not None else SystemClock().now_ms()
-    engine = open_db(db)
+    engine = open_db(db, readonly=True)
     with engine.connect().execution_options(sqlite_deferred=True) as conn:
         report = quota_report(
             conn,
@@ -406,12 +462,24 @@ def quota(
                 "day": _window_doc(report.day),
                 "month": _window_doc(report.month),
                 "exhausted": report.exhausted,
+                "notes": _quota_notes(report),
             }
         )
     else:
         _render_quota(report)
+    for note in _quota_notes(report):
+        say(f"note: {safe_text(note)}", style="yellow")
     if report.exhausted:
         raise typer.Exit(1)
+
+
+def _quota_notes(report: QuotaReport) -> list[str]:
+    if report.actor_seen:
+        return []
+    return [
+        f"the ledger has no usage of actor {report.actor!r} at all "
+        "(a typo? agora spend --by actor lists the actors)"
+    ]
 
 
 def _render_quota(report: QuotaReport) -> None:
@@ -450,7 +518,7 @@ def _render_quota(report: QuotaReport) -> None:
             Col("usd_limit", "USD limit", "right"),
             Col("status"),
         ],
-        title=escape(f"Quota for {report.actor} at {iso_ms(report.at_ms)}"),
+        title=escape(f"Quota for {safe_text(report.actor)} at {iso_ms(report.at_ms)}"),
         row_styles=styles,
     )
     console = out_console()

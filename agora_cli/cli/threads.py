@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from agora_cli.cli.options import DbOpt, JsonOpt, open_db
-from agora_cli.cli.output import emit_json, out_console, say
+from agora_cli.cli.output import emit_json, money, out_console, safe_text, say
 
 if TYPE_CHECKING:
     from agora_cli.store.threads import Thread, ThreadUsageRow, ToolCall, Transcript
@@ -25,15 +25,10 @@ app = typer.Typer(
 
 
 def _json_value(text: str | None) -> Any:
-    """Stored JSON text as a JSON value (text that is not JSON stays a string)."""
-    import json
+    """Stored JSON text as a JSON value (text that is not strict JSON stays a string)."""
+    from agora_cli.store.values import load_json
 
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
+    return load_json(text)
 
 
 def _stdin_is_terminal() -> bool:
@@ -61,8 +56,8 @@ def list_(
     """
     from agora_cli.store.threads import list_threads
 
-    engine = open_db(db)
-    with engine.connect().execution_options(sqlite_deferred=True) as conn:
+    engine = open_db(db, readonly=True)
+    with engine.connect() as conn:
         threads = list_threads(conn, actor_ref=actor, limit=limit)
         conn.rollback()
     rows = [
@@ -94,10 +89,10 @@ def _render_thread_list(rows: list[dict[str, Any]]) -> None:
         return
     lines = [
         [
-            r["id"],
-            r["actor_ref"],
-            r["tenant_ref"] or "—",
-            r["title"] or "(untitled)",
+            safe_text(r["id"]),
+            safe_text(r["actor_ref"]),
+            safe_text(r["tenant_ref"] or "—"),
+            safe_text(r["title"] or "(untitled)"),
             f"{r['messages']:,}",
             str(r["updated_at"])[:19].replace("T", " "),
         ]
@@ -148,7 +143,7 @@ def _thread_doc(thread: Thread, usage: list[ThreadUsageRow]) -> dict[str, Any]:
             "turns": len(usage),
             "input_tokens": sum(u.input_tokens for u in usage),
             "output_tokens": sum(u.output_tokens for u in usage),
-            "cost_usd": sum(costs) if costs else None,
+            "cost_usd": money(sum(costs)) if costs else None,
             "unpriced_turns": len(usage) - len(costs),
         },
     }
@@ -180,7 +175,7 @@ def _usage_doc(row: ThreadUsageRow) -> dict[str, Any]:
         "output_tokens": row.output_tokens,
         "cache_read_tokens": row.cache_read_tokens,
         "cache_write_tokens": row.cache_write_tokens,
-        "cost_usd": row.cost_usd,
+        "cost_usd": money(row.cost_usd),
         "cost_source": row.cost_source,
         "run_id": row.run_id,
         "created_at": _iso(row.created_at),
@@ -228,8 +223,8 @@ def show(
     """
     from agora_cli.store.threads import get_transcript
 
-    engine = open_db(db)
-    with engine.connect().execution_options(sqlite_deferred=True) as conn:
+    engine = open_db(db, readonly=True)
+    with engine.connect() as conn:
         transcript = get_transcript(conn, thread_id)
         conn.rollback()
     doc = _transcript_doc(transcript)
@@ -242,14 +237,17 @@ def show(
 def _render_transcript(doc: dict[str, Any]) -> None:
     from rich.markup import escape
 
+    def shown(value: Any) -> str:  # stored text, for a terminal: never obeyed, never markup
+        return escape(safe_text(value))
+
     console = out_console()
     t = doc["thread"]
     usage = t["usage"]
     cost = "unknown" if usage["cost_usd"] is None else f"${usage['cost_usd']:,.4f}"
     unpriced = f", {usage['unpriced_turns']} unpriced" if usage["unpriced_turns"] else ""
-    console.print(f"[bold]{escape(t['title'] or '(untitled)')}[/bold]  {escape(t['id'])}")
+    console.print(f"[bold]{shown(t['title'] or '(untitled)')}[/bold]  {shown(t['id'])}")
     console.print(
-        f"actor {escape(t['actor_ref'])} · tenant {escape(t['tenant_ref'] or '—')} · "
+        f"actor {shown(t['actor_ref'])} · tenant {shown(t['tenant_ref'] or '—')} · "
         f"created {t['created_at']} · last activity {t['updated_at']}"
     )
     console.print(
@@ -258,19 +256,20 @@ def _render_transcript(doc: dict[str, Any]) -> None:
     )
     for m in doc["messages"]:
         console.print()
-        console.print(f"[bold cyan]#{m['seq']} {escape(m['role'])}[/bold cyan]  {m['created_at']}")
-        console.print(m["content"], markup=False)
+        console.print(f"[bold cyan]#{m['seq']} {shown(m['role'])}[/bold cyan]  {m['created_at']}")
+        # A message body keeps its newlines and tabs; every other control character is shown.
+        console.print(safe_text(m["content"], body=True), markup=False)
         for call in m["tool_calls"]:
             took = f", {call['execution_ms']} ms" if call["execution_ms"] is not None else ""
             console.print(
-                f"  ↳ tool {escape(call['tool_name'])} [{escape(call['status'])}{took}]",
+                f"  ↳ tool {safe_text(call['tool_name'])} [{safe_text(call['status'])}{took}]",
                 markup=False,
             )
         for u in m["usage"]:
             cost = "unknown cost" if u["cost_usd"] is None else f"${u['cost_usd']:,.6f}"
             console.print(
-                f"  · {u['model_id']}: {u['input_tokens']:,} in / {u['output_tokens']:,} out, "
-                f"{cost}",
+                f"  · {safe_text(u['model_id'])}: {u['input_tokens']:,} in / "
+                f"{u['output_tokens']:,} out, {cost}",
                 style="dim",
                 markup=False,
             )
@@ -304,7 +303,7 @@ def delete(
         with engine.connect().execution_options(sqlite_deferred=True) as conn:
             found = get_thread(conn, thread_id)
             conn.rollback()
-        question = (
+        question = safe_text(
             f"Delete thread {found.id} ({found.actor_ref}: {found.title or '(untitled)'}) and "
             "everything in it, for good?"
         )
@@ -317,4 +316,4 @@ def delete(
         emit_json({"id": result.id, "deleted": result.deleted})
         return
     removed = ", ".join(f"{n:,} {table}" for table, n in result.deleted.items() if n)
-    out_console().print(f"Deleted thread {result.id}: {removed}.", markup=False)
+    out_console().print(f"Deleted thread {safe_text(result.id)}: {removed}.", markup=False)

@@ -6,12 +6,14 @@ spec says the store decides. Tests inject a ``ManualClock`` and move it by hand.
 
 from __future__ import annotations
 
+import calendar
 import re
 import time
 from datetime import UTC, date, datetime, timedelta
 from typing import Protocol
 
 from agora_cli.store.errors import InvalidInput
+from agora_cli.store.values import MAX_INSTANT_MS, MIN_INSTANT_MS
 
 __all__ = [
     "DAY_MS",
@@ -57,12 +59,26 @@ class ManualClock:
         self._now += ms
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def iso_ms(ms: int | None) -> str | None:
-    """Format epoch milliseconds as ISO 8601 UTC with milliseconds (``…T21:42:59.123Z``)."""
+    """Format epoch milliseconds as ISO 8601 UTC with milliseconds (``…T21:42:59.123Z``).
+
+    Years always have four digits (``0001-01-01T00:00:00.000Z``), for every instant from year 1
+    to 9999; an instant outside that range (only a foreign writer could store one) is shown as
+    its epoch milliseconds rather than failing the whole command.
+    """
     if ms is None:
         return None
-    dt = datetime.fromtimestamp(ms // 1000, tz=UTC).replace(microsecond=(ms % 1000) * 1000)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    try:
+        dt = _EPOCH + timedelta(milliseconds=ms)
+    except OverflowError:
+        return f"{ms} ms since 1970-01-01 (out of range)"
+    return (
+        f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T"
+        f"{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}.{ms % 1000:03d}Z"
+    )
 
 
 _DAY_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -93,7 +109,13 @@ def parse_instant(text: str, *, what: str = "timestamp") -> int:
         ) from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    return _dt_ms(dt)
+    try:
+        ms = _dt_ms(dt)
+    except OverflowError:
+        ms = None
+    if ms is None or not MIN_INSTANT_MS <= ms <= MAX_INSTANT_MS:
+        raise InvalidInput(f"{what} {text!r} is outside the years 0001 to 9999 (UTC)")
+    return ms
 
 
 def _dt_ms(dt: datetime) -> int:
@@ -115,10 +137,10 @@ def day_window(day: date) -> tuple[int, int]:
 def month_window(day: date) -> tuple[int, int]:
     """The first and last millisecond of the UTC calendar month holding ``day``, inclusive."""
     first = day.replace(day=1)
-    nxt = (first + timedelta(days=32)).replace(day=1)
-    return day_start_ms(first), day_start_ms(nxt) - 1
+    days = calendar.monthrange(day.year, day.month)[1]
+    return day_start_ms(first), day_start_ms(first) + days * DAY_MS - 1
 
 
 def ms_to_date(ms: int) -> date:
     """The UTC calendar day of an epoch-ms instant."""
-    return datetime.fromtimestamp(ms // 1000, tz=UTC).date()
+    return (_EPOCH + timedelta(milliseconds=ms)).date()

@@ -194,10 +194,17 @@ def _day(ms: int) -> str:
 
 
 def _write_prices(engine: Engine, clock: ManualClock, summary: DemoSummary) -> None:
-    from agora_cli.store.pricing import set_price
+    from agora_cli.store.pricing import current_prices, set_price
 
     with engine.begin() as conn:
+        # Never touch a price the demo did not write: an operator's `prices set` (or a seeded
+        # catalog price) of a demo model stays current, and the demo ledger is priced by it.
+        current = current_prices(conn, model_ids=[model for model, *_ in DEMO_PRICES])
         for model, inp, out, cache_read, cache_write in DEMO_PRICES:
+            theirs = current.get(model)
+            if theirs is not None and theirs.source != "demo":
+                summary.priced_models.append(model)
+                continue
             set_price(
                 conn,
                 model,

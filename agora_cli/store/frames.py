@@ -79,6 +79,8 @@ from agora_cli.store.clock import Clock, SystemClock
 from agora_cli.store.engine import dialect_name, retry_transient
 from agora_cli.store.errors import AgoraError, Conflict, InvalidInput
 from agora_cli.store.schema import stream_frame
+from agora_cli.store.sqlexpr import exact_eq
+from agora_cli.store.values import check_identity, dump_json, load_json
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
@@ -137,10 +139,7 @@ class StreamFrame:
         as it is)."""
         if self.frame is None:
             return None
-        try:
-            return json.loads(self.frame)
-        except ValueError:
-            return self.frame
+        return load_json(self.frame)
 
 
 @dataclass(frozen=True)
@@ -175,11 +174,7 @@ def _frame(row: Any) -> StreamFrame:
 
 
 def _check_run_id(run_id: str) -> str:
-    if not isinstance(run_id, str) or not run_id.strip():
-        raise InvalidInput("a run id must be a non-empty string")
-    if len(run_id) > 255:
-        raise InvalidInput(f"run id {run_id[:40]!r}… is longer than 255 characters")
-    return run_id
+    return check_identity("run id", run_id)
 
 
 def read_frames(
@@ -188,7 +183,7 @@ def read_frames(
     """Return a run's rows with ``seq > after``, in order (at most ``limit``)."""
     query = (
         select(sf.c.run_id, sf.c.seq, sf.c.frame, sf.c.created_at)
-        .where(sf.c.run_id == _check_run_id(run_id), sf.c.seq > after)
+        .where(exact_eq(sf.c.run_id, _check_run_id(run_id)), sf.c.seq > after)
         .order_by(sf.c.seq)
     )
     if limit is not None:
@@ -200,7 +195,7 @@ def find_last_frame(conn: Connection, run_id: str) -> StreamFrame | None:
     """Return a run's newest row (highest ``seq``), or ``None`` when it has no rows."""
     row = conn.execute(
         select(sf.c.run_id, sf.c.seq, sf.c.frame, sf.c.created_at)
-        .where(sf.c.run_id == _check_run_id(run_id))
+        .where(exact_eq(sf.c.run_id, _check_run_id(run_id)))
         .order_by(sf.c.seq.desc())
         .limit(1)
     ).first()
@@ -294,10 +289,7 @@ def _checked_frame(frame: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _dumps(body: Mapping[str, Any]) -> str:
-    try:
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"frame is not JSON-serialisable: {exc}") from None
+    return dump_json("frame", body)
 
 
 class _PurgeGate:
@@ -511,7 +503,7 @@ class FrameWriter:
 
 def close(conn: Connection, run_id: str) -> int:
     """Delete one run's rows at once; return how many were deleted."""
-    result = conn.execute(delete(sf).where(sf.c.run_id == _check_run_id(run_id)))
+    result = conn.execute(delete(sf).where(exact_eq(sf.c.run_id, _check_run_id(run_id))))
     return int(result.rowcount)
 
 

@@ -25,6 +25,15 @@ from agora_cli.store.clock import DAY_MS, day_start_ms, day_window, month_window
 from agora_cli.store.engine import dialect_name
 from agora_cli.store.errors import InvalidInput
 from agora_cli.store.schema import token_usage
+from agora_cli.store.sqlexpr import exact_eq
+from agora_cli.store.values import (
+    BIGINT_MAX,
+    check_finite,
+    check_identity,
+    check_instant,
+    check_int,
+    check_optional_identity,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -38,6 +47,7 @@ __all__ = [
     "SpendRow",
     "UnpricedModel",
     "WindowUsage",
+    "actor_has_usage",
     "list_unpriced_models",
     "quota",
     "spend",
@@ -118,6 +128,7 @@ class QuotaReport:
     day: QuotaWindow
     month: QuotaWindow
     exhausted: bool
+    actor_seen: bool = True  # False: the ledger has no row of this actor at all (a typo?)
 
 
 # --- spend ---------------------------------------------------------------------------------
@@ -148,12 +159,12 @@ def _filtered(
     model: str | None,
 ) -> Select[Any]:
     q = q.where(token_usage.c.created_at.between(from_ms, to_ms))
-    if actor is not None:
-        q = q.where(token_usage.c.actor_ref == actor)
-    if tenant is not None:
-        q = q.where(token_usage.c.tenant_ref == tenant)
-    if model is not None:
-        q = q.where(token_usage.c.model_id == model)
+    if check_optional_identity("actor", actor) is not None:
+        q = q.where(exact_eq(token_usage.c.actor_ref, actor))
+    if check_optional_identity("tenant", tenant) is not None:
+        q = q.where(exact_eq(token_usage.c.tenant_ref, tenant))
+    if check_optional_identity("model", model) is not None:
+        q = q.where(exact_eq(token_usage.c.model_id, model))
     return q
 
 
@@ -306,14 +317,17 @@ def sum_actor_usage(
         func.coalesce(func.sum(u.input_tokens + u.output_tokens), 0).label("tokens"),
         func.coalesce(func.sum(cost), 0).label("usd"),
         (func.count() - func.count(u.cost_usd)).label("unpriced"),
-    ).where(u.actor_ref == actor, u.created_at.between(from_ms, to_ms))
+    ).where(exact_eq(u.actor_ref, check_identity("actor", actor)))
+    q = q.where(u.created_at.between(from_ms, to_ms))
     r = conn.execute(q).one()
     return WindowUsage(tokens=int(r.tokens), usd=float(r.usd), unpriced_turns=int(r.unpriced))
 
 
-def _check_limit(value: float | None, what: str) -> None:
-    if value is not None and value < 0:
-        raise InvalidInput(f"the {what} limit must not be negative, not {value}")
+def actor_has_usage(conn: Connection, actor: str) -> bool:
+    """Whether the ledger holds any row of ``actor`` (one indexed probe)."""
+    u = token_usage.c
+    q = select(u.actor_ref).where(exact_eq(u.actor_ref, check_identity("actor", actor))).limit(1)
+    return conn.execute(q).first() is not None
 
 
 def _quota_window(
@@ -321,6 +335,7 @@ def _quota_window(
     *,
     actor: str,
     bounds: tuple[int, int],
+    at_ms: int,
     limit_tokens: int | None,
     limit_usd: float | None,
     provider_cost_only: bool,
@@ -329,7 +344,7 @@ def _quota_window(
         conn,
         actor=actor,
         from_ms=bounds[0],
-        to_ms=bounds[1],
+        to_ms=min(bounds[1], at_ms),
         provider_cost_only=provider_cost_only,
     )
     exhausted = (limit_tokens is not None and used.tokens >= limit_tokens) or (
@@ -361,22 +376,24 @@ def quota(
     """Report an actor's UTC day and calendar-month windows at ``at_ms`` against the limits.
 
     ``tokens`` is Σ(input + output); ``usd`` the sum of known costs (estimates included unless
-    ``provider_cost_only``). A window is exhausted when a given limit is reached (used ≥ limit).
+    ``provider_cost_only``). Only usage at or before ``at_ms`` counts, so a report "as of" a past
+    instant is what a quota check made then would have seen. A window is exhausted when a given
+    limit is reached (used ≥ limit). Limits are finite and not negative.
     """
-    if not actor:
-        raise InvalidInput("actor must be a non-empty string")
-    for value, what in (
-        (day_tokens, "day tokens"),
-        (day_usd, "day USD"),
-        (month_tokens, "month tokens"),
-        (month_usd, "month USD"),
-    ):
-        _check_limit(value, what)
+    check_identity("actor", actor)
+    check_instant("at_ms", at_ms)
+    for tokens, what in ((day_tokens, "day_tokens"), (month_tokens, "month_tokens")):
+        if tokens is not None:
+            check_int(what, tokens, low=0, high=BIGINT_MAX)
+    for usd, what in ((day_usd, "day_usd"), (month_usd, "month_usd")):
+        if usd is not None:
+            check_finite(what, usd)
     today = ms_to_date(at_ms)
     day = _quota_window(
         conn,
         actor=actor,
         bounds=day_window(today),
+        at_ms=at_ms,
         limit_tokens=day_tokens,
         limit_usd=day_usd,
         provider_cost_only=provider_cost_only,
@@ -385,6 +402,7 @@ def quota(
         conn,
         actor=actor,
         bounds=month_window(today),
+        at_ms=at_ms,
         limit_tokens=month_tokens,
         limit_usd=month_usd,
         provider_cost_only=provider_cost_only,
@@ -395,4 +413,6 @@ def quota(
         day=day,
         month=month,
         exhausted=day.exhausted or month.exhausted,
+        actor_seen=bool(day.tokens or month.tokens or month.unpriced_turns)
+        or actor_has_usage(conn, actor),
     )

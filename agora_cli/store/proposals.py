@@ -50,6 +50,19 @@ from agora_cli.store.engine import dialect_name, retry_transient, supports_skip_
 from agora_cli.store.errors import Conflict, InvalidInput, NotFound
 from agora_cli.store.schema import action_proposal as p
 from agora_cli.store.schema import message as m
+from agora_cli.store.sqlexpr import exact_eq
+from agora_cli.store.values import (
+    BIGINT_MAX,
+    MAX_IDENTITY_UNITS,
+    check_identity,
+    check_instant,
+    check_int,
+    check_lease_ms,
+    check_text,
+    dump_json,
+    load_json,
+    utf16_units,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine, RowMapping
@@ -92,7 +105,6 @@ __all__ = [
 ]
 
 ID_PREFIX = "ap_"
-MAX_IDENTITY_UNITS = 255
 DECISIONS = ("pending", "approved", "rejected", "expired")
 MAX_LIST = 1000
 MAX_BACKFILL_BATCH = 10_000
@@ -114,25 +126,6 @@ T = TypeVar("T")
 # --- identity and validation ------------------------------------------------------------------
 
 
-def utf16_units(text: str) -> int:
-    """Count ``text`` in UTF-16 code units (a character outside the BMP counts 2)."""
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
-
-
-def check_identity(name: str, value: object) -> str:
-    """Return ``value`` if it is a valid identity field, else raise ``InvalidInput``."""
-    if not isinstance(value, str) or not value:
-        raise InvalidInput(f"{name} must be a non-empty string")
-    if "\x00" in value:
-        raise InvalidInput(f"{name} must not contain a NUL character")
-    units = utf16_units(value)
-    if units > MAX_IDENTITY_UNITS:
-        raise InvalidInput(
-            f"{name} is {units} UTF-16 code units long; the limit is {MAX_IDENTITY_UNITS}"
-        )
-    return value
-
-
 def _check_optional(name: str, value: str | None) -> str | None:
     return None if value is None else check_identity(name, value)
 
@@ -144,16 +137,16 @@ def _check_limit(limit: object, high: int = MAX_LIST) -> int:
 
 
 def _check_lease_ms(lease_ms: object) -> int:
-    if not isinstance(lease_ms, int) or isinstance(lease_ms, bool) or lease_ms < 1:
-        raise InvalidInput(f"lease_ms must be a positive number of milliseconds, not {lease_ms!r}")
-    return lease_ms
+    # A lease ends at most 7 days out: checked before any SQL, so that a claim can never be
+    # committed with an expiry that its own result (or any later read) cannot represent.
+    return check_lease_ms(lease_ms)
 
 
 def _check_lease_args(token: object, generation: object) -> None:
     if not isinstance(token, str) or not token:
         raise InvalidInput("the lease token must be a non-empty string")
-    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 1:
-        raise InvalidInput(f"generation must be a positive integer, not {generation!r}")
+    check_text("the lease token", token)
+    check_int("generation", generation, low=1, high=BIGINT_MAX)
 
 
 def proposal_id(run_id: str, tool_call_id: str) -> str:
@@ -170,20 +163,8 @@ def default_idempotency_key(run_id: str, tool_call_id: str) -> str:
     return check_identity("idempotency_key", f"{run_id}:{tool_call_id}")
 
 
-def _dump_json(name: str, value: Any) -> str:
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"{name} is not JSON-serialisable: {exc}") from None
-
-
-def _load_json(text: str | None) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
+_dump_json = dump_json
+_load_json = load_json
 
 
 def _token_hash(token: str) -> str:
@@ -386,9 +367,13 @@ def _in_scope(proposal: Proposal, pid: str, scope: Scope) -> bool:
 
 def _scope_filter(scope: Scope) -> Any:
     tenant = (
-        p.c.tenant_ref.is_(None) if scope.tenant_ref is None else p.c.tenant_ref == scope.tenant_ref
+        p.c.tenant_ref.is_(None)
+        if scope.tenant_ref is None
+        else exact_eq(p.c.tenant_ref, scope.tenant_ref)
     )
-    return and_(tenant, p.c.actor_ref == scope.actor_ref, p.c.thread_id == scope.thread_id)
+    return and_(
+        tenant, exact_eq(p.c.actor_ref, scope.actor_ref), exact_eq(p.c.thread_id, scope.thread_id)
+    )
 
 
 def _clock(clock: Clock | None) -> Clock:
@@ -429,10 +414,8 @@ def _resolve_identity(new: NewProposal) -> tuple[str, str]:
         pid = proposal_id(run_id, call_id)
     if key is None:
         key = default_idempotency_key(run_id, call_id) if run_id and call_id else pid
-    if new.expires_at is not None and (
-        not isinstance(new.expires_at, int) or isinstance(new.expires_at, bool)
-    ):
-        raise InvalidInput("expires_at must be epoch milliseconds")
+    if new.expires_at is not None:
+        check_instant("expires_at", new.expires_at)
     return pid, key
 
 
@@ -527,7 +510,7 @@ def create_proposal(
 def find_proposal(conn: Connection, proposal_id: str, *, scope: Scope) -> Proposal | None:
     """Return the proposal with this id in this scope, or ``None``."""
     check_identity("id", proposal_id)
-    stmt = select(*_COLUMNS).where(p.c.id == proposal_id, _scope_filter(scope))
+    stmt = select(*_COLUMNS).where(exact_eq(p.c.id, proposal_id), _scope_filter(scope))
     row = conn.execute(stmt).mappings().first()
     if row is None:
         return None
@@ -578,8 +561,8 @@ def _check_decide(decision: str, decided_by: str, note: str | None) -> None:
     if decision not in ("approved", "rejected"):
         raise InvalidInput(f"decision must be approved or rejected, not {decision!r}")
     check_identity("decided_by", decided_by)
-    if note is not None and not isinstance(note, str):
-        raise InvalidInput("note must be text")
+    if note is not None:
+        check_text("note", note)
 
 
 def decide_proposal(
@@ -803,8 +786,8 @@ def _check_settle(outcome: str, result: Any, error: str | None) -> str | None:
     """Validate a settlement; the result as JSON text."""
     if outcome not in ("succeeded", "failed"):
         raise InvalidInput(f"outcome must be succeeded or failed, not {outcome!r}")
-    if error is not None and not isinstance(error, str):
-        raise InvalidInput("error must be text")
+    if error is not None:
+        check_text("error", error)
     return None if result is None else _dump_json("result", result)
 
 

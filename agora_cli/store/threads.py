@@ -17,7 +17,6 @@ connection whose ``foreign_keys`` pragma is off.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +38,8 @@ from agora_cli.store.schema import (
     token_usage,
     tool_call,
 )
+from agora_cli.store.sqlexpr import exact_eq
+from agora_cli.store.values import check_identity, check_optional_identity, check_text, dump_json
 
 if TYPE_CHECKING:
     from sqlalchemy import Table
@@ -80,7 +81,6 @@ __all__ = [
 ]
 
 RUN_TERMINAL_STATUSES = ("completed", "failed", "cancelled")
-_IDENT_MAX = 255
 
 
 @dataclass(frozen=True)
@@ -271,23 +271,14 @@ def _new_id() -> str:
 
 
 def _ident(value: str | None, what: str, *, optional: bool = False) -> str | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or not value:
-        raise InvalidInput(f"{what} must be a non-empty string")
-    if len(value) > _IDENT_MAX:
-        raise InvalidInput(f"{what} is longer than {_IDENT_MAX} characters")
-    return value
+    if optional:
+        return check_optional_identity(what, value)
+    return check_identity(what, value)
 
 
-def _dump(value: Any) -> str | None:
-    """A JSON value as stored text (``None`` stays NULL)."""
-    if value is None:
-        return None
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"not a JSON value: {exc}") from None
+def _dump(value: Any, what: str = "a JSON payload") -> str | None:
+    """A JSON value as stored text, strict JSON only (``None`` stays NULL)."""
+    return None if value is None else dump_json(what, value)
 
 
 def _thread(row: Mapping[Any, Any]) -> Thread:
@@ -340,7 +331,8 @@ def _message_order() -> tuple[Any, ...]:
 
 def _lock_thread(conn: Connection, thread_id: str) -> Thread:
     """Read the thread row and hold its write lock until the transaction ends."""
-    q = select(thread).where(thread.c.id == thread_id).with_for_update()
+    check_identity("thread_id", thread_id)
+    q = select(thread).where(exact_eq(thread.c.id, thread_id)).with_for_update()
     row = conn.execute(q).mappings().first()
     if row is None:
         raise NotFound(f"no thread {thread_id!r}")
@@ -382,7 +374,7 @@ def create_thread(
         "id": _ident(thread_id or _new_id(), "thread id"),
         "actor_ref": _ident(actor_ref, "actor_ref"),
         "tenant_ref": _ident(tenant_ref, "tenant_ref", optional=True),
-        "title": title,
+        "title": check_text("title", title),
         "persona": _ident(persona, "persona"),
         "model": _ident(model, "model", optional=True),
         "default_agent": _ident(default_agent, "default_agent", optional=True),
@@ -401,7 +393,8 @@ def create_thread(
 
 def find_thread(conn: Connection, thread_id: str) -> Thread | None:
     """Return the thread, or ``None``."""
-    row = conn.execute(select(thread).where(thread.c.id == thread_id)).mappings().first()
+    check_identity("thread_id", thread_id)
+    row = conn.execute(select(thread).where(exact_eq(thread.c.id, thread_id))).mappings().first()
     return None if row is None else _thread(row)
 
 
@@ -434,7 +427,7 @@ def list_threads(
         thread.c.updated_at,
     )
     if actor_ref is not None:
-        q = q.where(thread.c.actor_ref == actor_ref)
+        q = q.where(exact_eq(thread.c.actor_ref, check_identity("actor_ref", actor_ref)))
     q = q.order_by(thread.c.updated_at.desc(), thread.c.id.desc()).limit(limit)
     return [
         ThreadSummary(
@@ -473,21 +466,20 @@ def append_message(
 
     Locks the thread row first, so concurrent appenders on one thread take turns.
     """
-    if not isinstance(content, str):
-        raise InvalidInput("content must be a string")
+    check_text("content", content)
     values: dict[str, Any] = {
         "id": _ident(message_id or _new_id(), "message id"),
         "thread_id": _ident(thread_id, "thread_id"),
         "role": _ident(role, "role"),
         "content": content,
-        "tool_calls": _dump(tool_calls),
-        "tool_results": _dump(tool_results),
-        "attachments": _dump(attachments),
-        "follow_ups": _dump(follow_ups),
-        "usage": _dump(usage),
+        "tool_calls": _dump(tool_calls, "tool_calls"),
+        "tool_results": _dump(tool_results, "tool_results"),
+        "attachments": _dump(attachments, "attachments"),
+        "follow_ups": _dump(follow_ups, "follow_ups"),
+        "usage": _dump(usage, "usage"),
         "persona": _ident(persona, "persona", optional=True),
         "run_id": _ident(run_id, "run_id", optional=True),
-        "outcome": _dump(outcome),
+        "outcome": _dump(outcome, "outcome"),
     }
     _lock_thread(conn, thread_id)
     now = _clock(clock).now_ms()
@@ -704,7 +696,9 @@ def record_tool_call(
 
 def get_tool_call(conn: Connection, tool_call_id: str) -> ToolCall:
     """Return a tool call; ``NotFound`` if there is none."""
-    row = conn.execute(select(tool_call).where(tool_call.c.id == tool_call_id)).mappings().first()
+    check_identity("tool_call_id", tool_call_id)
+    q = select(tool_call).where(exact_eq(tool_call.c.id, tool_call_id))
+    row = conn.execute(q).mappings().first()
     if row is None:
         raise NotFound(f"no tool call {tool_call_id!r}")
     return _tool_call(row)
@@ -724,7 +718,7 @@ def complete_tool_call(
     now = _clock(clock).now_ms()
     stmt = (
         update(tool_call)
-        .where(tool_call.c.id == tool_call_id, tool_call.c.executed_at.is_(None))
+        .where(exact_eq(tool_call.c.id, tool_call_id), tool_call.c.executed_at.is_(None))
         .values(
             status=_ident(status, "status"),
             output=_dump(output),
@@ -777,7 +771,8 @@ def start_run(
 
 def get_run(conn: Connection, run_id: str) -> Run:
     """Return a run; ``NotFound`` if there is none."""
-    row = conn.execute(select(run).where(run.c.id == run_id)).mappings().first()
+    check_identity("run_id", run_id)
+    row = conn.execute(select(run).where(exact_eq(run.c.id, run_id))).mappings().first()
     if row is None:
         raise NotFound(f"no run {run_id!r}")
     return _run(row)
@@ -814,7 +809,7 @@ def end_run(
     changes.update({k: v for k, v in extra.items() if v is not None})
     stmt = (
         update(run)
-        .where(run.c.id == run_id, run.c.status.not_in(RUN_TERMINAL_STATUSES))
+        .where(exact_eq(run.c.id, run_id), run.c.status.not_in(RUN_TERMINAL_STATUSES))
         .values(changes)
     )
     ended = conn.execute(stmt).rowcount == 1

@@ -4,7 +4,7 @@ Every store module validates through these functions, so the same value gets the
 everywhere (an actor accepted by ``create_thread`` is accepted as a proposal scope) and every
 bound is what Python's ``datetime`` and all three dialects can hold, checked before any SQL runs:
 
-- identities (ids, actors, tenants, model ids, tool names): non-empty text of valid Unicode
+- identities (ids, actors, tenants, model ids, tool names): non-blank text of valid Unicode
   (no lone surrogates, which no database column can store), no NUL, at most 255 UTF-16 code
   units (an emoji counts 2; the TypeScript runtime counts the same way);
 - JSON payloads: strict JSON only (``NaN`` and ``Infinity`` are refused, as are values nested
@@ -72,8 +72,8 @@ def check_text(name: str, value: object) -> str:
 
 def check_identity(name: str, value: object) -> str:
     """Return ``value`` if it is a valid identity field, else raise ``InvalidInput``."""
-    if not isinstance(value, str) or not value:
-        raise InvalidInput(f"{name} must be a non-empty string")
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(f"{name} must be a non-empty string (not blank)")
     check_text(name, value)
     units = utf16_units(value)
     if units > MAX_IDENTITY_UNITS:

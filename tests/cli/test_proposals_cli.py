@@ -423,7 +423,7 @@ def test_settle_rejects_bad_arguments(cli: Any, db: str) -> None:
     zero = cli("proposals", "settle", "ap_x", "--token", "t", "--generation", "0", "--failed")
     assert "generation" in one_error(zero, 2)
     lease = cli("proposals", "claim-next", "--worker", "w", "--lease-ms", "0", "--db", db)
-    assert "lease_ms" in one_error(lease, 2)
+    assert "--lease-ms" in one_error(lease, 2)
 
 
 def test_expire(cli: Any, db: str, tmp_path: Path) -> None:

@@ -274,7 +274,8 @@ def test_quota_json_example_of_the_spec(cli: Any, db_url: str, engine: Any) -> N
     )
     assert r.exit_code == 0, r.stderr
     doc = r.json()
-    assert set(doc) == {"actor", "at", "day", "month", "exhausted"}
+    assert set(doc) == {"actor", "at", "day", "month", "exhausted", "notes"}
+    assert doc["notes"] == []
     assert set(doc["day"]) == WINDOW_KEYS and set(doc["month"]) == WINDOW_KEYS
     assert doc["actor"] == "alice" and doc["at"] == "2026-03-10T12:00:00.000Z"
     assert doc["day"] == {
