@@ -80,3 +80,65 @@ def no_data(result: CliResult) -> bool:
         and doc["error"]["exit_code"] == result.exit_code
         and result.stderr == f"error: {doc['error']['message']}\n"
     )
+
+
+# --- legacy proposals, as an older writer left them -----------------------------------------
+
+STATES: list[dict[str, Any]] = [
+    {"decision": "pending", "expires_at": 50},
+    {"decision": "approved", "decided_at": 20, "execution_state": "queued"},
+    {
+        "decision": "approved",
+        "decided_at": 21,
+        "execution_state": "running",
+        "lease_expires_at": 60,
+    },
+    {"decision": "rejected", "decided_at": 22},
+    {"decision": "approved", "decided_at": 23, "execution_state": "succeeded", "settled_at": 30},
+]
+EXPECTED = [("pending", 50), ("queued", 20), ("running", 60), ("done", None), ("done", None)]
+
+
+def insert_legacy(engine: Any, n: int) -> None:
+    """Write ``n`` proposals as an older writer would: no discovery columns."""
+    from sqlalchemy import select
+
+    from agora_cli.store.schema import action_proposal, thread
+
+    with engine.begin() as conn:
+        if not conn.execute(select(thread.c.id).where(thread.c.id == "t1")).first():
+            conn.execute(
+                thread.insert().values(
+                    id="t1",
+                    actor_ref="alice",
+                    tenant_ref=None,
+                    title="",
+                    created_at=0,
+                    updated_at=0,
+                )
+            )
+        rows = []
+        for i in range(n):
+            # Only the columns an older writer knew: no discovery or outcome columns.
+            row = {
+                c.name: None
+                for c in action_proposal.columns
+                if not c.name.startswith(("discovery", "outcome"))
+            }
+            row.update(
+                id=f"legacy-{i:05d}",
+                idempotency_key=f"key-{i:05d}",
+                actor_ref="alice",
+                thread_id="t1",
+                tool_name="refund",
+                input=f'{{"order": {i}}}',
+                decided_by="bob" if STATES[i % len(STATES)].get("decided_at") else None,
+                generation=0,
+                attempts=0,
+                version=2,
+                created_at=i,
+                updated_at=i + 1,
+                **STATES[i % len(STATES)],
+            )
+            rows.append(row)
+        conn.execute(action_proposal.insert(), rows)

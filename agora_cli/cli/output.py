@@ -7,6 +7,7 @@ spinners go to stderr, and only when stderr is a terminal.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import os
@@ -122,16 +123,25 @@ def out_console() -> Console:
     On a terminal it takes the terminal's width; piped or redirected it is 200 columns wide
     (or ``$COLUMNS``) so that tables in logs and files are never cut to 80.
     """
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 200)
+    return _console_class()(file=sys.stdout, highlight=False, soft_wrap=False, width=width)
+
+
+@functools.cache
+def _console_class() -> type[Console]:
     from rich.console import Console
 
-    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 200)
-    return Console(file=sys.stdout, highlight=False, soft_wrap=False, width=width)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # Rich would exit 1 here; the root group turns a broken pipe into a quiet 141,
+            # like JSON output and other Unix tools (`agora spend | head`).
+            raise BrokenPipeError
+
+    return _Console
 
 
 def err_console() -> Console:
-    from rich.console import Console
-
-    return Console(file=sys.stderr, highlight=False, stderr=True, soft_wrap=True)
+    return _console_class()(file=sys.stderr, highlight=False, stderr=True, soft_wrap=True)
 
 
 def emit_json(doc: Any) -> None:
