@@ -130,7 +130,8 @@ def open_engine(url: str | None = None, *, check: bool = True, **kwargs: Any) ->
         _install_sqlite_events(engine, event)
     if check:
         try:
-            with engine.connect() as conn:
+            # deferred on SQLite: proving the connection must not wait for another's write lock
+            with engine.connect().execution_options(sqlite_deferred=True) as conn:
                 conn.exec_driver_sql("SELECT 1")
         except Exception as exc:
             engine.dispose()
