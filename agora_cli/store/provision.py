@@ -5,6 +5,11 @@ and against a current schema does nothing else: no DDL, no lock. When something 
 the session-level provisioning lock (PostgreSQL ``pg_try_advisory_lock``, MySQL ``GET_LOCK``
 salted with the database name; SQLite's ``BEGIN IMMEDIATE`` is its own lock), re-reads the
 catalog, and creates only what is still missing. It never drops, renames or rewrites anything.
+
+Before any DDL it refuses (``SchemaDrift``, creating nothing) what it cannot build on: an expected
+index name already taken by another table's index (PostgreSQL and SQLite index names are
+schema-wide, and ``CREATE INDEX IF NOT EXISTS`` would silently skip it), and on MySQL an existing
+agent table that is not InnoDB in ``utf8mb4_bin`` (its foreign keys cannot be formed).
 """
 
 from __future__ import annotations
@@ -20,7 +25,12 @@ from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.schema import CreateColumn, CreateIndex, CreateTable, ExecutableDDLElement
 
 from agora_cli.store.engine import dialect_name, translate_error
-from agora_cli.store.errors import DatabaseError, LockTimeout, UnknownDialect
+from agora_cli.store.errors import (
+    DatabaseError,
+    LockTimeout,
+    SchemaDrift,
+    UnknownDialect,
+)
 from agora_cli.store.schema import UPGRADE_COLUMNS, UPGRADE_INDEXES, metadata
 
 __all__ = [
@@ -49,6 +59,7 @@ PROBLEM_KINDS = (
 )
 _PG_LOCK_KEY = 0x61676F7261  # "agora"
 _LIKE = "agent!_%"
+_CONVERT = "ENGINE=InnoDB, CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
 
 
 @dataclass(frozen=True)
@@ -63,12 +74,19 @@ class ForeignKeyShape:
 
 @dataclass
 class Catalog:
-    """What the live database holds of the agent tables."""
+    """What the live database holds of the agent tables.
+
+    ``index_owners`` maps an ``agent_*`` index name to the table it is on, whatever that table,
+    where index names are schema-wide (PostgreSQL, SQLite; empty on MySQL, where they are per
+    table). ``table_options`` (MySQL: engine, collation) is read by the full check, and by
+    provisioning only when it has DDL to run.
+    """
 
     columns: dict[str, set[str]] = field(default_factory=dict)
     indexes: dict[str, set[str]] = field(default_factory=dict)
     foreign_keys: dict[str, list[ForeignKeyShape]] = field(default_factory=dict)
     table_options: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    index_owners: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -125,12 +143,16 @@ def _rows(conn: Connection, sql: str) -> list[Any]:
     return list(conn.execute(text(sql), {"p": _LIKE}).all())
 
 
-def _fill(cat: Catalog, cols: list[Any], idx: list[Any]) -> None:
+def _fill(cat: Catalog, cols: list[Any], idx: list[Any], *, schema_wide: bool) -> None:
     for table, column in cols:
         cat.columns.setdefault(str(table), set()).add(str(column))
     for table, index in idx:
-        if index is not None:
+        if index is None:
+            continue
+        if str(table).startswith("agent_"):
             cat.indexes.setdefault(str(table), set()).add(str(index))
+        if schema_wide:
+            cat.index_owners[str(index)] = str(table)
 
 
 def _read_pg(conn: Connection, full: bool) -> Catalog:
@@ -146,9 +168,10 @@ def _read_pg(conn: Connection, full: bool) -> Catalog:
     idx = _rows(
         conn,
         "SELECT tablename, indexname FROM pg_catalog.pg_indexes "
-        "WHERE schemaname = current_schema() AND tablename LIKE :p ESCAPE '!'",
+        "WHERE schemaname = current_schema() "
+        "AND (tablename LIKE :p ESCAPE '!' OR indexname LIKE :p ESCAPE '!')",
     )
-    _fill(cat, cols, idx)
+    _fill(cat, cols, idx, schema_wide=True)
     if full:
         fks = _rows(
             conn,
@@ -186,7 +209,7 @@ def _read_mysql(conn: Connection, full: bool) -> Catalog:
         "SELECT DISTINCT table_name, index_name FROM information_schema.statistics "
         "WHERE table_schema = DATABASE() AND table_name LIKE :p ESCAPE '!'",
     )
-    _fill(cat, cols, idx)
+    _fill(cat, cols, idx, schema_wide=False)
     if full:
         fks = _rows(
             conn,
@@ -213,13 +236,17 @@ def _read_mysql(conn: Connection, full: bool) -> Catalog:
                     None if rule in ("NO ACTION", "RESTRICT") else rule,
                 )
             )
-        for table, engine, collation in _rows(
-            conn,
-            "SELECT table_name, engine, table_collation FROM information_schema.tables "
-            "WHERE table_schema = DATABASE() AND table_name LIKE :p ESCAPE '!'",
-        ):
-            cat.table_options[table] = (engine, collation)
+        _read_mysql_options(conn, cat)
     return cat
+
+
+def _read_mysql_options(conn: Connection, cat: Catalog) -> None:
+    for table, engine, collation in _rows(
+        conn,
+        "SELECT table_name, engine, table_collation FROM information_schema.tables "
+        "WHERE table_schema = DATABASE() AND table_name LIKE :p ESCAPE '!'",
+    ):
+        cat.table_options[table] = (engine, collation)
 
 
 def _read_sqlite(conn: Connection, full: bool) -> Catalog:
@@ -232,9 +259,9 @@ def _read_sqlite(conn: Connection, full: bool) -> Catalog:
     idx = _rows(
         conn,
         "SELECT tbl_name, name FROM sqlite_master "
-        "WHERE type = 'index' AND tbl_name LIKE :p ESCAPE '!'",
+        "WHERE type = 'index' AND (tbl_name LIKE :p ESCAPE '!' OR name LIKE :p ESCAPE '!')",
     )
-    _fill(cat, cols, idx)
+    _fill(cat, cols, idx, schema_wide=True)
     if full:
         fks = _rows(
             conn,
@@ -405,6 +432,71 @@ def revision_statements(revision: str, dialect: str) -> list[str]:
     return steps
 
 
+# --------------------------------------------------------------------------- refusals
+
+
+def _plan_checked(conn: Connection, dialect: Dialect) -> list[_Step]:
+    """Read the catalog and plan what is missing; refuse what provisioning cannot build on."""
+    cat = read_catalog(conn)
+    steps = _plan(cat, dialect)
+    if steps:
+        _refuse_unbuildable(conn, cat, steps)
+    return steps
+
+
+def _refuse_unbuildable(conn: Connection, cat: Catalog, steps: list[_Step]) -> None:
+    """Raise ``SchemaDrift`` (before any DDL) for what no statement of ``steps`` could fix.
+
+    An expected index name taken by another table's index: ``CREATE INDEX IF NOT EXISTS`` would
+    skip it silently, on every run. On MySQL, an agent table that is not InnoDB in
+    ``utf8mb4_bin``: the first foreign key to it fails (errno 150) after other tables exist.
+    One more catalog query on MySQL, and only when there is DDL to run.
+    """
+    name = dialect_name(conn)
+    reasons = []
+    for step in steps:
+        owner = cat.index_owners.get(step.name) if step.kind == "index" else None
+        if owner is not None and owner != step.table:
+            reasons.append(
+                f"index {step.name} belongs on {step.table}, but an index on table {owner} "
+                f"already has that name (index names are shared by the whole schema on {name}): "
+                f"rename or drop that index on {owner}, then provision again"
+            )
+    if name == "mysql":
+        _read_mysql_options(conn, cat)
+        wrong = _wrong_table_options(cat)
+        if wrong:
+            described = ", ".join(f"{t} is ENGINE={e} with {c}" for t, e, c in wrong)
+            converts = "; ".join(f"ALTER TABLE {t} {_CONVERT}" for t, _, _ in wrong)
+            rewrites = "each rewrites its table" if len(wrong) > 1 else "it rewrites the table"
+            reasons.append(
+                f"{described}, but agora's tables must be InnoDB in utf8mb4_bin (else their "
+                f"foreign keys cannot be formed and ids compare case-insensitively): convert "
+                f"first with {converts} ({rewrites}), then provision again"
+            )
+    if reasons:
+        raise SchemaDrift(f"cannot provision: {'; '.join(reasons)}; nothing was changed")
+
+
+def _engine_ok(engine: str | None) -> bool:
+    return str(engine).lower() == "innodb"
+
+
+def _collation_ok(collation: str | None) -> bool:
+    return collation == "utf8mb4_bin"
+
+
+def _wrong_table_options(cat: Catalog) -> list[tuple[str, str | None, str | None]]:
+    """The existing agent tables (MySQL) whose engine or collation agora cannot build on."""
+    out = []
+    for table in metadata.sorted_tables:
+        if table.name in cat.table_options:
+            engine, collation = cat.table_options[table.name]
+            if not (_engine_ok(engine) and _collation_ok(collation)):
+                out.append((table.name, engine, collation))
+    return out
+
+
 # --------------------------------------------------------------------------- locking
 
 
@@ -463,18 +555,23 @@ def ensure_agent_tables(
     """Bring the database to the current agent schema, idempotently; report what was done.
 
     ``bind`` is normally an ``Engine``: the catalog is read on a short connection and DDL, when
-    needed, runs on a connection of its own under the provisioning lock. With a ``Connection``
-    and ``lock=False`` (inside a migration, which already holds the lock) everything runs on that
-    connection. SQLite always uses the given connection: its single writer is the lock.
+    needed, runs on a connection of its own under the provisioning lock (waited for up to
+    ``lock_timeout_s``). With a ``Connection`` and ``lock=False`` (inside a migration, which
+    already holds the lock) everything runs on that connection. SQLite always uses the given
+    connection: its single writer is the lock.
+
+    ``SchemaDrift`` (nothing
+    created, dry run or not) for what it cannot build on: an expected index name that another
+    table's index has, or a MySQL agent table that is not InnoDB in ``utf8mb4_bin``.
     """
     name = dialect_name(bind)
     dialect = compile_dialect(name)
     if isinstance(bind, Engine):
         with bind.connect().execution_options(sqlite_deferred=True) as conn:
-            steps = _plan(read_catalog(conn), dialect)
+            steps = _plan_checked(conn, dialect)
             conn.rollback()
     else:
-        steps = _plan(read_catalog(bind), dialect)
+        steps = _plan_checked(bind, dialect)
     if not steps or dry_run:
         return _report(name, steps, already_current=not steps, dry_run=dry_run)
 
@@ -494,7 +591,7 @@ def ensure_agent_tables(
 
 def _apply_on(conn: Connection, dialect: Dialect, *, nested: bool) -> list[_Step]:
     """Re-read under the lock/transaction and run what is still missing on ``conn``."""
-    steps = _plan(read_catalog(conn), dialect)
+    steps = _plan_checked(conn, dialect)
     for step in steps:
         if nested:
             with conn.begin_nested():
@@ -506,7 +603,7 @@ def _apply_on(conn: Connection, dialect: Dialect, *, nested: bool) -> list[_Step
 
 def _apply_each(conn: Connection, dialect: Dialect) -> list[_Step]:
     """Run each missing step in its own transaction; a lost race is re-checked, not raised."""
-    steps = _plan(read_catalog(conn), dialect)
+    steps = _plan_checked(conn, dialect)
     conn.commit()
     done: list[_Step] = []
     for step in steps:
@@ -566,14 +663,21 @@ def check_agent_tables(bind: Engine | Connection) -> list[Problem]:
                 )
         for index in _sorted_indexes(table):
             if index.name not in cat.indexes.get(t, set()):
-                problems.append(Problem("missing_index", t, f"index {index.name} is missing"))
+                detail = f"index {index.name} is missing"
+                owner = cat.index_owners.get(str(index.name))
+                if owner is not None:
+                    detail += (
+                        f": an index on table {owner} has that name (rename or drop that one, "
+                        "then provision)"
+                    )
+                problems.append(Problem("missing_index", t, detail))
         for fk in table.foreign_key_constraints:
             problems.extend(_check_fk(t, fk, cat.foreign_keys.get(t, [])))
         if is_mysql:
             engine, collation = cat.table_options.get(t, (None, None))
-            if str(engine).lower() != "innodb":
+            if not _engine_ok(engine):
                 problems.append(Problem("wrong_engine", t, f"{t} uses ENGINE={engine}, not InnoDB"))
-            if collation != "utf8mb4_bin":
+            if not _collation_ok(collation):
                 problems.append(
                     Problem("wrong_collation", t, f"{t} uses {collation}, not utf8mb4_bin")
                 )

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import event, insert, select, text
 
 from agora_cli.store.engine import open_engine, server_version
+from agora_cli.store.errors import SchemaDrift
 from agora_cli.store.provision import (
     check_agent_tables,
     create_table_statements,
@@ -66,7 +67,7 @@ def test_second_run_issues_no_ddl_and_takes_no_lock(engine: Any) -> None:
     assert not [s for s in seen if s.lstrip().upper().startswith(DDL_WORDS)]
     assert not [s for s in seen if any(w in s for w in LOCK_WORDS)]
     catalog_queries = [s for s in seen if "SELECT" in s.upper()]
-    assert 1 <= len(catalog_queries) <= 6
+    assert len(catalog_queries) == 2  # columns and indexes; engine options only before DDL
 
 
 def test_repairs_missing_columns_and_indexes_and_keeps_data(empty_url: str, dialect: str) -> None:
@@ -377,3 +378,24 @@ def test_create_table_statements_cover_every_table_and_index(name: str) -> None:
         assert all("ENGINE=InnoDB" in s and "utf8mb4_bin" in s for s in creates)
         assert any("LONGTEXT" in s for s in creates)
     assert all(not s.endswith(";") for s in statements)
+
+
+def test_index_name_taken_elsewhere_refuses_dry_run_and_real_run_alike(
+    empty_url: str, dialect: str
+) -> None:
+    if dialect == "mysql":
+        pytest.skip("index names are per table on MySQL/MariaDB: another table cannot take one")
+    engine = open_engine(empty_url)
+    # taken by another *agent* table's index: a name is recognised on its own table only
+    ensure_agent_tables(engine)
+    _exec(
+        engine,
+        "DROP INDEX agent_run_started_idx",
+        "CREATE INDEX agent_run_started_idx ON agent_message (created_at)",
+    )
+    for dry_run in (True, False):
+        with pytest.raises(SchemaDrift, match="an index on table agent_message"):
+            ensure_agent_tables(engine, dry_run=dry_run)
+    [problem] = check_agent_tables(engine)
+    assert problem.kind == "missing_index" and "agent_message" in problem.detail
+    engine.dispose()
