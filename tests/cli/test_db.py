@@ -286,3 +286,97 @@ def test_non_innodb_or_latin1_table_is_refused_before_any_ddl(
     )
     assert cli("db", "provision", "--db", empty_url).exit_code == 0
     assert cli("db", "check", "--db", empty_url).exit_code == 0
+
+
+class _Blocker:
+    """Another session's open transaction that has read ``agent_thread`` (and so holds a lock on
+    it); released by ``close`` or, so that no test can hang, by a watchdog after 60 s."""
+
+    def __init__(self, url: str, dialect: str) -> None:
+        import threading
+
+        from agora_cli.store.engine import open_engine
+
+        self.engine = open_engine(url)
+        self.conn = self.engine.connect()  # SQLite: our engine begins with BEGIN IMMEDIATE
+        self.conn.exec_driver_sql("SELECT * FROM agent_thread").all()
+        who = {"postgresql": "SELECT pg_backend_pid()", "mysql": "SELECT CONNECTION_ID()"}
+        self.pid = self.conn.exec_driver_sql(who[dialect]).scalar() if dialect in who else None
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(60, self.close)
+        self._timer.start()
+
+    def close(self) -> None:
+        with self._lock:
+            self._timer.cancel()
+            if not self.conn.closed:
+                self.conn.rollback()
+                self.conn.close()
+                self.engine.dispose()
+
+
+def _missing_summary(url: str, dialect: str, cli: Any) -> None:
+    assert cli("db", "provision", "--db", url).exit_code == 0
+    _exec(url, "ALTER TABLE agent_thread DROP COLUMN summary")
+
+
+def _error_line_after_notes(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert all(line.startswith("note: ") for line in lines[:-1]), stderr
+    return _one_error_line(lines[-1])
+
+
+def _assert_lock_timeout_line(line: str, dialect: str, blocker: _Blocker) -> None:
+    assert "gave up after 1 s" in line and "nothing was changed" in line
+    if dialect != "sqlite":
+        assert "waiting for a lock on agent_thread" in line
+    if dialect == "postgresql":
+        assert f"pid {blocker.pid}" in line and "idle in transaction" in line
+        assert "transaction open" in line
+    elif dialect == "mysql":
+        assert f"thread {blocker.pid}" in line and "transaction open" in line
+    else:
+        assert "write lock" in line
+
+
+@pytest.mark.parametrize("command", ["provision", "upgrade"])
+def test_ddl_behind_an_open_transaction_gives_up_after_lock_timeout(
+    empty_url: str, dialect: str, command: str, cli: Any
+) -> None:
+    import time
+
+    _missing_summary(empty_url, dialect, cli)
+    blocker = _Blocker(empty_url, dialect)
+    try:
+        started = time.monotonic()
+        result = cli("db", command, "--lock-timeout", "1", "--db", empty_url, "--json")
+        elapsed = time.monotonic() - started
+        assert result.exit_code == 3, (result.stdout, result.stderr)
+        assert elapsed < 8, elapsed
+        assert result.stdout == ""
+        # (upgrade's forward-only note comes first, as on every upgrade)
+        _assert_lock_timeout_line(_error_line_after_notes(result.stderr), dialect, blocker)
+    finally:
+        blocker.close()
+    # nothing is half-done: the column is still the only difference, no revision recorded
+    check = cli("db", "check", "--db", empty_url, "--json").json()
+    assert [(p["kind"], p["detail"]) for p in check["problems"]] == [
+        ("missing_column", "column agent_thread.summary is missing")
+    ]
+    assert cli("db", "status", "--db", empty_url, "--json").json()["revision"] is None
+    # and once the transaction has ended, the same command does the work
+    again = cli("db", command, "--lock-timeout", "1", "--db", empty_url)
+    assert again.exit_code == 0, again.stderr
+    assert cli("db", "check", "--db", empty_url).exit_code == 0
+
+
+@pytest.mark.parametrize("command", ["provision", "upgrade"])
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "3601"])
+def test_lock_timeout_out_of_bounds_is_exit_2_before_connecting(
+    command: str, value: str, cli: Any
+) -> None:
+    # an unreachable server: a command that connected first would exit 3
+    result = cli("db", command, "--lock-timeout", value, "--db", "postgresql://u@127.0.0.1:1/x")
+    assert result.exit_code == 2, result.stderr
+    assert result.stdout == ""
+    assert "--lock-timeout" in _one_error_line(result.stderr)
