@@ -18,6 +18,18 @@ from agora_cli.cli.output import (
     say,
 )
 
+LockTimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--lock-timeout",
+        metavar="SECONDS",
+        help=(
+            "Give up (exit 3, naming the table and who holds it) after waiting this long for a "
+            "table lock another session holds; more than 0, at most 3600."
+        ),
+    ),
+]
+
 app = typer.Typer(
     help="Provision, upgrade, check and describe the agent schema.",
     no_args_is_help=True,
@@ -29,19 +41,26 @@ def provision(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the statements it would run; run none.")
     ] = False,
+    lock_timeout: LockTimeoutOpt = 10.0,
     db: DbOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Create or repair the agent tables, columns and indexes, idempotently.
 
     Safe from many processes at once; against a current schema it issues no DDL and takes no
-    lock. Never drops or rewrites anything.
+    lock. DDL waits at most --lock-timeout for another session's open transaction (SQLite: for
+    the database's write lock). Never drops or rewrites anything; refuses (exit 1, creating
+    nothing) an expected index name taken by another table, or a MySQL agent table that is not
+    InnoDB in utf8mb4_bin.
 
-    Example: agora db provision --db postgresql://app@db.internal/app --json
+    Example: agora db provision --db postgresql://app@db.internal/app --lock-timeout 5 --json
     """
-    from agora_cli.store.provision import ensure_agent_tables
+    from agora_cli.store.provision import ensure_agent_tables, table_lock_timeout
 
-    report = ensure_agent_tables(open_db(db, create=True), dry_run=dry_run)
+    seconds = table_lock_timeout(lock_timeout)
+    report = ensure_agent_tables(
+        open_db(db, create=True), dry_run=dry_run, table_lock_timeout_s=seconds
+    )
     if json:
         emit_json(
             {
@@ -86,6 +105,7 @@ def upgrade(
     sql: Annotated[
         bool, typer.Option("--sql", help="Print the SQL instead of running it.")
     ] = False,
+    lock_timeout: LockTimeoutOpt = 10.0,
     db: DbOpt = None,
     json: JsonOpt = False,
 ) -> None:
@@ -93,18 +113,20 @@ def upgrade(
 
     Runs under the provisioning lock, with the version table agent_alembic_version (an
     application's own alembic_version is never touched). The optional PostgreSQL-only branches
-    are applied by name.
+    are applied by name. Every lock wait gives up after --lock-timeout (exit 3).
 
     Example: agora db upgrade --db postgresql://app@db.internal/app && agora db upgrade rag@head
     """
     from agora_cli.store.migrate import pending_notices
     from agora_cli.store.migrate import upgrade as run_upgrade
+    from agora_cli.store.provision import table_lock_timeout
 
+    seconds = table_lock_timeout(lock_timeout)
     engine = open_db(db, create=True)
     if not sql:
         for notice in pending_notices(revision):
             say(f"note: {notice}", style="yellow")
-    result = run_upgrade(engine, revision, sql=sql)
+    result = run_upgrade(engine, revision, sql=sql, table_lock_timeout_s=seconds)
     if sql:
         if json:
             emit_json(

@@ -194,7 +194,7 @@ def open_engine(
             engine = engine.execution_options(sqlite_deferred=True)
     if check:
         try:
-            # The check never takes SQLite's write lock (a deferred BEGIN reads nothing).
+            # Deferred on SQLite: proving the connection never waits for another's write lock.
             with engine.connect().execution_options(sqlite_deferred=True) as conn:
                 conn.exec_driver_sql("SELECT 1")
                 conn.rollback()

@@ -16,7 +16,7 @@ SQLAlchemy or httpx. Driver and HTTP errors are translated into this tree once, 
     └── ExternalError               exit 3  an outside system could not be reached or refused
         ├── DatabaseUnreachable     exit 3  connection refused, bad credentials, no such database
         ├── DatabaseError           exit 3  the server refused a statement
-        ├── LockTimeout             exit 3  the provisioning lock was not granted in time
+        ├── LockTimeout             exit 3  the provisioning lock, or a table's, not granted in time
         ├── MissingExtension        exit 3  a PostgreSQL extension (pgvector) is not installed
         └── CatalogError            exit 3  the models.dev catalog could not be fetched or read
 """
@@ -104,7 +104,7 @@ class DatabaseError(ExternalError):
 
 
 class LockTimeout(ExternalError):
-    """The provisioning lock was not granted in time."""
+    """A lock (the provisioning lock, or a table's) was not granted in time."""
 
 
 class MissingExtension(ExternalError):

@@ -153,24 +153,36 @@ def _target_branch(script: ScriptDirectory, revision: str) -> str:
 
 
 def upgrade(
-    engine: Engine, revision: str = f"{MAIN_BRANCH}@head", *, sql: bool = False
+    engine: Engine,
+    revision: str = f"{MAIN_BRANCH}@head",
+    *,
+    sql: bool = False,
+    table_lock_timeout_s: float = 10.0,
 ) -> UpgradeResult:
     """Upgrade to ``revision`` under the provisioning lock; with ``sql``, return the SQL instead.
 
-    Offline SQL starts from the database's current revision of that branch.
+    Offline SQL starts from the database's current revision of that branch. Online, every lock
+    wait gives up after ``table_lock_timeout_s`` (more than 0, at most 3600) with ``LockTimeout``
+    naming the table and who holds it; the revision that was running is rolled back where the
+    dialect can (PostgreSQL, SQLite) and not recorded.
     """
     from alembic import command
     from alembic.util import CommandError
 
-    from agora_cli.store.provision import provisioning_lock
+    from agora_cli.store.provision import (
+        bounded_lock_waits,
+        provisioning_lock,
+        table_lock_timeout,
+    )
 
+    seconds = table_lock_timeout(table_lock_timeout_s)
     script = script_directory()
     branch = _target_branch(script, revision)
     notices = [FORWARD_ONLY_NOTICE] if branch == MAIN_BRANCH else []
     with engine.connect() as conn:
-        before = _revision_on(script, _heads(conn), branch)
-        conn.rollback()
         if sql:
+            before = _revision_on(script, _heads(conn), branch)
+            conn.rollback()
             buf = io.StringIO()
             cfg = make_config(None, dialect=dialect_name(engine), output_buffer=buf)
             try:
@@ -182,7 +194,14 @@ def upgrade(
             to = str(target.revision) if target is not None else before
             return UpgradeResult(before, to, [], statements, notices)
         applied: list[str] = []
-        with provisioning_lock(conn):
+        # The bound comes first: on SQLite, reading the version table already waits for the
+        # write lock (every transaction there begins IMMEDIATE).
+        with (
+            bounded_lock_waits(conn, seconds, doing=f"to upgrade to {revision}"),
+            provisioning_lock(conn),
+        ):
+            before = _revision_on(script, _heads(conn), branch)
+            conn.rollback()
             cfg = make_config(conn, applied=applied)
             try:
                 command.upgrade(cfg, revision)

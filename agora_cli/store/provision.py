@@ -5,30 +5,49 @@ and against a current schema does nothing else: no DDL, no lock. When something 
 the session-level provisioning lock (PostgreSQL ``pg_try_advisory_lock``, MySQL ``GET_LOCK``
 salted with the database name; SQLite's ``BEGIN IMMEDIATE`` is its own lock), re-reads the
 catalog, and creates only what is still missing. It never drops, renames or rewrites anything.
+
+Before any DDL it refuses (``SchemaDrift``, creating nothing) what it cannot build on: an expected
+index name already taken by another table's index (PostgreSQL and SQLite index names are
+schema-wide, and ``CREATE INDEX IF NOT EXISTS`` would silently skip it), and on MySQL an existing
+agent table that is not InnoDB in ``utf8mb4_bin`` (its foreign keys cannot be formed). Every lock
+wait of the DDL is bounded (``table_lock_timeout_s``, default 10 s): PostgreSQL ``lock_timeout``,
+MySQL ``lock_wait_timeout`` and ``innodb_lock_wait_timeout``, SQLite's busy timeout; past it,
+``LockTimeout`` names the table and, where the server can tell, the session holding it.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Column, ForeignKeyConstraint, Index, MetaData, Table, text
+from sqlalchemy import Column, ForeignKeyConstraint, Index, MetaData, Table, bindparam, text
 from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.schema import CreateColumn, CreateIndex, CreateTable, ExecutableDDLElement
 
 from agora_cli.store.engine import dialect_name, translate_error
-from agora_cli.store.errors import DatabaseError, LockTimeout, UnknownDialect
+from agora_cli.store.errors import (
+    AgoraError,
+    DatabaseError,
+    InvalidInput,
+    LockTimeout,
+    SchemaDrift,
+    UnknownDialect,
+)
 from agora_cli.store.schema import UPGRADE_COLUMNS, UPGRADE_INDEXES, metadata
 
 __all__ = [
+    "DEFAULT_TABLE_LOCK_TIMEOUT_S",
+    "MAX_TABLE_LOCK_TIMEOUT_S",
     "Catalog",
     "ForeignKeyShape",
     "Problem",
     "ProvisionReport",
     "RowCount",
+    "bounded_lock_waits",
     "check_agent_tables",
     "compile_dialect",
     "create_table_statements",
@@ -36,6 +55,7 @@ __all__ = [
     "provisioning_lock",
     "read_catalog",
     "revision_statements",
+    "table_lock_timeout",
     "table_row_counts",
 ]
 
@@ -49,6 +69,10 @@ PROBLEM_KINDS = (
 )
 _PG_LOCK_KEY = 0x61676F7261  # "agora"
 _LIKE = "agent!_%"
+DEFAULT_TABLE_LOCK_TIMEOUT_S = 10.0
+MAX_TABLE_LOCK_TIMEOUT_S = 3600.0
+_BOUND_KEY = "agora_table_lock_timeout_s"  # in Connection.info while bounded_lock_waits holds
+_CONVERT = "ENGINE=InnoDB, CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
 
 
 @dataclass(frozen=True)
@@ -63,12 +87,19 @@ class ForeignKeyShape:
 
 @dataclass
 class Catalog:
-    """What the live database holds of the agent tables."""
+    """What the live database holds of the agent tables.
+
+    ``index_owners`` maps an ``agent_*`` index name to the table it is on, whatever that table,
+    where index names are schema-wide (PostgreSQL, SQLite; empty on MySQL, where they are per
+    table). ``table_options`` (MySQL: engine, collation) is read by the full check, and by
+    provisioning only when it has DDL to run.
+    """
 
     columns: dict[str, set[str]] = field(default_factory=dict)
     indexes: dict[str, set[str]] = field(default_factory=dict)
     foreign_keys: dict[str, list[ForeignKeyShape]] = field(default_factory=dict)
     table_options: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    index_owners: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -125,12 +156,16 @@ def _rows(conn: Connection, sql: str) -> list[Any]:
     return list(conn.execute(text(sql), {"p": _LIKE}).all())
 
 
-def _fill(cat: Catalog, cols: list[Any], idx: list[Any]) -> None:
+def _fill(cat: Catalog, cols: list[Any], idx: list[Any], *, schema_wide: bool) -> None:
     for table, column in cols:
         cat.columns.setdefault(str(table), set()).add(str(column))
     for table, index in idx:
-        if index is not None:
+        if index is None:
+            continue
+        if str(table).startswith("agent_"):
             cat.indexes.setdefault(str(table), set()).add(str(index))
+        if schema_wide:
+            cat.index_owners[str(index)] = str(table)
 
 
 def _read_pg(conn: Connection, full: bool) -> Catalog:
@@ -146,9 +181,10 @@ def _read_pg(conn: Connection, full: bool) -> Catalog:
     idx = _rows(
         conn,
         "SELECT tablename, indexname FROM pg_catalog.pg_indexes "
-        "WHERE schemaname = current_schema() AND tablename LIKE :p ESCAPE '!'",
+        "WHERE schemaname = current_schema() "
+        "AND (tablename LIKE :p ESCAPE '!' OR indexname LIKE :p ESCAPE '!')",
     )
-    _fill(cat, cols, idx)
+    _fill(cat, cols, idx, schema_wide=True)
     if full:
         fks = _rows(
             conn,
@@ -186,7 +222,7 @@ def _read_mysql(conn: Connection, full: bool) -> Catalog:
         "SELECT DISTINCT table_name, index_name FROM information_schema.statistics "
         "WHERE table_schema = DATABASE() AND table_name LIKE :p ESCAPE '!'",
     )
-    _fill(cat, cols, idx)
+    _fill(cat, cols, idx, schema_wide=False)
     if full:
         fks = _rows(
             conn,
@@ -213,13 +249,17 @@ def _read_mysql(conn: Connection, full: bool) -> Catalog:
                     None if rule in ("NO ACTION", "RESTRICT") else rule,
                 )
             )
-        for table, engine, collation in _rows(
-            conn,
-            "SELECT table_name, engine, table_collation FROM information_schema.tables "
-            "WHERE table_schema = DATABASE() AND table_name LIKE :p ESCAPE '!'",
-        ):
-            cat.table_options[table] = (engine, collation)
+        _read_mysql_options(conn, cat)
     return cat
+
+
+def _read_mysql_options(conn: Connection, cat: Catalog) -> None:
+    for table, engine, collation in _rows(
+        conn,
+        "SELECT table_name, engine, table_collation FROM information_schema.tables "
+        "WHERE table_schema = DATABASE() AND table_name LIKE :p ESCAPE '!'",
+    ):
+        cat.table_options[table] = (engine, collation)
 
 
 def _read_sqlite(conn: Connection, full: bool) -> Catalog:
@@ -232,9 +272,9 @@ def _read_sqlite(conn: Connection, full: bool) -> Catalog:
     idx = _rows(
         conn,
         "SELECT tbl_name, name FROM sqlite_master "
-        "WHERE type = 'index' AND tbl_name LIKE :p ESCAPE '!'",
+        "WHERE type = 'index' AND (tbl_name LIKE :p ESCAPE '!' OR name LIKE :p ESCAPE '!')",
     )
-    _fill(cat, cols, idx)
+    _fill(cat, cols, idx, schema_wide=True)
     if full:
         fks = _rows(
             conn,
@@ -405,6 +445,339 @@ def revision_statements(revision: str, dialect: str) -> list[str]:
     return steps
 
 
+# --------------------------------------------------------------------------- refusals
+
+
+def _plan_checked(conn: Connection, dialect: Dialect) -> list[_Step]:
+    """Read the catalog and plan what is missing; refuse what provisioning cannot build on."""
+    cat = read_catalog(conn)
+    steps = _plan(cat, dialect)
+    if steps:
+        _refuse_unbuildable(conn, cat, steps)
+    return steps
+
+
+def _refuse_unbuildable(conn: Connection, cat: Catalog, steps: list[_Step]) -> None:
+    """Raise ``SchemaDrift`` (before any DDL) for what no statement of ``steps`` could fix.
+
+    An expected index name taken by another table's index: ``CREATE INDEX IF NOT EXISTS`` would
+    skip it silently, on every run. On MySQL, an agent table that is not InnoDB in
+    ``utf8mb4_bin``: the first foreign key to it fails (errno 150) after other tables exist.
+    One more catalog query on MySQL, and only when there is DDL to run.
+    """
+    name = dialect_name(conn)
+    reasons = []
+    for step in steps:
+        owner = cat.index_owners.get(step.name) if step.kind == "index" else None
+        if owner is not None and owner != step.table:
+            reasons.append(
+                f"index {step.name} belongs on {step.table}, but an index on table {owner} "
+                f"already has that name (index names are shared by the whole schema on {name}): "
+                f"rename or drop that index on {owner}, then provision again"
+            )
+    if name == "mysql":
+        _read_mysql_options(conn, cat)
+        wrong = _wrong_table_options(cat)
+        if wrong:
+            described = ", ".join(f"{t} is ENGINE={e} with {c}" for t, e, c in wrong)
+            converts = "; ".join(f"ALTER TABLE {t} {_CONVERT}" for t, _, _ in wrong)
+            rewrites = "each rewrites its table" if len(wrong) > 1 else "it rewrites the table"
+            reasons.append(
+                f"{described}, but agora's tables must be InnoDB in utf8mb4_bin (else their "
+                f"foreign keys cannot be formed and ids compare case-insensitively): convert "
+                f"first with {converts} ({rewrites}), then provision again"
+            )
+    if reasons:
+        raise SchemaDrift(f"cannot provision: {'; '.join(reasons)}; nothing was changed")
+
+
+def _engine_ok(engine: str | None) -> bool:
+    return str(engine).lower() == "innodb"
+
+
+def _collation_ok(collation: str | None) -> bool:
+    return collation == "utf8mb4_bin"
+
+
+def _wrong_table_options(cat: Catalog) -> list[tuple[str, str | None, str | None]]:
+    """The existing agent tables (MySQL) whose engine or collation agora cannot build on."""
+    out = []
+    for table in metadata.sorted_tables:
+        if table.name in cat.table_options:
+            engine, collation = cat.table_options[table.name]
+            if not (_engine_ok(engine) and _collation_ok(collation)):
+                out.append((table.name, engine, collation))
+    return out
+
+
+# --------------------------------------------------------------------------- lock waits
+
+
+def table_lock_timeout(seconds: float) -> float:
+    """Return ``seconds`` if it can bound lock waits (finite, > 0, <= 3600), else raise."""
+    ok = isinstance(seconds, int | float) and math.isfinite(seconds)
+    if not (ok and 0 < seconds <= MAX_TABLE_LOCK_TIMEOUT_S):
+        shown = f"{seconds:g}" if isinstance(seconds, int | float) else repr(seconds)
+        raise InvalidInput(
+            f"--lock-timeout must be a number of seconds more than 0 and at most "
+            f"{MAX_TABLE_LOCK_TIMEOUT_S:g}, not {shown}"
+        )
+    return float(seconds)
+
+
+@contextmanager
+def bounded_lock_waits(conn: Connection, seconds: float, *, doing: str = "") -> Iterator[None]:
+    """Bound every lock wait on ``conn`` to ``seconds`` inside the block; restore it on the way out.
+
+    On PostgreSQL and MySQL ``conn`` is a connection of agora's own with no transaction open
+    (the setting is committed at once; the connection goes back to a pool afterwards); SQLite's
+    is set on the driver and may be the caller's. PostgreSQL: ``lock_timeout``. MySQL:
+    ``lock_wait_timeout`` (metadata locks, which DDL waits on) and ``innodb_lock_wait_timeout``
+    (row locks, which a migration's backfill waits on), whole seconds rounded up. SQLite: the busy
+    timeout (its one write lock covers the whole file). A lock wait that trips inside and is not
+    an agora error yet becomes ``LockTimeout``.
+    """
+    seconds = table_lock_timeout(seconds)
+    ours = not conn.in_transaction()
+    restore = _set_lock_bound(conn, dialect_name(conn), seconds)
+    conn.info[_BOUND_KEY] = seconds
+    try:
+        yield
+    except Exception as exc:
+        if isinstance(exc, AgoraError) or not _is_lock_wait(exc):
+            raise
+        if ours and conn.in_transaction():
+            conn.rollback()
+        raise _lock_wait_error(conn, None, kept=0, doing=doing) from exc
+    finally:
+        conn.info.pop(_BOUND_KEY, None)
+        if not conn.invalidated and not conn.closed:
+            restore()
+
+
+def _set_lock_bound(conn: Connection, name: str, seconds: float) -> Callable[[], None]:
+    """Set the session's lock-wait bound; return what puts the old one back."""
+    if name == "sqlite":
+        # Through the driver: a statement through SQLAlchemy would BEGIN IMMEDIATE first, which
+        # is itself the wait we are bounding.
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        old = int(raw.execute("PRAGMA busy_timeout").fetchone()[0])
+        raw.execute(f"PRAGMA busy_timeout = {max(1, round(seconds * 1000))}")
+
+        def restore_sqlite() -> None:
+            raw.execute(f"PRAGMA busy_timeout = {old}")
+
+        return restore_sqlite
+    if name == "postgresql":
+        get = text("SELECT current_setting('lock_timeout')")
+        put = text("SELECT set_config('lock_timeout', :v, false)")
+        old_pg = str(conn.execute(get).scalar())
+        conn.execute(put, {"v": f"{max(1, round(seconds * 1000))}ms"})
+        conn.commit()
+
+        def restore_pg() -> None:
+            if conn.in_transaction():
+                conn.rollback()
+            conn.execute(put, {"v": old_pg})
+            conn.commit()
+
+        return restore_pg
+    # One round trip each way: the old values wait in user variables of the session.
+    conn.execute(
+        text(
+            "SET @agora_lwt = @@SESSION.lock_wait_timeout, "
+            "@agora_ilwt = @@SESSION.innodb_lock_wait_timeout, "
+            "SESSION lock_wait_timeout = :n, SESSION innodb_lock_wait_timeout = :n"
+        ),
+        {"n": max(1, math.ceil(seconds))},
+    )
+    conn.commit()
+
+    def restore_mysql() -> None:
+        if conn.in_transaction():
+            conn.rollback()
+        conn.execute(
+            text(
+                "SET SESSION lock_wait_timeout = @agora_lwt, "
+                "SESSION innodb_lock_wait_timeout = @agora_ilwt, @agora_lwt = NULL, "
+                "@agora_ilwt = NULL"
+            )
+        )
+        conn.commit()
+
+    return restore_mysql
+
+
+def _is_lock_wait(exc: BaseException) -> bool:
+    """A lock wait that gave up: PostgreSQL 55P03, MySQL 1205, SQLite busy/locked."""
+    orig = getattr(exc, "orig", None)
+    if orig is None:
+        return False
+    if getattr(orig, "sqlstate", None) == "55P03":  # lock_not_available (lock_timeout)
+        return True
+    args = getattr(orig, "args", ())
+    if args and args[0] == 1205:  # ER_LOCK_WAIT_TIMEOUT: metadata and row locks alike
+        return True
+    message = str(orig).lower()
+    return "database is locked" in message or "database table is locked" in message
+
+
+def _describe(step: _Step) -> str:
+    if step.kind == "table":
+        return f"to create table {step.table}"
+    if step.kind == "column":
+        return f"to add column {step.table}.{step.name}"
+    return f"to create index {step.name} on {step.table}"
+
+
+def _locked_tables(step: _Step) -> list[str]:
+    """The tables whose locks ``step`` waits on: a new table waits on its foreign keys' targets."""
+    if step.kind != "table":
+        return [step.table]
+    targets = [
+        fk.elements[0].column.table.name
+        for fk in metadata.tables[step.table].foreign_key_constraints
+    ]
+    return list(dict.fromkeys(t for t in targets if t != step.table)) or [step.table]
+
+
+def _lock_wait_error(
+    conn: Connection, step: _Step | None, *, kept: int, doing: str = ""
+) -> LockTimeout:
+    """``LockTimeout`` naming the table, and who holds it where the server can tell."""
+    seconds = conn.info.get(_BOUND_KEY)
+    after = f" after {seconds:g} s" if seconds else ""
+    doing = _describe(step) if step is not None else doing
+    if dialect_name(conn) == "sqlite":
+        head = (
+            f"gave up{after} waiting for SQLite's write lock {doing}: another connection holds "
+            "a transaction open on this database file (SQLite cannot tell which)"
+        ).replace("  ", " ")
+    else:
+        tables = _locked_tables(step) if step is not None else []
+        where = f" on {' or '.join(tables)}" if tables else ""
+        holders = _lock_holders(conn, tables) if tables else ""
+        head = f"gave up{after} waiting for a lock{where} {doing}".rstrip()
+        head += f": {holders}" if holders else ""
+    done = (
+        "nothing was changed"
+        if kept == 0
+        else f"{kept} earlier statement(s) were applied and stay (running it again does the rest)"
+    )
+    return LockTimeout(
+        f"{head}; {done}. When that transaction has ended, run it again (or raise --lock-timeout)"
+    )
+
+
+def _lock_holders(conn: Connection, tables: list[str]) -> str:
+    """Who holds a lock on ``tables``, as far as the server tells; best effort, never raises."""
+    if dialect_name(conn) == "postgresql":
+        rows = _diagnose(conn, _PG_HOLDERS, tables)
+        if not rows:
+            return "the session holding it could not be identified (it may have just ended)"
+        who = "; ".join(
+            f"pid {pid} ({state}"
+            + (f", transaction open {age:.1f} s" if age is not None else "")
+            + f", user {user}"
+            + (f", application {app!r}" if app else "")
+            + ")"
+            for pid, user, app, state, age in rows
+        )
+        pids = ", ".join(str(r[0]) for r in rows)
+        return (
+            f"held by {who}; commit or roll back that transaction (if it is abandoned: "
+            f"SELECT pg_terminate_backend({pids}))"
+        )
+    for sql in (_MARIADB_MDL_HOLDERS, _MYSQL_MDL_HOLDERS):
+        rows = _diagnose(conn, sql, tables)
+        if rows:
+            return f"held by {_mysql_threads(rows)}; commit or roll back that transaction"
+    rows = _diagnose(conn, _MYSQL_OPEN_TRANSACTIONS, tables)
+    if rows:
+        return (
+            "the server does not say which session holds it (no metadata_lock_info plugin or "
+            f"performance_schema); sessions with a transaction open: {_mysql_threads(rows)}; "
+            "commit or roll back the one that used it"
+        )
+    return "the session holding it could not be identified"
+
+
+def _mysql_threads(rows: list[Any]) -> str:
+    return "; ".join(
+        f"thread {tid} (user {user}, {command}"
+        + (f", transaction open {age} s" if age is not None else "")
+        + ")"
+        for tid, user, command, age in rows
+    )
+
+
+def _diagnose(conn: Connection, sql: str, tables: list[str]) -> list[Any] | None:
+    """Run one diagnostic query; ``None`` if the server refuses it (missing view, privilege)."""
+    stmt = text(sql)
+    params: dict[str, Any] = {}
+    if ":tables" in sql:
+        stmt = stmt.bindparams(bindparam("tables", expanding=True))
+        params["tables"] = tables
+    began = not conn.in_transaction()
+    rows: list[Any] | None
+    try:
+        if began or dialect_name(conn) != "postgresql":
+            rows = list(conn.execute(stmt, params).all())
+        else:  # inside a migration's transaction: a failure must not abort it
+            with conn.begin_nested():
+                rows = list(conn.execute(stmt, params).all())
+    except Exception:
+        # Diagnostics only: a server without the view, or a user without the privilege, gets a
+        # shorter message, never a different error than the lock timeout being reported.
+        rows = None
+    if began and conn.in_transaction():
+        conn.rollback()
+    return rows
+
+
+_PG_HOLDERS = (
+    "SELECT DISTINCT a.pid, a.usename, a.application_name, a.state, "
+    "EXTRACT(EPOCH FROM clock_timestamp() - a.xact_start)::float8 AS age "
+    "FROM pg_catalog.pg_locks l "
+    "JOIN pg_catalog.pg_class c ON c.oid = l.relation "
+    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    "JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid "
+    "WHERE l.granted AND l.pid <> pg_backend_pid() AND n.nspname = current_schema() "
+    "AND c.relname IN :tables ORDER BY age DESC NULLS LAST LIMIT 3"
+)
+# MariaDB's metadata_lock_info plugin, when installed.
+_MARIADB_MDL_HOLDERS = (
+    "SELECT DISTINCT m.thread_id, p.user, p.command, "
+    "TIMESTAMPDIFF(SECOND, x.trx_started, NOW()) "
+    "FROM information_schema.metadata_lock_info m "
+    "LEFT JOIN information_schema.processlist p ON p.id = m.thread_id "
+    "LEFT JOIN information_schema.innodb_trx x ON x.trx_mysql_thread_id = m.thread_id "
+    "WHERE m.table_schema = DATABASE() AND m.table_name IN :tables "
+    "AND m.thread_id <> CONNECTION_ID() LIMIT 3"
+)
+# MySQL 8 (performance_schema is on by default there), or MariaDB with performance_schema on.
+_MYSQL_MDL_HOLDERS = (
+    "SELECT DISTINCT t.processlist_id, t.processlist_user, t.processlist_command, "
+    "TIMESTAMPDIFF(SECOND, x.trx_started, NOW()) "
+    "FROM performance_schema.metadata_locks ml "
+    "JOIN performance_schema.threads t ON t.thread_id = ml.owner_thread_id "
+    "LEFT JOIN information_schema.innodb_trx x ON x.trx_mysql_thread_id = t.processlist_id "
+    "WHERE ml.object_type = 'TABLE' AND ml.object_schema = DATABASE() "
+    "AND ml.object_name IN :tables AND ml.lock_status = 'GRANTED' "
+    "AND t.processlist_id <> CONNECTION_ID() LIMIT 3"
+)
+# Otherwise the server can only list the transactions open right now, oldest first.
+_MYSQL_OPEN_TRANSACTIONS = (
+    "SELECT x.trx_mysql_thread_id, p.user, p.command, "
+    "TIMESTAMPDIFF(SECOND, x.trx_started, NOW()) "
+    "FROM information_schema.innodb_trx x "
+    "LEFT JOIN information_schema.processlist p ON p.id = x.trx_mysql_thread_id "
+    "WHERE x.trx_mysql_thread_id <> CONNECTION_ID() "
+    "ORDER BY x.trx_started LIMIT 3"
+)
+
+
 # --------------------------------------------------------------------------- locking
 
 
@@ -459,30 +832,44 @@ def ensure_agent_tables(
     dry_run: bool = False,
     lock: bool = True,
     lock_timeout_s: float = 300.0,
+    table_lock_timeout_s: float = DEFAULT_TABLE_LOCK_TIMEOUT_S,
 ) -> ProvisionReport:
     """Bring the database to the current agent schema, idempotently; report what was done.
 
     ``bind`` is normally an ``Engine``: the catalog is read on a short connection and DDL, when
-    needed, runs on a connection of its own under the provisioning lock. With a ``Connection``
-    and ``lock=False`` (inside a migration, which already holds the lock) everything runs on that
-    connection. SQLite always uses the given connection: its single writer is the lock.
+    needed, runs on a connection of its own under the provisioning lock (waited for up to
+    ``lock_timeout_s``). With a ``Connection`` and ``lock=False`` (inside a migration, which
+    already holds the lock) everything runs on that connection. SQLite always uses the given
+    connection: its single writer is the lock.
+
+    Every lock wait of the DDL gives up after ``table_lock_timeout_s`` (more than 0, at most 3600;
+    ``InvalidInput`` before anything is read otherwise) with ``LockTimeout`` naming the table and
+    the session holding it, instead of queueing everyone behind it; with ``lock=False`` the
+    connection keeps the bound its owner set (``upgrade`` sets one). ``SchemaDrift`` (nothing
+    created, dry run or not) for what it cannot build on: an expected index name that another
+    table's index has, or a MySQL agent table that is not InnoDB in ``utf8mb4_bin``.
     """
+    seconds = table_lock_timeout(table_lock_timeout_s)
     name = dialect_name(bind)
     dialect = compile_dialect(name)
     if isinstance(bind, Engine):
         with bind.connect().execution_options(sqlite_deferred=True) as conn:
-            steps = _plan(read_catalog(conn), dialect)
+            steps = _plan_checked(conn, dialect)
             conn.rollback()
     else:
-        steps = _plan(read_catalog(bind), dialect)
+        steps = _plan_checked(bind, dialect)
     if not steps or dry_run:
         return _report(name, steps, already_current=not steps, dry_run=dry_run)
 
-    if isinstance(bind, Connection) and (name == "sqlite" or not lock):
+    doing = "to provision " + ", ".join(dict.fromkeys(s.table for s in steps))
+    if isinstance(bind, Connection) and not lock:
         done = _apply_on(bind, dialect, nested=bind.in_transaction() and name != "mysql")
+    elif isinstance(bind, Connection) and name == "sqlite":
+        with bounded_lock_waits(bind, seconds, doing=doing):
+            done = _apply_on(bind, dialect, nested=bind.in_transaction())
     else:
         engine = bind if isinstance(bind, Engine) else bind.engine
-        with engine.connect() as conn:
+        with engine.connect() as conn, bounded_lock_waits(conn, seconds, doing=doing):
             if name == "sqlite":
                 with conn.begin():
                     done = _apply_on(conn, dialect, nested=False)
@@ -494,19 +881,26 @@ def ensure_agent_tables(
 
 def _apply_on(conn: Connection, dialect: Dialect, *, nested: bool) -> list[_Step]:
     """Re-read under the lock/transaction and run what is still missing on ``conn``."""
-    steps = _plan(read_catalog(conn), dialect)
-    for step in steps:
-        if nested:
-            with conn.begin_nested():
+    steps = _plan_checked(conn, dialect)
+    for i, step in enumerate(steps):
+        try:
+            if nested:
+                with conn.begin_nested():
+                    conn.execute(step.element)
+            else:
                 conn.execute(step.element)
-        else:
-            conn.execute(step.element)
+        except Exception as exc:
+            if not _is_lock_wait(exc):
+                raise
+            # MySQL commits each DDL statement; elsewhere the caller's transaction undoes them.
+            kept = i if dialect.name == "mysql" else 0
+            raise _lock_wait_error(conn, step, kept=kept) from exc
     return steps
 
 
 def _apply_each(conn: Connection, dialect: Dialect) -> list[_Step]:
     """Run each missing step in its own transaction; a lost race is re-checked, not raised."""
-    steps = _plan(read_catalog(conn), dialect)
+    steps = _plan_checked(conn, dialect)
     conn.commit()
     done: list[_Step] = []
     for step in steps:
@@ -517,6 +911,8 @@ def _apply_each(conn: Connection, dialect: Dialect) -> list[_Step]:
         except Exception as exc:
             if conn.in_transaction():
                 conn.rollback()
+            if _is_lock_wait(exc):
+                raise _lock_wait_error(conn, step, kept=len(done)) from exc
             still = {(s.kind, s.table, s.name) for s in _plan(read_catalog(conn), dialect)}
             conn.rollback()
             if (step.kind, step.table, step.name) in still:
@@ -566,14 +962,21 @@ def check_agent_tables(bind: Engine | Connection) -> list[Problem]:
                 )
         for index in _sorted_indexes(table):
             if index.name not in cat.indexes.get(t, set()):
-                problems.append(Problem("missing_index", t, f"index {index.name} is missing"))
+                detail = f"index {index.name} is missing"
+                owner = cat.index_owners.get(str(index.name))
+                if owner is not None:
+                    detail += (
+                        f": an index on table {owner} has that name (rename or drop that one, "
+                        "then provision)"
+                    )
+                problems.append(Problem("missing_index", t, detail))
         for fk in table.foreign_key_constraints:
             problems.extend(_check_fk(t, fk, cat.foreign_keys.get(t, [])))
         if is_mysql:
             engine, collation = cat.table_options.get(t, (None, None))
-            if str(engine).lower() != "innodb":
+            if not _engine_ok(engine):
                 problems.append(Problem("wrong_engine", t, f"{t} uses ENGINE={engine}, not InnoDB"))
-            if collation != "utf8mb4_bin":
+            if not _collation_ok(collation):
                 problems.append(
                     Problem("wrong_collation", t, f"{t} uses {collation}, not utf8mb4_bin")
                 )

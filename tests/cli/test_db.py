@@ -168,3 +168,215 @@ def test_version_and_usage_errors(cli: Any) -> None:
     assert cli("--version").stdout.strip() == f"agora {__version__}"
     assert cli("db", "nosuchcommand").exit_code == 2
     assert cli("db", "backfill", "--limit", "0").exit_code == 2
+
+
+# --------------------------------------------------------------------------- defects 9, 10, 11
+
+
+def _exec(url: str, *statements: str) -> None:
+    from agora_cli.store.engine import open_engine
+
+    engine = open_engine(url)
+    with engine.begin() as conn:
+        for statement in statements:
+            conn.exec_driver_sql(statement)
+    engine.dispose()
+
+
+def _agent_tables(url: str) -> set[str]:
+    from agora_cli.store.engine import open_engine
+    from agora_cli.store.provision import read_catalog
+
+    engine = open_engine(url)
+    with engine.connect() as conn:
+        tables = set(read_catalog(conn).columns)
+        conn.rollback()
+    engine.dispose()
+    return tables
+
+
+def test_index_name_taken_by_another_table_is_a_conflict(
+    empty_url: str, dialect: str, cli: Any
+) -> None:
+    assert cli("db", "provision", "--db", empty_url).exit_code == 0
+    drop = "DROP INDEX agent_thread_actor_updated_idx"
+    _exec(
+        empty_url,
+        drop + (" ON agent_thread" if dialect == "mysql" else ""),
+        "CREATE TABLE other (x INTEGER)",
+        "CREATE INDEX agent_thread_actor_updated_idx ON other (x)",
+    )
+    if dialect == "mysql":
+        # Index names are per table on MySQL/MariaDB: another table's index takes nothing.
+        doc = cli("db", "provision", "--db", empty_url, "--json").json()
+        assert doc["created_indexes"] == ["agent_thread_actor_updated_idx"]
+        assert cli("db", "check", "--db", empty_url).exit_code == 0
+        return
+    for args in ((), ("--dry-run",), ()):  # every run says so, none counts it as created
+        result = cli("db", "provision", *args, "--db", empty_url, "--json")
+        assert result.exit_code == 1, result.stdout
+        assert result.stdout == ""
+        line = _one_error_line(result.stderr)
+        assert "agent_thread_actor_updated_idx" in line and "table other" in line
+        assert "rename or drop" in line
+    check = cli("db", "check", "--db", empty_url, "--json")
+    assert check.exit_code == 1
+    [problem] = check.json()["problems"]
+    assert (problem["kind"], problem["table"]) == ("missing_index", "agent_thread")
+    assert "agent_thread_actor_updated_idx" in problem["detail"]
+    assert "table other" in problem["detail"]
+
+
+def test_index_conflict_on_an_empty_database_creates_nothing(
+    empty_url: str, dialect: str, cli: Any
+) -> None:
+    if dialect == "mysql":
+        pytest.skip("index names are per table on MySQL/MariaDB: another table cannot take one")
+    _exec(
+        empty_url,
+        "CREATE TABLE other (x INTEGER)",
+        "CREATE INDEX agent_run_started_idx ON other (x)",
+    )
+    result = cli("db", "provision", "--db", empty_url)
+    assert result.exit_code == 1
+    assert "agent_run_started_idx" in _one_error_line(result.stderr)
+    assert _agent_tables(empty_url) == set()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        "ENGINE=MyISAM DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        "ENGINE=InnoDB DEFAULT CHARSET=latin1",
+    ],
+    ids=["myisam", "latin1"],
+)
+def test_non_innodb_or_latin1_table_is_refused_before_any_ddl(
+    empty_url: str, dialect: str, options: str, cli: Any
+) -> None:
+    if dialect != "mysql":
+        pytest.skip("storage engines and table character sets are MySQL/MariaDB's")
+    _exec(
+        empty_url,
+        # VARCHAR(191): MyISAM keys stop at 1000 bytes, as older writers on MyISAM found
+        "CREATE TABLE agent_thread (id VARCHAR(191) PRIMARY KEY, actor_ref VARCHAR(191) NOT NULL,"
+        " title LONGTEXT NOT NULL, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL) "
+        + options,
+    )
+    for args in ((), ("--dry-run",)):
+        result = cli("db", "provision", *args, "--db", empty_url, "--json")
+        assert result.exit_code == 1, result.stderr
+        assert result.stdout == ""
+        line = _one_error_line(result.stderr)
+        assert "agent_thread" in line and "nothing was changed" in line
+        assert (
+            "ALTER TABLE agent_thread ENGINE=InnoDB, CONVERT TO CHARACTER SET utf8mb4 "
+            "COLLATE utf8mb4_bin" in line
+        )
+    assert _agent_tables(empty_url) == {"agent_thread"}  # nothing else was created
+    problems = cli("db", "check", "--db", empty_url, "--json").json()["problems"]
+    kinds = {(p["kind"], p["table"]) for p in problems}
+    expected = "wrong_engine" if "MyISAM" in options else "wrong_collation"
+    assert (expected, "agent_thread") in kinds
+    # the conversion the message names is enough
+    _exec(
+        empty_url,
+        "ALTER TABLE agent_thread ENGINE=InnoDB, CONVERT TO CHARACTER SET utf8mb4 "
+        "COLLATE utf8mb4_bin",
+    )
+    assert cli("db", "provision", "--db", empty_url).exit_code == 0
+    assert cli("db", "check", "--db", empty_url).exit_code == 0
+
+
+class _Blocker:
+    """Another session's open transaction that has read ``agent_thread`` (and so holds a lock on
+    it); released by ``close`` or, so that no test can hang, by a watchdog after 60 s."""
+
+    def __init__(self, url: str, dialect: str) -> None:
+        import threading
+
+        from agora_cli.store.engine import open_engine
+
+        self.engine = open_engine(url)
+        self.conn = self.engine.connect()  # SQLite: our engine begins with BEGIN IMMEDIATE
+        self.conn.exec_driver_sql("SELECT * FROM agent_thread").all()
+        who = {"postgresql": "SELECT pg_backend_pid()", "mysql": "SELECT CONNECTION_ID()"}
+        self.pid = self.conn.exec_driver_sql(who[dialect]).scalar() if dialect in who else None
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(60, self.close)
+        self._timer.start()
+
+    def close(self) -> None:
+        with self._lock:
+            self._timer.cancel()
+            if not self.conn.closed:
+                self.conn.rollback()
+                self.conn.close()
+                self.engine.dispose()
+
+
+def _missing_summary(url: str, dialect: str, cli: Any) -> None:
+    assert cli("db", "provision", "--db", url).exit_code == 0
+    _exec(url, "ALTER TABLE agent_thread DROP COLUMN summary")
+
+
+def _error_line_after_notes(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert all(line.startswith("note: ") for line in lines[:-1]), stderr
+    return _one_error_line(lines[-1])
+
+
+def _assert_lock_timeout_line(line: str, dialect: str, blocker: _Blocker) -> None:
+    assert "gave up after 1 s" in line and "nothing was changed" in line
+    if dialect != "sqlite":
+        assert "waiting for a lock on agent_thread" in line
+    if dialect == "postgresql":
+        assert f"pid {blocker.pid}" in line and "idle in transaction" in line
+        assert "transaction open" in line
+    elif dialect == "mysql":
+        assert f"thread {blocker.pid}" in line and "transaction open" in line
+    else:
+        assert "write lock" in line
+
+
+@pytest.mark.parametrize("command", ["provision", "upgrade"])
+def test_ddl_behind_an_open_transaction_gives_up_after_lock_timeout(
+    empty_url: str, dialect: str, command: str, cli: Any
+) -> None:
+    import time
+
+    _missing_summary(empty_url, dialect, cli)
+    blocker = _Blocker(empty_url, dialect)
+    try:
+        started = time.monotonic()
+        result = cli("db", command, "--lock-timeout", "1", "--db", empty_url, "--json")
+        elapsed = time.monotonic() - started
+        assert result.exit_code == 3, (result.stdout, result.stderr)
+        assert elapsed < 8, elapsed
+        assert result.stdout == ""
+        # (upgrade's forward-only note comes first, as on every upgrade)
+        _assert_lock_timeout_line(_error_line_after_notes(result.stderr), dialect, blocker)
+    finally:
+        blocker.close()
+    # nothing is half-done: the column is still the only difference, no revision recorded
+    check = cli("db", "check", "--db", empty_url, "--json").json()
+    assert [(p["kind"], p["detail"]) for p in check["problems"]] == [
+        ("missing_column", "column agent_thread.summary is missing")
+    ]
+    assert cli("db", "status", "--db", empty_url, "--json").json()["revision"] is None
+    # and once the transaction has ended, the same command does the work
+    again = cli("db", command, "--lock-timeout", "1", "--db", empty_url)
+    assert again.exit_code == 0, again.stderr
+    assert cli("db", "check", "--db", empty_url).exit_code == 0
+
+
+@pytest.mark.parametrize("command", ["provision", "upgrade"])
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "3601"])
+def test_lock_timeout_out_of_bounds_is_exit_2_before_connecting(
+    command: str, value: str, cli: Any
+) -> None:
+    # an unreachable server: a command that connected first would exit 3
+    result = cli("db", command, "--lock-timeout", value, "--db", "postgresql://u@127.0.0.1:1/x")
+    assert result.exit_code == 2, result.stderr
+    assert result.stdout == ""
+    assert "--lock-timeout" in _one_error_line(result.stderr)

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import text
 
 from agora_cli.store.engine import open_engine
-from agora_cli.store.errors import ForwardOnlyMigration, MissingExtension
+from agora_cli.store.errors import ForwardOnlyMigration, InvalidInput, MissingExtension
 from agora_cli.store.migrate import (
     applied_branches,
     current_revision,
@@ -41,6 +41,19 @@ def test_upgrade_empty_database_to_head(empty_url: str) -> None:
     assert _versions(engine) == ["0003"]
     again = upgrade(engine)
     assert again.applied == [] and again.from_revision == again.to_revision == "0003"
+    engine.dispose()
+
+
+def test_upgrade_refuses_an_unbounded_lock_timeout_before_touching_anything(
+    empty_url: str,
+) -> None:
+    engine = open_engine(empty_url)
+    for bad in (0, float("nan"), 3601):
+        with pytest.raises(InvalidInput, match="--lock-timeout"):
+            upgrade(engine, table_lock_timeout_s=bad)
+    with engine.connect() as conn:
+        assert current_revision(conn) is None
+    assert {p.kind for p in check_agent_tables(engine)} == {"missing_table"}
     engine.dispose()
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ import pytest
 from sqlalchemy import event, insert, select, text
 
 from agora_cli.store.engine import open_engine, server_version
+from agora_cli.store.errors import InvalidInput, LockTimeout, SchemaDrift
 from agora_cli.store.provision import (
     check_agent_tables,
     create_table_statements,
@@ -65,8 +68,9 @@ def test_second_run_issues_no_ddl_and_takes_no_lock(engine: Any) -> None:
     assert report.already_current and report.sql == []
     assert not [s for s in seen if s.lstrip().upper().startswith(DDL_WORDS)]
     assert not [s for s in seen if any(w in s for w in LOCK_WORDS)]
+    assert not [s for s in seen if "lock_timeout" in s or "lock_wait_timeout" in s]
     catalog_queries = [s for s in seen if "SELECT" in s.upper()]
-    assert 1 <= len(catalog_queries) <= 6
+    assert len(catalog_queries) == 2  # columns and indexes; engine options only before DDL
 
 
 def test_repairs_missing_columns_and_indexes_and_keeps_data(empty_url: str, dialect: str) -> None:
@@ -377,3 +381,84 @@ def test_create_table_statements_cover_every_table_and_index(name: str) -> None:
         assert all("ENGINE=InnoDB" in s and "utf8mb4_bin" in s for s in creates)
         assert any("LONGTEXT" in s for s in creates)
     assert all(not s.endswith(";") for s in statements)
+
+
+# --------------------------------------------------------------------------- lock waits
+
+_SESSION_BOUND = {
+    "postgresql": "SHOW lock_timeout",
+    "mysql": "SELECT @@SESSION.lock_wait_timeout, @@SESSION.innodb_lock_wait_timeout",
+    "sqlite": "PRAGMA busy_timeout",
+}
+
+
+def _session_bound(engine: Any, dialect: str) -> tuple[Any, ...]:
+    with engine.connect() as conn:
+        value = tuple(conn.exec_driver_sql(_SESSION_BOUND[dialect]).one())
+        conn.rollback()
+    return value
+
+
+def test_lock_timeout_trips_fast_and_the_pooled_session_gets_its_setting_back(
+    empty_url: str, dialect: str
+) -> None:
+    # one pooled connection: whatever provisioning leaves on its session, the next user gets
+    engine = open_engine(empty_url, pool_size=1, max_overflow=0)
+    ensure_agent_tables(engine)
+    before = _session_bound(engine, dialect)
+    _exec(engine, "ALTER TABLE agent_thread DROP COLUMN summary")
+    other = open_engine(empty_url)
+    blocker = other.connect()
+    blocker.exec_driver_sql("SELECT * FROM agent_thread").all()
+    release = threading.Timer(60, blocker.close)  # never hang the suite
+    release.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(LockTimeout, match="nothing was changed"):
+            ensure_agent_tables(engine, table_lock_timeout_s=0.5)
+        assert time.monotonic() - started < 5
+    finally:
+        release.cancel()
+        blocker.rollback()
+        blocker.close()
+        other.dispose()
+    assert _session_bound(engine, dialect) == before
+    assert [p.kind for p in check_agent_tables(engine)] == ["missing_column"]
+    assert ensure_agent_tables(engine, table_lock_timeout_s=0.5).added_columns == [
+        "agent_thread.summary"
+    ]
+    assert _session_bound(engine, dialect) == before
+    engine.dispose()
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), 3600.5])
+def test_table_lock_timeout_out_of_bounds_is_refused_before_any_query(
+    empty_url: str, bad: float
+) -> None:
+    engine = open_engine(empty_url)
+    seen = _capture(engine)
+    with pytest.raises(InvalidInput, match="--lock-timeout"):
+        ensure_agent_tables(engine, table_lock_timeout_s=bad)
+    assert seen == []
+    engine.dispose()
+
+
+def test_index_name_taken_elsewhere_refuses_dry_run_and_real_run_alike(
+    empty_url: str, dialect: str
+) -> None:
+    if dialect == "mysql":
+        pytest.skip("index names are per table on MySQL/MariaDB: another table cannot take one")
+    engine = open_engine(empty_url)
+    # taken by another *agent* table's index: a name is recognised on its own table only
+    ensure_agent_tables(engine)
+    _exec(
+        engine,
+        "DROP INDEX agent_run_started_idx",
+        "CREATE INDEX agent_run_started_idx ON agent_message (created_at)",
+    )
+    for dry_run in (True, False):
+        with pytest.raises(SchemaDrift, match="an index on table agent_message"):
+            ensure_agent_tables(engine, dry_run=dry_run)
+    [problem] = check_agent_tables(engine)
+    assert problem.kind == "missing_index" and "agent_message" in problem.detail
+    engine.dispose()
