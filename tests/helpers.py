@@ -78,7 +78,7 @@ def no_data(result: CliResult) -> bool:
     return (
         set(doc) == {"error"}
         and doc["error"]["exit_code"] == result.exit_code
-        and result.stderr == f"error: {doc['error']['message']}\n"
+        and result.stderr.endswith(f"error: {doc['error']['message']}\n")
     )
 
 
