@@ -21,6 +21,7 @@ from agora_cli.cli.output import (
     say,
     script_value,
 )
+from agora_cli.store.values import BIGINT_MAX
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -158,7 +159,8 @@ def stats(ttl: TtlOpt = 3600, db: DbOpt = None, json: JsonOpt = False) -> None:
 def tail(
     run_id: RunIdArg,
     after: Annotated[
-        int, typer.Option("--after", min=0, metavar="SEQ", help="Start after this seq.")
+        int,
+        typer.Option("--after", min=0, max=BIGINT_MAX, metavar="SEQ", help="Start after this seq."),
     ] = 0,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep polling until the end marker.")
