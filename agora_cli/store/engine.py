@@ -6,9 +6,10 @@ Accepted URLs: any SQLAlchemy URL; ``postgres://`` and ``postgresql://`` mean ps
 
 SQLite connections opened here run ``PRAGMA foreign_keys=ON``, wait up to 30 s on a busy
 database, and begin every transaction with ``BEGIN IMMEDIATE`` (a deferred transaction that
-later upgrades to a write lock fails with "database is locked" instead of waiting); a read-only
-connection can ask for a plain deferred ``BEGIN`` with the execution option
-``sqlite_deferred=True``.
+later upgrades to a write lock fails with "database is locked" instead of waiting), sent with
+the transaction's first statement; a read-only connection can ask for a plain deferred
+``BEGIN`` with the execution option ``sqlite_deferred=True`` (``open_engine(readonly=True)``
+sets it for the whole engine).
 MySQL/MariaDB connections use READ COMMITTED, the usual level for queue-like workloads (fewer
 gap locks under ``FOR UPDATE SKIP LOCKED``), are recycled hourly rather than pinged on every
 checkout, and are not reset again on return to the pool.
@@ -16,13 +17,14 @@ checkout, and are not reset again on return to the pool.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 from agora_cli.store.errors import (
     AgoraError,
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_URL",
+    "DriverResult",
     "describe_url",
     "dialect_name",
     "is_retryable",
@@ -46,6 +49,7 @@ __all__ = [
     "open_engine",
     "resolve_url",
     "retry_transient",
+    "run_on_driver",
     "server_version",
     "sqlite_path",
     "supports_skip_locked",
@@ -55,6 +59,9 @@ __all__ = [
 DEFAULT_URL = "sqlite:///agora.db"
 DIALECTS = ("postgresql", "mysql", "sqlite")
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+_PENDING_BEGIN = (
+    "agora_sqlite_begin"  # the BEGIN a SQLite transaction sends with its first statement
+)
 
 _DRIVERS = {
     "postgres": "postgresql+psycopg",
@@ -214,12 +221,29 @@ def _install_sqlite_events(engine: Engine, event: Any) -> None:
         cur.close()
 
     def _on_begin(conn: Connection) -> None:
-        # Readers that must never wait on a writer ask for a deferred transaction.
+        # Readers that must never wait on a writer ask for a deferred transaction. The BEGIN is
+        # sent with the transaction's first statement, as psycopg and PyMySQL do: a transaction
+        # whose arguments fail validation never touched the database (nor its write lock).
         deferred = conn.get_execution_options().get("sqlite_deferred")
-        conn.exec_driver_sql("BEGIN" if deferred else "BEGIN IMMEDIATE")
+        conn.info[_PENDING_BEGIN] = "BEGIN" if deferred else "BEGIN IMMEDIATE"
+
+    def _before_statement(conn: Connection, cursor: Any, *_args: Any) -> None:
+        begin = conn.info.pop(_PENDING_BEGIN, None)
+        if begin is not None:
+            cursor.execute(begin)
+
+    def _on_end(conn: Connection) -> None:
+        conn.info.pop(_PENDING_BEGIN, None)
+
+    def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
+        record.info.pop(_PENDING_BEGIN, None)
 
     event.listen(engine, "connect", _on_connect)
     event.listen(engine, "begin", _on_begin)
+    event.listen(engine, "before_cursor_execute", _before_statement)
+    event.listen(engine, "commit", _on_end)
+    event.listen(engine, "rollback", _on_end)
+    event.listen(engine.pool, "checkin", _on_checkin)
 
 
 def _first_line(exc: BaseException, url: str | None = None) -> str:
@@ -353,3 +377,63 @@ def retry_transient(fn: Callable[[], T], *, attempts: int = 8, base_delay: float
             # Full jitter: processes that collided once must not collide again in lockstep.
             time.sleep(random.uniform(0, base_delay * (2**attempt)))
     raise AssertionError("unreachable")
+
+
+# --- statements on the driver's cursor --------------------------------------------------------
+
+
+class DriverResult(NamedTuple):
+    """What a statement run on the driver's cursor did: rows changed, and the rows it returned."""
+
+    rowcount: int
+    rows: list[tuple[Any, ...]]
+
+
+def run_on_driver(
+    conn: Connection, sql: str, params: Sequence[Any] | Mapping[str, Any]
+) -> DriverResult:
+    """Run ``sql`` on the DBAPI cursor inside ``conn``'s transaction; the cursor is closed.
+
+    For the few statements a worker runs in a loop: SQLAlchemy's per-statement work (execution
+    context, bind processing, result wrapping) costs more client CPU than the round trip itself.
+    Begins the transaction first if the caller has not (as SQLAlchemy's autobegin would, so the
+    engine's ``begin`` events run), and raises driver errors as the ``sqlalchemy.exc.DBAPIError``
+    SQLAlchemy itself would raise — so ``retry_transient`` and ``translate_error`` see the same
+    thing — invalidating the connection when the driver reports it lost. These statements fire
+    no engine events and are not echoed.
+    """
+    from sqlalchemy.exc import DBAPIError
+
+    if not conn.in_transaction():
+        conn.begin()
+    dbapi_conn: Any = conn.connection.driver_connection
+    cursor = dbapi_conn.cursor()
+    try:
+        begin = conn.info.pop(_PENDING_BEGIN, None)  # SQLite's deferred BEGIN (see above)
+        if begin is not None:
+            cursor.execute(begin)
+        cursor.execute(sql, params)
+        rows = cursor.fetchall() if cursor.description is not None else []
+        return DriverResult(cursor.rowcount, rows)
+    except conn.dialect.loaded_dbapi.Error as exc:
+        lost = conn.dialect.is_disconnect(exc, dbapi_conn, cursor)
+        wrapped = DBAPIError.instance(
+            sql,
+            params,
+            exc,
+            conn.dialect.loaded_dbapi.Error,
+            hide_parameters=conn.engine.hide_parameters,
+            connection_invalidated=lost,
+            dialect=conn.dialect,
+        )
+        if lost:
+            conn.invalidate(exc)
+        raise cast(BaseException, wrapped) from exc
+    except BaseException:
+        # Interrupted mid-statement (KeyboardInterrupt, cancellation): the connection's state
+        # is unknown, so it must not go back to the pool.
+        conn.invalidate()
+        raise
+    finally:
+        with contextlib.suppress(Exception):
+            cursor.close()

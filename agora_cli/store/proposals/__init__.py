@@ -1,0 +1,120 @@
+"""The action-proposal store: decisions, execution leases, worker discovery and the backfill.
+
+An action proposal is a tool call that waits for a person's decision. Its life::
+
+    pending ─decide(approved)─▶ approved, queued ─claim─▶ running ─settle─▶ succeeded | failed
+       │                                                    │   ▲
+       ├─decide(rejected)─▶ rejected                        └───┘ lease expired: claimed again,
+       └─past expires_at──▶ expired                               generation + 1, same key
+
+Every read, decision and scoped claim names the whole scope ``(tenant_ref, actor_ref,
+thread_id)``; a proposal outside it looks exactly like a missing one. Read-modify-write updates
+are fenced by the row's ``version`` (``WHERE id=? AND version=?``, then ``version+1``), and a
+fence that loses a race re-reads and decides again. Lease tokens are random and returned once;
+only their SHA-256 is stored. Every write keeps the discovery columns (``discovery_state``,
+``discovery_at``) in step, so that ``claim_next`` and ``expire`` read only the discovery index.
+Every timestamp comes from the store's clock.
+
+Module functions take the caller's ``Connection`` (the caller owns the transaction);
+``ActionProposalStore`` wraps each in its own short transaction and retries deadlocks and
+serialization failures, boundedly.
+
+The package, one concern a module: ``model`` (the values, states and results), ``queries`` (every
+statement, once), ``decisions`` (create, read, decide, expire), ``leases`` (claim, claim the next
+due work, renew, settle), ``delivery`` (outcomes into threads), ``backfill`` (legacy rows) and
+``store`` (``ActionProposalStore``).
+"""
+
+from __future__ import annotations
+
+from agora_cli.store.proposals.backfill import backfill_discovery_index, count_legacy_proposals
+from agora_cli.store.proposals.decisions import (
+    create_proposal,
+    decide_proposal,
+    expire_proposals,
+    find_proposal,
+    get_proposal,
+    list_proposals,
+)
+from agora_cli.store.proposals.delivery import deliver_outcome, list_undelivered_outcomes
+from agora_cli.store.proposals.leases import (
+    claim_next_proposal,
+    claim_proposal,
+    renew_lease,
+    settle_proposal,
+)
+from agora_cli.store.proposals.model import (
+    DECISIONS,
+    ID_PREFIX,
+    BackfillResult,
+    ClaimOutcome,
+    ClaimResult,
+    CreateOutcome,
+    CreateResult,
+    DecideOutcome,
+    DecideResult,
+    Decision,
+    DeliveryOutcome,
+    DeliveryResult,
+    DiscoveryState,
+    ExecutionState,
+    Lease,
+    NewProposal,
+    Proposal,
+    RenewOutcome,
+    RenewResult,
+    Scope,
+    SettleOutcome,
+    SettleResult,
+    Work,
+    default_idempotency_key,
+    proposal_id,
+)
+from agora_cli.store.proposals.store import ActionProposalStore
+from agora_cli.store.values import MAX_IDENTITY_UNITS, check_identity, utf16_units
+
+__all__ = [
+    "DECISIONS",
+    "ID_PREFIX",
+    "MAX_IDENTITY_UNITS",
+    "ActionProposalStore",
+    "BackfillResult",
+    "ClaimOutcome",
+    "ClaimResult",
+    "CreateOutcome",
+    "CreateResult",
+    "DecideOutcome",
+    "DecideResult",
+    "Decision",
+    "DeliveryOutcome",
+    "DeliveryResult",
+    "DiscoveryState",
+    "ExecutionState",
+    "Lease",
+    "NewProposal",
+    "Proposal",
+    "RenewOutcome",
+    "RenewResult",
+    "Scope",
+    "SettleOutcome",
+    "SettleResult",
+    "Work",
+    "backfill_discovery_index",
+    "check_identity",
+    "claim_next_proposal",
+    "claim_proposal",
+    "count_legacy_proposals",
+    "create_proposal",
+    "decide_proposal",
+    "default_idempotency_key",
+    "deliver_outcome",
+    "expire_proposals",
+    "find_proposal",
+    "get_proposal",
+    "list_proposals",
+    "list_undelivered_outcomes",
+    "proposal_id",
+    "renew_lease",
+    "settle_proposal",
+    "utf16_units",
+]

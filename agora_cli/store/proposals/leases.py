@@ -1,0 +1,235 @@
+"""Execution leases: the scoped claim, the privileged claim of the next due work, renew, settle.
+
+A claim is one short transaction proved by the rows it changed: a read of the row (scoped, or
+from the discovery index with ``FOR UPDATE SKIP LOCKED`` where the server has it) and an update
+fenced by its ``version``. A lease is a random token, returned once and stored as its SHA-256,
+and a ``generation`` that every claim advances; renew and settle hold only with both, before the
+lease expires, so a stale holder is always ``lost``. An expired lease is claimed again
+(``recovered``) with the same idempotency key.
+
+Every statement here is one of ``queries.worker_sql``'s, run on the driver's cursor.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from agora_cli.store.clock import Clock
+from agora_cli.store.engine import dialect_name, run_on_driver, supports_skip_locked
+from agora_cli.store.proposals.decisions import find_proposal
+from agora_cli.store.proposals.model import (
+    FENCE_ROUNDS,
+    ClaimOutcome,
+    ClaimResult,
+    Lease,
+    Proposal,
+    RenewResult,
+    Scope,
+    SettleResult,
+    Work,
+    check_lease,
+    check_settle,
+    clock_or_system,
+    raced_too_often,
+    token_hash,
+)
+from agora_cli.store.proposals.queries import Due, worker_sql
+from agora_cli.store.values import check_identity, check_lease_ms, dump_json
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
+__all__ = [
+    "claim_next_proposal",
+    "claim_proposal",
+    "renew_lease",
+    "settle_proposal",
+]
+
+
+def _claim_kind(row: Proposal, now: int) -> ClaimOutcome | None:
+    if row.decision != "approved":
+        return None
+    if row.execution_state in (None, "queued"):
+        return "claimed"
+    if row.execution_state == "running" and (
+        row.lease_expires_at is None or row.lease_expires_at <= now
+    ):
+        return "recovered"
+    return None
+
+
+def _take_lease(
+    conn: Connection,
+    row: Proposal | Due,
+    kind: ClaimOutcome,
+    worker_id: str,
+    lease_ms: int,
+    now: int,
+) -> ClaimResult | None:
+    """Take the lease of ``row`` (a proposal or a discovery row) if its version still holds."""
+    token = secrets.token_urlsafe(32)
+    expires = now + lease_ms
+    sql = worker_sql(dialect_name(conn)).take_lease
+    params = (worker_id, token_hash(token), expires, expires, now, row.id, row.version)
+    if run_on_driver(conn, sql, params).rowcount != 1:
+        return None
+    work = Work(
+        id=row.id,
+        idempotency_key=row.idempotency_key,
+        tenant_ref=row.tenant_ref,
+        actor_ref=row.actor_ref,
+        thread_id=row.thread_id,
+        run_id=row.run_id,
+        tool_call_id=row.tool_call_id,
+        tool_name=row.tool_name,
+        input=row.input,
+        attempts=row.attempts + 1,
+    )
+    return ClaimResult(kind, Lease(token, row.generation + 1, expires), work)
+
+
+def claim_proposal(
+    conn: Connection,
+    proposal_id: str,
+    *,
+    scope: Scope,
+    worker_id: str,
+    lease_ms: int,
+    clock: Clock | None = None,
+) -> ClaimResult:
+    """Take the lease of an approved proposal whose work is queued or whose lease expired."""
+    check_identity("worker_id", worker_id)
+    check_lease_ms(lease_ms)
+    check_identity("id", proposal_id)
+    clock = clock_or_system(clock)
+    for _ in range(FENCE_ROUNDS):
+        row = find_proposal(conn, proposal_id, scope=scope)
+        if row is None:
+            return ClaimResult("not_found", None, None)
+        now = clock.now_ms()
+        kind = _claim_kind(row, now)
+        if kind is None:
+            return ClaimResult("not_claimable", None, None)
+        claimed = _take_lease(conn, row, kind, worker_id, lease_ms, now)
+        if claimed is not None:
+            return claimed
+    raise raced_too_often(proposal_id)
+
+
+def renew_lease(
+    conn: Connection,
+    proposal_id: str,
+    *,
+    token: str,
+    generation: int,
+    lease_ms: int,
+    clock: Clock | None = None,
+) -> RenewResult:
+    """Extend a live lease held with this token and generation; otherwise ``lost``."""
+    check_identity("id", proposal_id)
+    check_lease(token, generation)
+    check_lease_ms(lease_ms)
+    now = clock_or_system(clock).now_ms()
+    expires = now + lease_ms
+    sql = worker_sql(dialect_name(conn)).renew
+    params = (expires, expires, now, proposal_id, token_hash(token), generation, now)
+    if run_on_driver(conn, sql, params).rowcount != 1:
+        return RenewResult("lost", None)
+    return RenewResult("renewed", expires)
+
+
+def settle_proposal(
+    conn: Connection,
+    proposal_id: str,
+    *,
+    token: str,
+    generation: int,
+    outcome: str,
+    result: Any = None,
+    error: str | None = None,
+    clock: Clock | None = None,
+) -> SettleResult:
+    """Record ``succeeded`` or ``failed`` under a live lease and end the lease; else ``lost``."""
+    check_identity("id", proposal_id)
+    check_lease(token, generation)
+    check_settle(outcome, error)
+    result_text = None if result is None else dump_json("result", result)
+    now = clock_or_system(clock).now_ms()
+    sql = worker_sql(dialect_name(conn)).settle
+    hashed = token_hash(token)
+    params = (outcome, result_text, error, now, now, proposal_id, hashed, generation, now)
+    if run_on_driver(conn, sql, params).rowcount != 1:
+        return SettleResult("lost")
+    return SettleResult("settled")
+
+
+# --- the privileged claim of the next due work ------------------------------------------------
+
+
+def _skip_locked(conn: Connection) -> bool:
+    """Whether this connection's server has SKIP LOCKED (asked once per pooled connection)."""
+    if dialect_name(conn) == "sqlite":
+        return False
+    info = conn.info
+    if "agora_skip_locked" not in info:
+        info["agora_skip_locked"] = supports_skip_locked(conn)
+    return bool(info["agora_skip_locked"])
+
+
+def claim_next_proposal(
+    conn: Connection, *, worker_id: str, lease_ms: int, clock: Clock | None = None
+) -> ClaimResult:
+    """Claim the most overdue work across all scopes, or return outcome ``none``.
+
+    Due work is queued, or running under an expired lease (then ``recovered``), taken in
+    ``discovery_at`` order from the discovery index only: with ``FOR UPDATE SKIP LOCKED`` where
+    the server has it, else (SQLite, older MySQL/MariaDB) by the version fence alone.
+    Privileged: worker infrastructure only.
+    """
+    check_identity("worker_id", worker_id)
+    check_lease_ms(lease_ms)
+    now = clock_or_system(clock).now_ms()
+    dialect = dialect_name(conn)
+    statements = worker_sql(dialect)
+    locked = _skip_locked(conn)
+    if locked and statements.claim_next is not None:
+        claimed = _claim_next_in_one_statement(
+            conn, statements.claim_next, worker_id, lease_ms, now
+        )
+        if claimed is not None:
+            return claimed
+        # Nothing was due, or (rarely) the fence lost a race: the loop below tells them apart.
+    read = statements.next_due_locked if locked else statements.next_due_fenced
+    for _ in range(FENCE_ROUNDS):
+        rows = sorted(
+            (Due(*row) for row in run_on_driver(conn, read, (now, now)).rows),
+            key=lambda r: r.discovery_at,
+        )
+        if not rows:
+            break
+        for row in rows:
+            kind: ClaimOutcome = "recovered" if row.discovery_state == "running" else "claimed"
+            claimed = _take_lease(conn, row, kind, worker_id, lease_ms, now)
+            if claimed is not None:
+                return claimed
+    return ClaimResult("none", None, None)
+
+
+def _claim_next_in_one_statement(
+    conn: Connection, sql: str, worker_id: str, lease_ms: int, now: int
+) -> ClaimResult | None:
+    """PostgreSQL: the locking discovery read and the fenced take-lease as one UPDATE.
+
+    ``None`` when it changed no row: nothing is due, or the version fence lost a race.
+    """
+    token = secrets.token_urlsafe(32)
+    expires = now + lease_ms
+    args = (worker_id, token_hash(token), expires, expires, now, now, now)
+    rows = run_on_driver(conn, sql, args).rows
+    if not rows:
+        return None
+    *work, generation, prior_state = rows[0]
+    kind: ClaimOutcome = "recovered" if prior_state == "running" else "claimed"
+    return ClaimResult(kind, Lease(token, generation, expires), Work(*work))

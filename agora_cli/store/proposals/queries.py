@@ -1,0 +1,234 @@
+"""Every statement the proposal store runs, each defined once.
+
+Two kinds live here. Rows are read and fenced with SQLAlchemy Core (``select_rows``,
+``scope_filter``, ``fenced_update``): those paths are rare and clarity wins. The statements a
+worker runs in a loop — discover due work, take a lease, renew it, settle it — are named SQL
+text, like procrastinate's ``sql/queries.sql``: one definition each, rendered once per dialect
+(placeholder style, derived-table syntax) by ``worker_sql`` and run on the driver's cursor
+(``engine.run_on_driver``) on every dialect, SQLite included.
+
+Each discovery read is one index range (``discovery_state = s`` ordered by ``discovery_at``) of
+the discovery index. The state is a constant in the SQL text so PostgreSQL keeps one generic
+plan for the prepared statement instead of planning every claim anew. On InnoDB a locking read
+locks only the rows it returns, so other workers skip them; the row of the other state that a
+claim did not take stays locked only until the short transaction ends. PostgreSQL refuses
+``FOR UPDATE`` on a ``UNION`` member itself and SQLite refuses parenthesised members, hence
+derived tables there; MariaDB materialises each derived table (three times slower), so it gets
+the parenthesised branches.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from sqlalchemy import and_, select, update
+from sqlalchemy.sql.elements import ColumnElement
+
+from agora_cli.store.proposals.model import PROPOSAL_FIELDS, WORK_FIELDS, Proposal, Scope
+from agora_cli.store.schema import action_proposal as p
+from agora_cli.store.sqlexpr import exact_eq
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, RowMapping
+    from sqlalchemy.sql import Select
+
+__all__ = [
+    "COLUMNS",
+    "DUE_STATES",
+    "Due",
+    "WorkerSql",
+    "fenced_update",
+    "in_scope",
+    "proposal_row",
+    "scope_filter",
+    "select_rows",
+    "worker_sql",
+]
+
+COLUMNS = tuple(p.c[name] for name in PROPOSAL_FIELDS)
+DUE_STATES = ("queued", "running")
+# Without SKIP LOCKED (SQLite, MySQL < 8.0.1, MariaDB < 10.6) a claim reads a few candidates of
+# each state and lets the version fence decide who gets each.
+FALLBACK_CANDIDATES = 8
+
+
+# --- rows, scopes and fences (Core) -----------------------------------------------------------
+
+
+def select_rows() -> Select[Any]:
+    """``SELECT`` of every column a ``Proposal`` holds."""
+    return select(*COLUMNS)
+
+
+def proposal_row(row: RowMapping) -> Proposal:
+    return Proposal(*(row[name] for name in PROPOSAL_FIELDS))
+
+
+def in_scope(proposal: Proposal, pid: str, scope: Scope) -> bool:
+    """Exact comparison in Python too, whatever the collation did."""
+    return (
+        proposal.id == pid
+        and proposal.tenant_ref == scope.tenant_ref
+        and proposal.actor_ref == scope.actor_ref
+        and proposal.thread_id == scope.thread_id
+    )
+
+
+def scope_filter(scope: Scope) -> ColumnElement[bool]:
+    tenant = (
+        p.c.tenant_ref.is_(None)
+        if scope.tenant_ref is None
+        else exact_eq(p.c.tenant_ref, scope.tenant_ref)
+    )
+    return and_(
+        tenant, exact_eq(p.c.actor_ref, scope.actor_ref), exact_eq(p.c.thread_id, scope.thread_id)
+    )
+
+
+def fenced_update(conn: Connection, row: Proposal, changes: dict[str, Any]) -> Proposal | None:
+    """Apply ``changes`` if the row still has ``row.version``; the new state, or ``None``."""
+    version = row.version + 1
+    stmt = (
+        update(p)
+        .where(p.c.id == row.id, p.c.version == row.version)
+        .values(**changes, version=version)
+    )
+    if conn.execute(stmt).rowcount != 1:
+        return None
+    return replace(row, **changes, version=version)
+
+
+# --- the worker's statements (named SQL, run on the driver's cursor) ---------------------------
+
+
+class Due(NamedTuple):
+    """A row of the discovery read: what ``Work`` needs, and what the fence and order need."""
+
+    id: str
+    idempotency_key: str
+    tenant_ref: str | None
+    actor_ref: str
+    thread_id: str
+    run_id: str | None
+    tool_call_id: str | None
+    tool_name: str
+    input: str
+    attempts: int
+    version: int
+    generation: int
+    discovery_state: str
+    discovery_at: int
+
+
+_T = p.name
+_DUE_KEY = ("id", "version", "discovery_state", "discovery_at")
+
+
+def _due_read(state: str, columns: str, *, per_state: int, locked: bool) -> str:
+    lock = " FOR UPDATE SKIP LOCKED" if locked else ""
+    return (
+        f"SELECT {columns} FROM {_T} WHERE discovery_state = '{state}' AND discovery_at <= %s "
+        f"ORDER BY discovery_at LIMIT {per_state}{lock}"
+    )
+
+
+def _union_of_due_reads(
+    columns: Sequence[str], *, derived: bool, per_state: int = 1, locked: bool = True
+) -> str:
+    listed = ", ".join(columns)
+    reads = [_due_read(s, listed, per_state=per_state, locked=locked) for s in DUE_STATES]
+    if derived:
+        branches = (
+            f"SELECT * FROM ({read}) AS {s}" for read, s in zip(reads, DUE_STATES, strict=True)
+        )
+    else:
+        branches = (f"({read})" for read in reads)
+    return " UNION ALL ".join(branches)
+
+
+def _take_lease_set(alias: str) -> str:
+    """The take-lease assignments; what they read is qualified by ``alias`` where it must be."""
+    return (
+        "execution_state = 'running', lease_owner = %s, lease_token_hash = %s, "
+        f"lease_expires_at = %s, generation = {alias}generation + 1, "
+        f"attempts = {alias}attempts + 1, discovery_state = 'running', discovery_at = %s, "
+        f"updated_at = %s, version = {alias}version + 1"
+    )
+
+
+_LEASE_HOLDER = (
+    "id = %s AND lease_token_hash = %s AND generation = %s "
+    "AND execution_state = 'running' AND lease_expires_at > %s"
+)
+
+
+@dataclass(frozen=True)
+class WorkerSql:
+    """The worker's statements for one dialect (placeholders in the driver's style).
+
+    Parameters, in order:
+
+    - ``next_due_locked`` / ``next_due_fenced``: now, now
+    - ``take_lease``: owner, token hash, lease expiry, lease expiry, now, id, version
+    - ``claim_next`` (PostgreSQL only): owner, token hash, expiry, expiry, now, now, now
+    - ``renew``: lease expiry, lease expiry, now, id, token hash, generation, now
+    - ``settle``: state, result, error, now, now, id, token hash, generation, now
+    """
+
+    next_due_locked: str
+    next_due_fenced: str
+    take_lease: str
+    claim_next: str | None
+    renew: str
+    settle: str
+
+
+def _render(dialect: str, sql: str) -> str:
+    return sql.replace("%s", "?") if dialect == "sqlite" else sql
+
+
+@functools.cache
+def worker_sql(dialect: str) -> WorkerSql:
+    """The worker's statements rendered for ``dialect`` (``postgresql``, ``mysql``, ``sqlite``)."""
+    due_columns = Due._fields
+    claim_next = None
+    if dialect == "postgresql":
+        # The two locking reads and the fenced take-lease as one UPDATE: the oldest due row of
+        # the two is taken under the same version fence, in one round trip. RETURNING gives the
+        # new generation and attempts, and the state the row was discovered in (running: a
+        # recovery).
+        claim_next = (
+            f"UPDATE {_T} AS a SET {_take_lease_set('a.')} "
+            f"FROM ({_union_of_due_reads(_DUE_KEY, derived=True)} "
+            "ORDER BY discovery_at LIMIT 1) AS due "
+            "WHERE a.id = due.id AND a.version = due.version "
+            f"RETURNING {', '.join('a.' + name for name in WORK_FIELDS)}, a.generation, "
+            "due.discovery_state"
+        )
+    fenced = _union_of_due_reads(
+        due_columns, derived=True, per_state=FALLBACK_CANDIDATES, locked=False
+    )
+    renew = (
+        f"UPDATE {_T} SET lease_expires_at = %s, discovery_at = %s, updated_at = %s, "
+        f"version = version + 1 WHERE {_LEASE_HOLDER}"
+    )
+    settle = (
+        f"UPDATE {_T} SET execution_state = %s, result = %s, error = %s, settled_at = %s, "
+        "lease_token_hash = NULL, lease_expires_at = NULL, discovery_state = 'done', "
+        f"discovery_at = NULL, updated_at = %s, version = version + 1 WHERE {_LEASE_HOLDER}"
+    )
+    return WorkerSql(
+        next_due_locked=_render(
+            dialect, _union_of_due_reads(due_columns, derived=dialect != "mysql")
+        ),
+        next_due_fenced=_render(dialect, fenced),
+        take_lease=_render(
+            dialect, f"UPDATE {_T} SET {_take_lease_set('')} WHERE id = %s AND version = %s"
+        ),
+        claim_next=claim_next,
+        renew=_render(dialect, renew),
+        settle=_render(dialect, settle),
+    )

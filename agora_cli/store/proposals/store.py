@@ -1,0 +1,163 @@
+"""``ActionProposalStore``: the proposal functions over an engine, one short transaction each.
+
+Each method is one line over its module function (as httpx's ``Client.get`` is one line over
+``request``): the function validates its arguments before any SQL, and the store adds only the
+transaction, the clock and the bounded retry of deadlocks and serialization failures.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+
+from agora_cli.store.clock import Clock
+from agora_cli.store.engine import retry_transient
+from agora_cli.store.proposals.backfill import backfill_discovery_index
+from agora_cli.store.proposals.decisions import (
+    create_proposal,
+    decide_proposal,
+    expire_proposals,
+    find_proposal,
+    get_proposal,
+    list_proposals,
+)
+from agora_cli.store.proposals.delivery import deliver_outcome, list_undelivered_outcomes
+from agora_cli.store.proposals.leases import (
+    claim_next_proposal,
+    claim_proposal,
+    renew_lease,
+    settle_proposal,
+)
+from agora_cli.store.proposals.model import (
+    BackfillResult,
+    ClaimResult,
+    CreateResult,
+    DecideResult,
+    DeliveryResult,
+    NewProposal,
+    Proposal,
+    RenewResult,
+    Scope,
+    SettleResult,
+    clock_or_system,
+)
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine
+
+__all__ = ["ActionProposalStore"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class ActionProposalStore:
+    """The proposal store over an engine: each call is one short transaction, retried boundedly
+    on deadlocks and serialization failures. Arguments are validated before any SQL runs."""
+
+    def __init__(self, engine: Engine, clock: Clock | None = None) -> None:
+        self.engine = engine
+        self.clock: Clock = clock_or_system(clock)
+
+    def _write(
+        self, fn: Callable[Concatenate[Connection, P], R], *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        def attempt() -> R:
+            with self.engine.begin() as conn:
+                return fn(conn, *args, **kwargs)
+
+        return retry_transient(attempt)
+
+    def _read(
+        self, fn: Callable[Concatenate[Connection, P], R], *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        def attempt() -> R:
+            with self.engine.connect().execution_options(sqlite_deferred=True) as conn:
+                with conn.begin():
+                    return fn(conn, *args, **kwargs)
+
+        return retry_transient(attempt)
+
+    def create(self, new: NewProposal) -> CreateResult:
+        """Create a proposal: ``created``, ``existing`` or ``conflict``."""
+        return self._write(create_proposal, new, clock=self.clock)
+
+    def get(self, proposal_id: str, scope: Scope) -> Proposal:
+        """Return a proposal in its scope; ``NotFound`` otherwise (a wrong scope included)."""
+        return self._read(get_proposal, proposal_id, scope=scope)
+
+    def find(self, proposal_id: str, scope: Scope) -> Proposal | None:
+        """Return a proposal in its scope, or ``None``."""
+        return self._read(find_proposal, proposal_id, scope=scope)
+
+    def list(
+        self, scope: Scope, decision: str | None = None, limit: int = 100
+    ) -> builtins.list[Proposal]:
+        """List a scope's proposals, newest first."""
+        return self._read(list_proposals, scope=scope, decision=decision, limit=limit)
+
+    def decide(
+        self,
+        proposal_id: str,
+        scope: Scope,
+        decision: str,
+        decided_by: str,
+        note: str | None = None,
+    ) -> DecideResult:
+        """Approve or reject a proposal; the outcome says what happened."""
+        return self._write(
+            decide_proposal, proposal_id, scope=scope, decision=decision,
+            decided_by=decided_by, note=note, clock=self.clock,
+        )  # fmt: skip
+
+    def claim(self, proposal_id: str, scope: Scope, worker_id: str, lease_ms: int) -> ClaimResult:
+        """Take the execution lease of an approved proposal whose work is due."""
+        return self._write(
+            claim_proposal, proposal_id, scope=scope, worker_id=worker_id, lease_ms=lease_ms,
+            clock=self.clock,
+        )  # fmt: skip
+
+    def renew(self, proposal_id: str, token: str, generation: int, lease_ms: int) -> RenewResult:
+        """Extend a live lease: ``renewed`` or ``lost``."""
+        return self._write(
+            renew_lease, proposal_id, token=token, generation=generation, lease_ms=lease_ms,
+            clock=self.clock,
+        )  # fmt: skip
+
+    def settle(
+        self,
+        proposal_id: str,
+        token: str,
+        generation: int,
+        outcome: str,
+        result: Any = None,
+        error: str | None = None,
+    ) -> SettleResult:
+        """Record the outcome under a live lease: ``settled`` or ``lost``."""
+        return self._write(
+            settle_proposal, proposal_id, token=token, generation=generation, outcome=outcome,
+            result=result, error=error, clock=self.clock,
+        )  # fmt: skip
+
+    def claim_next(self, worker_id: str, lease_ms: int) -> ClaimResult:
+        """Claim the most overdue work across scopes (privileged), or outcome ``none``."""
+        return self._write(
+            claim_next_proposal, worker_id=worker_id, lease_ms=lease_ms, clock=self.clock
+        )
+
+    def expire(self, limit: int = 100) -> int:
+        """Expire a bounded batch (1–1000) of pending proposals past ``expires_at``."""
+        return self._write(expire_proposals, limit=limit, clock=self.clock)
+
+    def list_undelivered_outcomes(self, limit: int = 100) -> builtins.list[Proposal]:
+        """List settled proposals whose outcome has not been delivered to their thread."""
+        return self._read(list_undelivered_outcomes, limit=limit)
+
+    def deliver_outcome(self, proposal_id: str, message_id: str) -> DeliveryResult:
+        """Write a settled outcome to a message of its thread, exactly once."""
+        return self._write(deliver_outcome, proposal_id, message_id=message_id, clock=self.clock)
+
+    def backfill(self, limit: int = 500) -> BackfillResult:
+        """Backfill one bounded batch of legacy rows in its own transaction."""
+        return self._write(backfill_discovery_index, limit=limit)
