@@ -13,7 +13,15 @@ from agora_cli.store.errors import ForwardOnlyMigration
 
 
 def apply_revision(revision: str) -> None:
-    """Bring the schema to ``revision``'s shape (online) or print its DDL (offline)."""
+    """Run revision ``revision``: online, bring the schema to *head's* shape; offline, print the
+    revision's own historical DDL.
+
+    Online, every revision delegates to ``ensure_agent_tables``, which builds the library's
+    current shape (so a later revision finds nothing left to do, and migrations and
+    provisioning can never drift apart). Offline (``db upgrade --sql``) there is no database to
+    read, so each revision prints exactly the statements it added
+    (``provision.revision_statements``) and the script is valid from an empty database.
+    """
     if context.is_offline_mode():
         from agora_cli.store.provision import revision_statements
 

@@ -24,6 +24,10 @@ import pytest
 from helpers import DIALECTS, MYSQL_ADMIN_URL, PG_ADMIN_URL, run_cli, unique_name, with_database
 
 REQUIRED = {d.strip() for d in os.environ.get("AGORA_TEST_REQUIRE", "").split(",") if d.strip()}
+# `make test-fast` runs SQLite only: AGORA_TEST_DIALECTS=sqlite (default: all three).
+SELECTED = tuple(
+    d for d in (os.environ.get("AGORA_TEST_DIALECTS") or ",".join(DIALECTS)).split(",") if d
+)
 _skipped: dict[str, str] = {}
 
 
@@ -98,6 +102,8 @@ class Databases:
         self.provisioned: dict[str, str] = {}
 
     def require(self, dialect: str) -> None:
+        if dialect not in SELECTED:
+            pytest.skip(f"{dialect} not selected (AGORA_TEST_DIALECTS={','.join(SELECTED)})")
         if dialect == "sqlite":
             return
         server = self.servers[dialect]
@@ -135,7 +141,7 @@ def databases(servers: dict[str, Server], tmp_path_factory: Any) -> Databases:
     return Databases(servers, tmp_path_factory)
 
 
-@pytest.fixture(params=DIALECTS)
+@pytest.fixture(params=[d for d in DIALECTS if d in SELECTED])
 def dialect(request: Any, databases: Databases) -> str:
     databases.require(request.param)
     return str(request.param)
@@ -179,7 +185,9 @@ def cli() -> Any:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if _skipped:
+    if set(SELECTED) != set(DIALECTS):
+        terminalreporter.write_line(f"dialects: only {', '.join(SELECTED)} (AGORA_TEST_DIALECTS)")
+    elif _skipped:
         terminalreporter.write_sep("=", "dialects skipped")
         for dialect, reason in sorted(_skipped.items()):
             terminalreporter.write_line(f"{dialect}: {reason}")

@@ -14,8 +14,8 @@ from typing import Any
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-FIXTURE_CATALOG = SHARED / "fixtures" / "models-dev-api.json"
+# A copy of the shared models.dev snapshot, kept in the repository so a fresh clone runs alone.
+FIXTURE_CATALOG = ROOT / "tests" / "fixtures" / "models-dev-api.json"
 
 PG_ADMIN_URL = os.environ.get(
     "AGORA_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"

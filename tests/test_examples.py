@@ -8,11 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import ROOT, run_cli
 from sqlalchemy import func, select
 
 from agora_cli.store.engine import open_engine
 from agora_cli.store.schema import action_proposal as proposal
+
+pytestmark = pytest.mark.slow  # every example runs as its own process
 
 EXAMPLES = ROOT / "examples"
 

@@ -34,7 +34,7 @@ from _common import create_database, drop_database
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
-SNAPSHOT_PATH = ROOT.parent / "shared" / "fixtures" / "models-dev-api.json"
+SNAPSHOT_PATH = ROOT / "tests" / "fixtures" / "models-dev-api.json"
 N_MODELS = int(os.environ.get("BENCH_SEED_MODELS", "500"))
 REPEAT = int(os.environ.get("BENCH_REPEAT", "5"))
 RUNNER = CliRunner()

@@ -134,6 +134,7 @@ def test_wrong_credentials_are_exit_3_and_masked(cli: Any) -> None:
     assert "s3cret-pw" not in line and "***" in line
 
 
+@pytest.mark.slow
 def test_debug_shows_traceback_without_password() -> None:
     result = run_agora("--debug", "db", "check", "--db", "postgresql://u:s3cret-pw@127.0.0.1:1/x")
     assert result.exit_code != 0
@@ -146,6 +147,7 @@ def test_environment_url_is_used(db_url: str, cli: Any) -> None:
     assert result.exit_code == 0 and result.json()["ok"] is True
 
 
+@pytest.mark.slow
 def test_default_is_sqlite_file_in_current_folder(tmp_path: Path) -> None:
     agora = str(Path(sys.executable).with_name("agora"))
     env = {"PATH": str(Path(sys.executable).parent), "HOME": str(tmp_path)}

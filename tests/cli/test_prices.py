@@ -507,6 +507,7 @@ def test_reprice_bad_dates_are_exit_2(cli: Any, db_url: str, args: list[str]) ->
 # --- a real subprocess ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_installed_agora_seeds_from_the_env_catalog(server: Server, tmp_path: Path) -> None:
     from agora_cli.store.provision import ensure_agent_tables
 

@@ -455,6 +455,7 @@ def test_every_proposals_command_has_help_with_an_example(cli: Any) -> None:
         assert f"Example: agora proposals {command}" in result.stdout
 
 
+@pytest.mark.slow
 def test_claim_next_in_a_real_process(db: str, tmp_path: Path, cli: Any) -> None:
     pid = created_id(cli, tmp_path, db)
     approve(cli, db, pid)

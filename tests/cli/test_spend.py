@@ -344,6 +344,7 @@ def test_quota_needs_an_actor(cli: Any, db_url: str) -> None:
     assert r.exit_code == 2 and no_data(r)
 
 
+@pytest.mark.slow
 def test_spend_through_the_installed_command(db_url: str, sample: None) -> None:
     r = run_agora(
         "spend",

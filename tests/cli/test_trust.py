@@ -141,6 +141,7 @@ def test_a_one_letter_password_is_not_over_masked(cli: Any) -> None:
     assert "connect" in result.stderr and "c***nn" not in result.stderr
 
 
+@pytest.mark.slow
 def test_debug_traceback_scrubs_a_long_password() -> None:
     result = run_agora("--debug", "spend", "--db", "postgresql://u:Zq7-s3cretPW@127.0.0.1:1/x")
     assert result.exit_code == 3
@@ -386,6 +387,7 @@ def test_trailing_spaces_never_match(engine: Any, db_url: str, cli: Any) -> None
 # --- 13./14. SQLite: readers never take the write lock, and never create a file -----------------
 
 
+@pytest.mark.slow
 def test_sqlite_reports_read_while_a_writer_holds_the_lock(tmp_path: Path, cli: Any) -> None:
     url = f"sqlite:///{tmp_path / 'busy.db'}"
     assert cli("demo", "--db", url).exit_code == 0
@@ -410,6 +412,7 @@ def test_sqlite_reports_read_while_a_writer_holds_the_lock(tmp_path: Path, cli: 
         writer.close()
 
 
+@pytest.mark.slow
 def test_read_only_commands_never_create_a_sqlite_file(tmp_path: Path, cli: Any) -> None:
     missing = tmp_path / "typo.db"
     for args in (
@@ -435,6 +438,7 @@ def test_read_only_commands_never_create_a_sqlite_file(tmp_path: Path, cli: Any)
     assert not (tmp_path / "agora.db").exists()
 
 
+@pytest.mark.slow
 def test_db_status_names_the_absolute_sqlite_path(tmp_path: Path) -> None:
     assert run_agora("demo", "--db", f"sqlite:///{tmp_path / 'a.db'}").exit_code == 0
     proc = subprocess.run(
@@ -451,6 +455,7 @@ def test_db_status_names_the_absolute_sqlite_path(tmp_path: Path) -> None:
 # --- 16./17. one way to fail ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_invalid_utf8_argument_is_exit_2(tmp_path: Path) -> None:
     proc = subprocess.run(
         [AGORA.encode(), b"spend", b"--actor", b"\xff", b"--json"],
@@ -470,6 +475,7 @@ def test_a_deep_json_document_is_exit_2(tmp_path: Path, db_url: str, cli: Any) -
     assert result.exit_code == 2 and "nested too deeply" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_closed_stdout_is_a_quiet_exit(tmp_path: Path) -> None:
     assert run_agora("demo", "--db", f"sqlite:///{tmp_path / 'a.db'}").exit_code == 0
     proc = subprocess.run(
@@ -482,6 +488,7 @@ def test_a_closed_stdout_is_a_quiet_exit(tmp_path: Path) -> None:
     assert proc.returncode == 0 and proc.stderr == ""
 
 
+@pytest.mark.slow
 def test_a_table_into_a_closed_pipe_exits_141(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'a.db'}"
     assert run_agora("demo", "--db", url).exit_code == 0

@@ -219,6 +219,7 @@ def test_rag_branch_with_pgvector(pgvector_url: str) -> None:
     engine.dispose()
 
 
+@pytest.mark.slow
 def test_migrations_run_from_any_folder_without_alembic_ini(empty_url: str, tmp_path: Path) -> None:
     agora = str(Path(sys.executable).with_name("agora"))
     proc = subprocess.run(

@@ -164,6 +164,7 @@ def test_adopts_a_database_an_older_writer_created(empty_url: str, dialect: str)
     engine.dispose()
 
 
+@pytest.mark.slow
 def test_eight_processes_provision_one_empty_database(empty_url: str) -> None:
     agora = str(Path(sys.executable).with_name("agora"))
     procs = [
