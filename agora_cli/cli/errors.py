@@ -35,7 +35,9 @@ __all__ = [
     "set_debug",
 ]
 
-_STATE: dict[str, bool] = {"debug": False, "json": False}
+_STATE: dict[str, Any] = {"debug": False, "json": False, "argv": []}
+# Library parameters whose flag is not simply ``--`` + the name with dashes.
+_FLAGS = {"table_lock_timeout_s": "--lock-timeout", "lock_timeout_s": "--lock-timeout"}
 _BROKEN_PIPE = 141
 _ROOT_ONLY = ("--debug", "--version")
 _COMMAND_OPTIONS = ("--db", "--json", "--csv")
@@ -98,6 +100,17 @@ def _translate(exc: BaseException) -> AgoraError | None:
     return None
 
 
+def _as_typed(err: AgoraError) -> str:
+    """The error's message, naming the flag the operator typed rather than the library's
+    parameter (``lease_ms must be …`` → ``--lease-ms must be …``)."""
+    param = getattr(err, "param", None)
+    if not param:
+        return err.message
+    flag = _FLAGS.get(param, "--" + param.replace("_", "-"))
+    typed = any(arg.split("=", 1)[0] == flag for arg in _STATE["argv"])
+    return err.message.replace(param, flag, 1) if typed else err.message
+
+
 def _silence_stdout() -> None:
     """Point stdout at /dev/null, so that nothing more (not even Python's last flush) fails."""
     try:
@@ -157,6 +170,7 @@ class AgoraGroup(TyperGroup):
     ) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
         _STATE["json"] = "--json" in argv
+        _STATE["argv"] = argv
         if sys.stdout is None:  # started with stdout closed (`agora … >&-`)
             sys.stdout = open(os.devnull, "w")  # lives as long as the process
         code = self._run(argv, prog_name, complete_var, extra)
@@ -247,4 +261,4 @@ class AgoraGroup(TyperGroup):
                     1,
                     "unexpected",
                 ) from None
-            raise _fail(err.message, err.exit_code, _kind(err)) from None
+            raise _fail(_as_typed(err), err.exit_code, _kind(err)) from None

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from agora_cli.store.clock import DAY_MS, Clock, ManualClock, SystemClock, day_start_ms
-from agora_cli.store.errors import AgoraError
+from agora_cli.store.errors import DemoRefused
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
@@ -79,10 +79,6 @@ ASSISTANT_LINES = (
     "The numbers add up; details below.",
     "I will need a person to approve that step.",
 )
-
-
-class DemoRefused(AgoraError):
-    """The database already holds agent data; ``agora demo --force`` replaces the demo set."""
 
 
 @dataclass
@@ -161,7 +157,7 @@ def write_demo_data(
     from agora_cli.store.provision import ensure_agent_tables
 
     if not 1 <= days <= 365:
-        raise InvalidInput(f"--days must be between 1 and 365, not {days}")
+        raise InvalidInput(f"days must be between 1 and 365, not {days}", param="days")
     ensure_agent_tables(engine)
     with engine.connect() as conn:
         taken = demo_has_agent_data(conn)

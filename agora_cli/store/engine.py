@@ -176,8 +176,7 @@ def open_engine(
     path = sqlite_path(parsed)
     if path is not None and not create and not path.exists():
         raise DatabaseUnreachable(
-            f"no database at {path} (check --db or AGORA_DATABASE_URL; "
-            "`agora db provision` creates one)"
+            f"no database at {path} (check the URL; `agora db provision` creates one)"
         )
     options: dict[str, Any] = {}
     if backend == "mysql":

@@ -9,8 +9,8 @@ SQLAlchemy or httpx. Driver and HTTP errors are translated into this tree once, 
     ├── Conflict                    exit 1  the object exists with other content
     ├── SchemaDrift                 exit 1  the live schema differs from the expected one
     ├── ModelNotInCatalog           exit 1  a provider/model is missing, or has no price
-    ├── LeaseLost                   exit 1  a lease token/generation no longer holds
     ├── ForwardOnlyMigration        exit 1  a downgrade of a forward-only revision
+    ├── DemoRefused                 exit 1  the demo would write into a database with data
     ├── InvalidInput                exit 2  bad arguments, dates, limits, URLs, JSON
     │   └── UnknownDialect          exit 2
     └── ExternalError               exit 3  an outside system could not be reached or refused
@@ -29,10 +29,10 @@ __all__ = [
     "Conflict",
     "DatabaseError",
     "DatabaseUnreachable",
+    "DemoRefused",
     "ExternalError",
     "ForwardOnlyMigration",
     "InvalidInput",
-    "LeaseLost",
     "LockTimeout",
     "MissingExtension",
     "ModelNotInCatalog",
@@ -71,18 +71,26 @@ class ModelNotInCatalog(AgoraError):
     """The model is not in the catalog, or has no price there."""
 
 
-class LeaseLost(AgoraError):
-    """The lease is no longer held (wrong token, wrong generation, or expired)."""
-
-
 class ForwardOnlyMigration(AgoraError):
     """This migration is forward-only and cannot be downgraded."""
 
 
+class DemoRefused(AgoraError):
+    """The database already holds agent data; the demo replaces only a previous demo set."""
+
+
 class InvalidInput(AgoraError):
-    """Invalid input."""
+    """Invalid input.
+
+    ``param`` names the library parameter at fault (``lease_ms``, ``timeout``) when there is
+    one: the library's message names it, and the command line shows its own flag instead.
+    """
 
     exit_code = 2
+
+    def __init__(self, message: str | None = None, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class UnknownDialect(InvalidInput):

@@ -519,8 +519,9 @@ def table_lock_timeout(seconds: float) -> float:
     if not (ok and 0 < seconds <= MAX_TABLE_LOCK_TIMEOUT_S):
         shown = f"{seconds:g}" if isinstance(seconds, int | float) else repr(seconds)
         raise InvalidInput(
-            f"--lock-timeout must be a number of seconds more than 0 and at most "
-            f"{MAX_TABLE_LOCK_TIMEOUT_S:g}, not {shown}"
+            f"table_lock_timeout_s must be a number of seconds more than 0 and at most "
+            f"{MAX_TABLE_LOCK_TIMEOUT_S:g}, not {shown}",
+            param="table_lock_timeout_s",
         )
     return float(seconds)
 
@@ -666,7 +667,8 @@ def _lock_wait_error(
         else f"{kept} earlier statement(s) were applied and stay (running it again does the rest)"
     )
     return LockTimeout(
-        f"{head}; {done}. When that transaction has ended, run it again (or raise --lock-timeout)"
+        f"{head}; {done}. When that transaction has ended, run it again (or allow a longer "
+        "lock timeout)"
     )
 
 

@@ -60,25 +60,26 @@ def utf16_units(text: str) -> int:
 def check_text(name: str, value: object) -> str:
     """Return ``value`` if it is a string that a database can store (valid Unicode, no NUL)."""
     if not isinstance(value, str):
-        raise InvalidInput(f"{name} must be text, not {type(value).__name__}")
+        raise InvalidInput(f"{name} must be text, not {type(value).__name__}", param=name)
     if "\x00" in value:
-        raise InvalidInput(f"{name} must not contain a NUL character")
+        raise InvalidInput(f"{name} must not contain a NUL character", param=name)
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidInput(f"{name} is not valid UTF-8 text") from None
+        raise InvalidInput(f"{name} is not valid UTF-8 text", param=name) from None
     return value
 
 
 def check_identity(name: str, value: object) -> str:
     """Return ``value`` if it is a valid identity field, else raise ``InvalidInput``."""
     if not isinstance(value, str) or not value.strip():
-        raise InvalidInput(f"{name} must be a non-empty string (not blank)")
+        raise InvalidInput(f"{name} must be a non-empty string (not blank)", param=name)
     check_text(name, value)
     units = utf16_units(value)
     if units > MAX_IDENTITY_UNITS:
         raise InvalidInput(
-            f"{name} is {units} UTF-16 code units long; the limit is {MAX_IDENTITY_UNITS}"
+            f"{name} is {units} UTF-16 code units long; the limit is {MAX_IDENTITY_UNITS}",
+            param=name,
         )
     return value
 
@@ -91,7 +92,9 @@ def check_optional_identity(name: str, value: object) -> str | None:
 def check_int(name: str, value: object, *, low: int = 0, high: int = BIGINT_MAX) -> int:
     """Return ``value`` if it is an integer (not a bool) in ``[low, high]``."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidInput(f"{name} must be a whole number from {low:,} to {high:,}, not {value!r}")
+        raise InvalidInput(
+            f"{name} must be a whole number from {low:,} to {high:,}, not {value!r}", param=name
+        )
     return value
 
 
@@ -103,13 +106,13 @@ def check_count(name: str, value: object) -> int:
 def check_finite(name: str, value: object, *, low: float = 0.0, high: float = math.inf) -> float:
     """Return ``value`` as a float if it is a finite number in ``[low, high]``."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidInput(f"{name} must be a number, not {value!r}")
+        raise InvalidInput(f"{name} must be a number, not {value!r}", param=name)
     number = float(value)
     if not math.isfinite(number):
-        raise InvalidInput(f"{name} must be a finite number, not {value!r}")
+        raise InvalidInput(f"{name} must be a finite number, not {value!r}", param=name)
     if not low <= number <= high:
         bound = f"from {low:g} to {high:g}" if math.isfinite(high) else f">= {low:g}"
-        raise InvalidInput(f"{name} must be a number {bound}, not {value!r}")
+        raise InvalidInput(f"{name} must be a number {bound}, not {value!r}", param=name)
     return number
 
 
@@ -122,7 +125,8 @@ def check_lease_ms(value: object, name: str = "lease_ms") -> int:
     """Return ``value`` if it is a lease length from 1 ms to 7 days."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LEASE_MS:
         raise InvalidInput(
-            f"{name} must be from 1 to {MAX_LEASE_MS:,} milliseconds (7 days), not {value!r}"
+            f"{name} must be from 1 to {MAX_LEASE_MS:,} milliseconds (7 days), not {value!r}",
+            param=name,
         )
     return value
 
@@ -136,9 +140,9 @@ def dump_json(name: str, value: Any) -> str:
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"{name} is not strict JSON: {exc}") from None
+        raise InvalidInput(f"{name} is not strict JSON: {exc}", param=name) from None
     except RecursionError:
-        raise InvalidInput(f"{name} is nested too deeply to store as JSON") from None
+        raise InvalidInput(f"{name} is nested too deeply to store as JSON", param=name) from None
 
 
 def parse_json(name: str, text: str | bytes) -> Any:
@@ -146,11 +150,11 @@ def parse_json(name: str, text: str | bytes) -> Any:
     try:
         return json.loads(text, parse_constant=_no_constants)
     except RecursionError:
-        raise InvalidInput(f"{name} is nested too deeply") from None
+        raise InvalidInput(f"{name} is nested too deeply", param=name) from None
     except UnicodeDecodeError:
-        raise InvalidInput(f"{name} is not UTF-8 text") from None
+        raise InvalidInput(f"{name} is not UTF-8 text", param=name) from None
     except ValueError as exc:
-        raise InvalidInput(f"{name} is not valid JSON: {exc}") from None
+        raise InvalidInput(f"{name} is not valid JSON: {exc}", param=name) from None
 
 
 def load_json(text: str | None) -> Any:

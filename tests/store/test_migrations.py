@@ -49,7 +49,7 @@ def test_upgrade_refuses_an_unbounded_lock_timeout_before_touching_anything(
 ) -> None:
     engine = open_engine(empty_url)
     for bad in (0, float("nan"), 3601):
-        with pytest.raises(InvalidInput, match="--lock-timeout"):
+        with pytest.raises(InvalidInput, match="table_lock_timeout_s"):
             upgrade(engine, table_lock_timeout_s=bad)
     with engine.connect() as conn:
         assert current_revision(conn) is None

@@ -438,7 +438,7 @@ def test_table_lock_timeout_out_of_bounds_is_refused_before_any_query(
 ) -> None:
     engine = open_engine(empty_url)
     seen = _capture(engine)
-    with pytest.raises(InvalidInput, match="--lock-timeout"):
+    with pytest.raises(InvalidInput, match="table_lock_timeout_s"):
         ensure_agent_tables(engine, table_lock_timeout_s=bad)
     assert seen == []
     engine.dispose()
