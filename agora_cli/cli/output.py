@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -97,13 +97,32 @@ def csv_cell(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class Col:
-    """A table/CSV column: the row key, its header, and how a person should see the value."""
+    """A table/CSV column: the row key, its header, and how a person should see the value.
+
+    ``wrap`` columns (the default: free text, ids, titles) fold on a narrow terminal, never cut;
+    ``wrap=False`` ones (numbers, times) never wrap. ``drop`` orders the columns a narrow
+    terminal hides, lowest first (``None``: never hidden); the table then says which, and that
+    ``--csv``/``--json`` have them all. Into a pipe or a file nothing wraps or is hidden.
+    """
 
     key: str
     header: str | None = None
-    justify: str = "left"
+    justify: Literal["left", "right", "center"] = "left"
     fmt: Callable[[Any], str] | None = None
-    no_wrap: bool = False
+    wrap: bool = True
+    drop: int | None = None
+
+    @classmethod
+    def number(
+        cls,
+        key: str,
+        header: str | None = None,
+        *,
+        drop: int | None = None,
+        fmt: Callable[[Any], str] | None = None,
+    ) -> Col:
+        """A right-aligned column that never wraps (counts, money, times)."""
+        return cls(key, header, justify="right", fmt=fmt, wrap=False, drop=drop)
 
     def show(self, value: Any) -> str:
         if self.fmt is not None:
@@ -168,35 +187,56 @@ def render_table(
     footer_rows: Sequence[dict[str, Any]] = (),
     row_styles: Sequence[str | None] | None = None,
     empty: str = "nothing to show",
+    fuller: str = "--csv",
 ) -> None:
-    """Print rows as a Rich table for people (``footer_rows`` after a rule, e.g. a total)."""
+    """Print rows as a Rich table for people (``footer_rows`` after a rule, e.g. a total).
+
+    Every value goes through ``Col.show`` (control characters escaped) into a ``Text``: cell
+    values are data, never Rich markup; ``title`` is plain text too. On a narrow terminal the
+    ``drop`` columns are hidden in order until the rest fit, and a caption names them and
+    ``fuller`` (the output that has every column).
+    """
     from rich.table import Table
     from rich.text import Text
 
     console = out_console()
     if not rows and not footer_rows:
-        console.print(empty)
+        console.print(empty, markup=False)
         return
-    table = Table(title=title, show_footer=False, header_style="bold")
-    for col in columns:
+    cells = [[col.show(row.get(col.key)) for col in columns] for row in [*rows, *footer_rows]]
+    widths = [
+        max(len(col.header or col.key), *(len(line[i]) for line in cells))
+        for i, col in enumerate(columns)
+    ]
+    keep = list(range(len(columns)))
+    hidden: list[str] = []
+    if not console.is_terminal:  # a pipe or a file: never wrap, cut or hide
+        console.width = max(console.width, sum(widths) + 3 * len(widths) + 1)
+    else:
+        droppable = sorted((col.drop, i) for i, col in enumerate(columns) if col.drop is not None)
+        for _, i in droppable:
+            need = sum(min(widths[k], 12) if columns[k].wrap else widths[k] for k in keep)
+            if need + 3 * len(keep) + 1 <= console.width:
+                break
+            keep.remove(i)
+            hidden.append(columns[i].header or columns[i].key)
+    table = Table(title=Text(title) if title else None, header_style="bold")
+    for i in keep:
+        col = columns[i]
         table.add_column(
             col.header or col.key,
-            justify=col.justify,  # type: ignore[arg-type]
-            no_wrap=col.no_wrap,
+            justify=col.justify,
+            no_wrap=not col.wrap,
             overflow="fold",  # a narrow terminal folds a value; it never hides it behind "…"
+            min_width=min(widths[i], 12) if col.wrap else widths[i],
         )
-    for i, row in enumerate(rows):
-        style = row_styles[i] if row_styles else None
-        # Text(), not a str: cell values are data, never Rich markup.
-        table.add_row(*[Text(col.show(row.get(col.key))) for col in columns], style=style)
-    for j, row in enumerate(footer_rows):
-        table.add_row(
-            *[Text(col.show(row.get(col.key))) for col in columns],
-            style="bold",
-            end_section=j == len(footer_rows) - 1,
-        )
-        if j == 0:
-            table.rows[len(rows) - 1 if rows else 0].end_section = True
+    for n, line in enumerate(cells):
+        footer = n >= len(rows)
+        style = "bold" if footer else (row_styles[n] if row_styles else None)
+        last_body = n == len(rows) - 1 and bool(footer_rows)
+        table.add_row(*(Text(line[i]) for i in keep), style=style, end_section=last_body)
+    if hidden:
+        table.caption = f"(narrow terminal: {', '.join(hidden)} hidden; {fuller} has every column)"
     console.print(table)
 
 

@@ -181,62 +181,42 @@ def _title(report: SpendReport) -> str:
 
 
 def _render_spend_table(report: SpendReport) -> None:
-    # A table of its own rather than output.render_table: numbers must never be cut ("$1.50…")
-    # on a narrow terminal; only the key column may wrap. Into a pipe or a file, nothing wraps.
-    from rich.table import Table
-    from rich.text import Text
+    def cells(row: SpendRow, key: str) -> dict[str, str]:
+        counts = {
+            "turns": row.turns,
+            "input": row.input_tokens,
+            "output": row.output_tokens,
+            "cache_read": row.cache_read_tokens,
+            "cache_write": row.cache_write_tokens,
+        }
+        return {
+            "key": key,
+            **{name: f"{n:,}" for name, n in counts.items()},
+            "cost": _usd(row.cost_usd),
+            "estimated": _usd(row.estimated_usd),
+            "unpriced": f"{row.unpriced_turns:,}" if row.unpriced_turns else "—",
+        }
 
-    console = out_console()
     if not report.rows:
-        console.print(f"{_title(report)}: no usage in this window.", markup=False)
+        out_console().print(f"{_title(report)}: no usage in this window.", markup=False)
         return
-
-    def cells(row: SpendRow, key: str) -> list[str]:
-        counts = (
-            row.turns,
-            row.input_tokens,
-            row.output_tokens,
-            row.cache_read_tokens,
-            row.cache_write_tokens,
-        )
-        return [
-            key,
-            *(f"{n:,}" for n in counts),
-            _usd(row.cost_usd),
-            _usd(row.estimated_usd),
-            f"{row.unpriced_turns:,}" if row.unpriced_turns else "—",
-        ]
-
-    body = [cells(r, "(none)" if r.key is None else safe_text(r.key)) for r in report.rows]
-    total = cells(report.total, "TOTAL")
-    headers = [report.by, "turns", "input", "output", "cache read", "cache write"]
-    headers += ["cost", "estimated", "unpriced"]
-    widths = [
-        max(len(h), *(len(line[i]) for line in [*body, total])) for i, h in enumerate(headers)
-    ]
-    if not console.is_terminal:  # a pipe or a file: never wrap or cut
-        console.width = max(console.width, sum(widths) + 3 * len(headers) + 1)
-    keep = list(range(len(headers)))
-    hidden = []
-    for i in (5, 4, 7, 1):  # on a narrow terminal: cache write, cache read, estimated, turns
-        if sum(widths[k] + 3 for k in keep) + 1 <= console.width:
-            break
-        keep.remove(i)
-        hidden.append(headers[i])
-    table = Table(title=_title(report), header_style="bold")
-    for i in keep:
-        if i == 0:
-            table.add_column(headers[i], overflow="fold", min_width=min(widths[i], 24))
-        else:
-            table.add_column(headers[i], justify="right", no_wrap=True, min_width=widths[i])
-    for n, (row, line) in enumerate(zip(report.rows, body, strict=True)):
-        style = "yellow" if row.unpriced_turns else None
-        last = n == len(body) - 1
-        table.add_row(*(Text(line[i]) for i in keep), style=style, end_section=last)
-    table.add_row(*(Text(total[i]) for i in keep), style="bold")
-    if hidden:
-        table.caption = f"(narrow terminal: {', '.join(hidden)} hidden; --csv has every column)"
-    console.print(table)
+    render_table(
+        [cells(r, "(none)" if r.key is None else r.key) for r in report.rows],
+        [
+            Col("key", report.by),
+            Col.number("turns", drop=4),
+            Col.number("input"),
+            Col.number("output"),
+            Col.number("cache_read", "cache read", drop=2),
+            Col.number("cache_write", "cache write", drop=1),
+            Col.number("cost"),
+            Col.number("estimated", drop=3),
+            Col.number("unpriced"),
+        ],
+        title=_title(report),
+        footer_rows=[cells(report.total, "TOTAL")],
+        row_styles=["yellow" if r.unpriced_turns else None for r in report.rows],
+    )
 
 
 # A chart draws every bucket of its window, empty ones too: bounded, so that a window to the

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from agora_cli.cli.options import DbOpt, JsonOpt, open_db
-from agora_cli.cli.output import emit_json, money, out_console, safe_text, say
+from agora_cli.cli.output import Col, emit_json, money, out_console, render_table, safe_text, say
 
 if TYPE_CHECKING:
     from agora_cli.store.threads import Thread, ThreadUsageRow, ToolCall, Transcript
@@ -78,47 +78,28 @@ def list_(
 
 
 def _render_thread_list(rows: list[dict[str, Any]]) -> None:
-    # Own table: ids are what `threads show/delete` need, so they are never cut; titles wrap.
-    # Into a pipe or a file, nothing wraps.
-    from rich.table import Table
-    from rich.text import Text
-
-    console = out_console()
-    if not rows:
-        console.print("no threads.")
-        return
-    lines = [
+    # Ids are what `threads show/delete` need: they fold on a narrow terminal, never cut.
+    render_table(
         [
-            safe_text(r["id"]),
-            safe_text(r["actor_ref"]),
-            safe_text(r["tenant_ref"] or "—"),
-            safe_text(r["title"] or "(untitled)"),
-            f"{r['messages']:,}",
-            str(r["updated_at"])[:19].replace("T", " "),
-        ]
-        for r in rows
-    ]
-    headers = ["id", "actor", "tenant", "title", "messages", "last activity (UTC)"]
-    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(headers)]
-    if not console.is_terminal:  # a pipe or a file: never wrap or cut
-        console.width = max(console.width, sum(widths) + 3 * len(headers) + 1)
-    keep = list(range(len(headers)))
-    for i in (2, 5, 1, 4):  # on a narrow terminal: tenant, last activity, actor, messages
-        if sum(min(widths[k], 12 if k == 3 else widths[k]) + 3 for k in keep) + 1 <= console.width:
-            break
-        keep.remove(i)
-    table = Table(header_style="bold")
-    for i in keep:
-        if headers[i] in ("actor", "tenant", "title"):
-            table.add_column(headers[i], overflow="fold", min_width=min(widths[i], 12))
-        else:
-            right = headers[i] == "messages"
-            table.add_column(
-                headers[i], justify="right" if right else "left", no_wrap=True, min_width=widths[i]
-            )
-    for line in lines:
-        table.add_row(*(Text(line[i]) for i in keep))
-    console.print(table)
+            {
+                **r,
+                "tenant_ref": r["tenant_ref"] or "—",
+                "title": r["title"] or "(untitled)",
+                "updated_at": str(r["updated_at"])[:19].replace("T", " "),
+            }
+            for r in rows
+        ],
+        [
+            Col("id"),
+            Col("actor_ref", "actor", drop=3),
+            Col("tenant_ref", "tenant", drop=1),
+            Col("title"),
+            Col.number("messages", drop=4),
+            Col("updated_at", "last activity (UTC)", wrap=False, drop=2),
+        ],
+        empty="no threads.",
+        fuller="--json",
+    )
 
 
 def _thread_doc(thread: Thread, usage: list[ThreadUsageRow]) -> dict[str, Any]:
