@@ -43,7 +43,7 @@ def provision(
     ] = False,
     lock_timeout: LockTimeoutOpt = 10.0,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Create or repair the agent tables, columns and indexes, idempotently.
 
@@ -61,7 +61,7 @@ def provision(
     report = ensure_agent_tables(
         open_db(db, create=True), dry_run=dry_run, table_lock_timeout_s=seconds
     )
-    if json:
+    if as_json:
         emit_json(
             {
                 "dialect": report.dialect,
@@ -107,7 +107,7 @@ def upgrade(
     ] = False,
     lock_timeout: LockTimeoutOpt = 10.0,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Upgrade through agora's versioned, forward-only Alembic migrations.
 
@@ -128,7 +128,7 @@ def upgrade(
             say(f"note: {notice}", style="yellow")
     result = run_upgrade(engine, revision, sql=sql, table_lock_timeout_s=seconds)
     if sql:
-        if json:
+        if as_json:
             emit_json(
                 {
                     "from": result.from_revision,
@@ -142,7 +142,7 @@ def upgrade(
             for statement in result.sql:
                 console.print(statement + ";", markup=False)
         return
-    if json:
+    if as_json:
         emit_json(
             {"from": result.from_revision, "to": result.to_revision, "applied": result.applied}
         )
@@ -157,7 +157,7 @@ def upgrade(
 
 
 @app.command("status")
-def status(db: DbOpt = None, json: JsonOpt = False) -> None:
+def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Show the migration revision, whether the schema is current, and table sizes.
 
     Row counts of large tables are catalog estimates, marked as such.
@@ -180,7 +180,7 @@ def status(db: DbOpt = None, json: JsonOpt = False) -> None:
         "tables": {name: c.rows for name, c in st.tables.items()},
         "estimated": sorted(name for name, c in st.tables.items() if c.estimated),
     }
-    if json:
+    if as_json:
         emit_json(doc)
         return
     console = out_console()
@@ -201,7 +201,7 @@ def status(db: DbOpt = None, json: JsonOpt = False) -> None:
 
 
 @app.command("check")
-def check(db: DbOpt = None, json: JsonOpt = False) -> None:
+def check(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Compare the live schema with the expected one; exit 1 on any difference.
 
     Reports missing tables, columns, indexes and foreign keys (compared by shape, not name),
@@ -214,7 +214,7 @@ def check(db: DbOpt = None, json: JsonOpt = False) -> None:
 
     engine = open_db(db, readonly=True)
     problems = check_agent_tables(engine)
-    if json:
+    if as_json:
         emit_json(
             {
                 "dialect": dialect_name(engine),
@@ -243,7 +243,7 @@ def sql(
         str,
         typer.Option("--dialect", help="postgresql, mysql or sqlite.", show_default=False),
     ],
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Print the full DDL of the agent schema for one dialect, without a database.
 
@@ -253,7 +253,7 @@ def sql(
 
     name = dialect.lower()
     statements = create_table_statements(name)
-    if json:
+    if as_json:
         emit_json({"dialect": name, "statements": statements})
         return
     console = out_console()
@@ -271,7 +271,7 @@ def backfill(
         typer.Option("--max-batches", min=1, help="Stop after N batches.", show_default=False),
     ] = None,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Fill the discovery index of proposals written by older writers, in bounded batches.
 
@@ -304,7 +304,7 @@ def backfill(
         with engine.connect() as conn:
             remaining = count_legacy_proposals(conn)
             conn.rollback()
-    if json:
+    if as_json:
         emit_json({"batches": batches, "backfilled": backfilled, "remaining": remaining})
         return
     out_console().print(

@@ -22,7 +22,7 @@ def demo(
         ),
     ] = False,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Provision the database and write a sample data set, then show what to try next.
 
@@ -51,7 +51,7 @@ def demo(
         f"agora frames tail {summary.frame_runs.get('finished', '')}{db_opt}",
         f"agora db status{db_opt}",
     ]
-    if json:
+    if as_json:
         doc: dict[str, Any] = {
             "seed": seed,
             "days": days,

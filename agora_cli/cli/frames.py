@@ -63,7 +63,7 @@ def purge(
         bool, typer.Option("--dry-run", help="Count what would be purged; delete nothing.")
     ] = False,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Purge the runs whose last write is older than the TTL, in short bounded transactions.
 
@@ -80,7 +80,7 @@ def purge(
         report = purge_expired(
             engine, ttl, batch, dry_run=dry_run, on_batch=lambda runs, rows: advance(runs)
         )
-    if json:
+    if as_json:
         emit_json(
             {
                 "cutoff": iso_ms(report.cutoff),
@@ -99,7 +99,7 @@ def purge(
 
 
 @app.command("close")
-def close(run_id: RunIdArg, db: DbOpt = None, json: JsonOpt = False) -> None:
+def close(run_id: RunIdArg, db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Delete one run's rows at once (a finished stream nobody will replay).
 
     Idempotent: closing a run with no rows deletes nothing and exits 0. A reader following the
@@ -111,14 +111,14 @@ def close(run_id: RunIdArg, db: DbOpt = None, json: JsonOpt = False) -> None:
 
     with open_db(db).begin() as conn:
         deleted = close_run(conn, run_id)
-    if json:
+    if as_json:
         emit_json({"run_id": run_id, "rows_deleted": deleted})
         return
     out_console().print(f"Closed run {run_id}: {deleted:,} row(s) deleted.", markup=False)
 
 
 @app.command("stats")
-def stats(ttl: TtlOpt = 3600, db: DbOpt = None, json: JsonOpt = False) -> None:
+def stats(ttl: TtlOpt = 3600, db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Show the sink at a glance: runs, rows, ended runs, the oldest row, runs past the TTL.
 
     Reads the whole table once (an operator's question, not a hot path).
@@ -137,7 +137,7 @@ def stats(ttl: TtlOpt = 3600, db: DbOpt = None, json: JsonOpt = False) -> None:
         "oldest": iso_ms(st.oldest),
         "expired_runs": st.expired_runs,
     }
-    if json:
+    if as_json:
         emit_json(doc)
         return
     labels = {
@@ -170,7 +170,7 @@ def tail(
         typer.Option("--poll-ms", min=10, max=60000, help="Polling interval with --follow."),
     ] = 250,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Print a run's frames in order: text reassembled for people, JSON lines with --json.
 
@@ -191,7 +191,7 @@ def tail(
         rows = [] if follow else read_frames(conn, run_id, after=after)
         if not rows and find_last_frame(conn, run_id) is None:
             raise NotFound(f"run {run_id!r} has no frames (never written, closed or purged)")
-    view = _JsonLines() if json else _Transcript(out_console())
+    view = _JsonLines() if as_json else _Transcript(out_console())
     if not follow:
         view.show_all(rows)
         return

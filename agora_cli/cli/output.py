@@ -28,6 +28,7 @@ __all__ = [
     "emit_csv",
     "emit_json",
     "err_console",
+    "finish",
     "money",
     "out_console",
     "progress",
@@ -238,6 +239,22 @@ def render_table(
     if hidden:
         table.caption = f"(narrow terminal: {', '.join(hidden)} hidden; {fuller} has every column)"
     console.print(table)
+
+
+def finish(doc: Any, *, as_json: bool, show: Callable[[], None] | str, exit_code: int = 0) -> None:
+    """The tail of a command: the JSON document for scripts, or for people ``show`` — a
+    rendering function, or a sentence printed as plain text (control characters escaped) —
+    then ``exit_code`` (1: the answer is negative)."""
+    if as_json:
+        emit_json(doc)
+    elif callable(show):
+        show()
+    else:
+        out_console().print(safe_text(show), markup=False, soft_wrap=True)
+    if exit_code:
+        import typer
+
+        raise typer.Exit(exit_code)
 
 
 def say(message: str, *, style: str | None = None) -> None:

@@ -7,14 +7,18 @@ printed only by the claim that issued it.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from agora_cli.cli.options import DbOpt, JsonOpt, open_db
-from agora_cli.cli.output import Col, emit_json, out_console, render_table, safe_text
+from agora_cli.cli.output import Col, finish, out_console, render_table, safe_text
+from agora_cli.store.errors import InvalidInput
 from agora_cli.store.values import BIGINT_MAX, MAX_LEASE_MS
 
 if TYPE_CHECKING:
@@ -82,7 +86,6 @@ MAX_DOCUMENT_BYTES = 16 * 2**20
 
 
 def _scope(actor: str | None, thread: str | None, tenant: str | None, no_tenant: bool) -> Scope:
-    from agora_cli.store.errors import InvalidInput
     from agora_cli.store.proposals import Scope
 
     if actor is None or thread is None or (tenant is None) == (not no_tenant):
@@ -93,9 +96,48 @@ def _scope(actor: str | None, thread: str | None, tenant: str | None, no_tenant:
     return Scope(None if no_tenant else tenant, actor, thread)
 
 
-def _one_of(what: str, **flags: bool) -> str:
-    from agora_cli.store.errors import InvalidInput
+_SCOPE_OPTIONS = (
+    ("actor", ActorOpt, None),
+    ("thread", ThreadOpt, None),
+    ("tenant", TenantOpt, None),
+    ("no_tenant", NoTenantOpt, False),
+)
 
+
+def scoped(command: Callable[..., None]) -> Callable[..., None]:
+    """Give ``command`` the four scope options, written once, and call it with ``scope=Scope``.
+
+    The options follow the command's own parameters in ``--help``; missing scope is exit 2.
+    """
+    # The command's own annotations are strings (``from __future__ import annotations``);
+    # evaluate all but ``scope``, whose type is imported for type checking only (it is the
+    # store's, and the store loads SQLAlchemy).
+    signature = inspect.signature(command)
+    own = [
+        p.replace(annotation=eval(p.annotation, command.__globals__))
+        if isinstance(p.annotation, str)
+        else p
+        for p in signature.parameters.values()
+        if p.name != "scope"
+    ]
+    options = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind)
+        for name, kind, default in _SCOPE_OPTIONS
+    ]
+
+    @functools.wraps(command)
+    def with_scope(**kwargs: Any) -> None:
+        parts = [kwargs.pop(name) for name, _, _ in _SCOPE_OPTIONS]
+        command(**kwargs, scope=_scope(*parts))
+
+    with_scope.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*own, *options]
+    )
+    with_scope.__annotations__ = {p.name: p.annotation for p in [*own, *options]}
+    return with_scope
+
+
+def _one_of(what: str, **flags: bool) -> str:
     chosen = [name for name, on in flags.items() if on]
     if len(chosen) != 1:
         raise InvalidInput(f"give exactly one of {' / '.join('--' + f for f in flags)} ({what})")
@@ -129,7 +171,6 @@ _CREATE_KEYS = frozenset(
 def _new_proposal(doc: Any) -> NewProposal:
     """Turn the ``create`` JSON document into a ``NewProposal`` (``InvalidInput`` if malformed)."""
     from agora_cli.store.clock import parse_instant
-    from agora_cli.store.errors import InvalidInput
     from agora_cli.store.proposals import NewProposal, Scope
 
     if not isinstance(doc, dict):
@@ -281,11 +322,9 @@ def _print_claim(result: ClaimResult) -> None:
 
 
 @app.command("list")
+@scoped
 def list_(
-    actor: ActorOpt = None,
-    thread: ThreadOpt = None,
-    tenant: TenantOpt = None,
-    no_tenant: NoTenantOpt = False,
+    scope: Scope,
     decision: Annotated[
         str | None,
         typer.Option(
@@ -294,60 +333,53 @@ def list_(
     ] = None,
     limit: Annotated[int, typer.Option("--limit", help="At most N (1-1000).")] = 100,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """List a scope's proposals, newest first, with their audit and execution state.
 
     Example: agora proposals list --actor alice --thread t-42 --no-tenant --decision pending
     """
-    scope = _scope(actor, thread, tenant, no_tenant)
-    proposals = _store(db).list(scope, decision=decision, limit=limit)
-    if json:
-        emit_json({"proposals": [proposal_document(p) for p in proposals]})
-        return
-    render_table(
-        [proposal_document(p) for p in proposals],
-        [
-            Col("id"),
-            Col("tool_name", "tool"),
-            Col("decision"),
-            Col("decided_by", "by"),
-            Col("execution_state", "execution"),
-            Col("created_at", "created"),
-        ],
-        empty="no proposals in that scope",
+    proposals = [proposal_document(p) for p in _store(db).list(scope, decision, limit)]
+    finish(
+        {"proposals": proposals},
+        as_json=as_json,
+        show=lambda: render_table(
+            proposals,
+            [
+                Col("id"),
+                Col("tool_name", "tool"),
+                Col("decision", wrap=False),
+                Col("decided_by", "by", drop=2),
+                Col("execution_state", "execution", drop=3),
+                Col("created_at", "created", wrap=False, drop=1),
+            ],
+            empty="no proposals in that scope",
+            fuller="--json",
+        ),
     )
 
 
 @app.command("show")
+@scoped
 def show(
     proposal_id: IdArg,
-    actor: ActorOpt = None,
-    thread: ThreadOpt = None,
-    tenant: TenantOpt = None,
-    no_tenant: NoTenantOpt = False,
+    scope: Scope,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Show one proposal with its input, card and audit; exit 1 if it is not in that scope.
 
     Example: agora proposals show ap_3f2a… --actor alice --thread t-42 --tenant acme --json
     """
-    scope = _scope(actor, thread, tenant, no_tenant)
     proposal = _store(db).get(proposal_id, scope)
-    if json:
-        emit_json(proposal_document(proposal))
-        return
-    _show_one(proposal)
+    finish(proposal_document(proposal), as_json=as_json, show=lambda: _show_one(proposal))
 
 
 @app.command("decide")
+@scoped
 def decide(
     proposal_id: IdArg,
-    actor: ActorOpt = None,
-    thread: ThreadOpt = None,
-    tenant: TenantOpt = None,
-    no_tenant: NoTenantOpt = False,
+    scope: Scope,
     approve: Annotated[bool, typer.Option("--approve", help="Approve it.")] = False,
     reject: Annotated[bool, typer.Option("--reject", help="Reject it.")] = False,
     by: Annotated[
@@ -358,7 +390,7 @@ def decide(
         str | None, typer.Option("--note", help="A note for the audit.", show_default=False)
     ] = None,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Approve or reject a pending proposal; exit 0 if applied or unchanged, else 1.
 
@@ -366,31 +398,24 @@ def decide(
 
     Example: agora proposals decide ap_3f2a… --actor alice --thread t7 --no-tenant --reject --by bob
     """
-    from agora_cli.store.errors import InvalidInput
-
-    scope = _scope(actor, thread, tenant, no_tenant)
     choice = _one_of("the decision", approve=approve, reject=reject)
     if by is None:
         raise InvalidInput("--by WHO is required: the person deciding")
     decision = "approved" if choice == "approve" else "rejected"
     result = _store(db).decide(proposal_id, scope, decision, by, note)
-    if json:
-        emit_json(
-            {
-                "outcome": result.outcome,
-                "proposal": None if result.proposal is None else proposal_document(result.proposal),
-            }
-        )
-    elif result.proposal is None:
-        out_console().print(f"not_found: no proposal {proposal_id} in that scope.")
+    p = None if result.proposal is None else proposal_document(result.proposal)
+    if p is None:
+        said = f"not_found: no proposal {proposal_id} in that scope."
     else:
-        p = proposal_document(result.proposal)
-        out_console().print(
-            f"{result.outcome}: {p['id']} is {p['decision']}"
-            + (f" (by {p['decided_by']} at {p['decided_at']})" if p["decided_by"] else "")
+        said = f"{result.outcome}: {p['id']} is {p['decision']}" + (
+            f" (by {p['decided_by']} at {p['decided_at']})" if p["decided_by"] else ""
         )
-    if result.outcome not in ("applied", "unchanged"):
-        raise typer.Exit(1)
+    finish(
+        {"outcome": result.outcome, "proposal": p},
+        as_json=as_json,
+        show=said,
+        exit_code=0 if result.outcome in ("applied", "unchanged") else 1,
+    )
 
 
 @app.command("create")
@@ -402,7 +427,7 @@ def create(
         ),
     ],
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Create a pending proposal from a JSON document; exit 1 on a conflict.
 
@@ -414,27 +439,24 @@ def create(
 
     Example: agora proposals create --file refund.json --json
     """
-    new = _new_proposal(_read_document(file))
-    result = _store(db).create(new)
-    if json:
-        emit_json({"outcome": result.outcome, "proposal": proposal_document(result.proposal)})
-    else:
-        out_console().print(f"{result.outcome}: {result.proposal.id}")
-    if result.outcome == "conflict":
-        raise typer.Exit(1)
+    result = _store(db).create(_new_proposal(_read_document(file)))
+    finish(
+        {"outcome": result.outcome, "proposal": proposal_document(result.proposal)},
+        as_json=as_json,
+        show=f"{result.outcome}: {result.proposal.id}",
+        exit_code=1 if result.outcome == "conflict" else 0,
+    )
 
 
 @app.command("claim")
+@scoped
 def claim(
     proposal_id: IdArg,
     worker: Annotated[str, typer.Option("--worker", help="This worker's id.", show_default=False)],
-    actor: ActorOpt = None,
-    thread: ThreadOpt = None,
-    tenant: TenantOpt = None,
-    no_tenant: NoTenantOpt = False,
+    scope: Scope,
     lease_ms: LeaseOpt = DEFAULT_LEASE_MS,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Take the execution lease of one approved proposal; exit 1 unless claimed or recovered.
 
@@ -442,14 +464,13 @@ def claim(
 
     Example: agora proposals claim ap_3f2a… --actor alice --thread t-42 --no-tenant --worker w1
     """
-    scope = _scope(actor, thread, tenant, no_tenant)
     result = _store(db).claim(proposal_id, scope, worker, lease_ms)
-    if json:
-        emit_json(_claim_document(result))
-    else:
-        _print_claim(result)
-    if result.lease is None:
-        raise typer.Exit(1)
+    finish(
+        _claim_document(result),
+        as_json=as_json,
+        show=lambda: _print_claim(result),
+        exit_code=1 if result.lease is None else 0,
+    )
 
 
 @app.command("claim-next")
@@ -457,7 +478,7 @@ def claim_next(
     worker: Annotated[str, typer.Option("--worker", help="This worker's id.", show_default=False)],
     lease_ms: LeaseOpt = DEFAULT_LEASE_MS,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Claim the most overdue approved work across all scopes (privileged; for workers).
 
@@ -466,10 +487,9 @@ def claim_next(
     Example: agora proposals claim-next --worker w1 --lease-ms 30000 --json
     """
     result = _store(db).claim_next(worker, lease_ms)
-    if json:
-        emit_json(_claim_document(result, with_id=True))
-    else:
-        _print_claim(result)
+    finish(
+        _claim_document(result, with_id=True), as_json=as_json, show=lambda: _print_claim(result)
+    )
 
 
 @app.command("renew")
@@ -479,7 +499,7 @@ def renew(
     generation: GenerationOpt,
     lease_ms: LeaseOpt = DEFAULT_LEASE_MS,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Extend a live lease; exit 1 if it was lost (wrong token or generation, or expired).
 
@@ -488,14 +508,16 @@ def renew(
     from agora_cli.store.clock import iso_ms
 
     result = _store(db).renew(proposal_id, token, generation, lease_ms)
-    if json:
-        emit_json({"outcome": result.outcome, "expires_at": iso_ms(result.expires_at)})
-    elif result.expires_at is not None:
-        out_console().print(f"renewed: the lease now expires at {iso_ms(result.expires_at)}")
-    else:
-        out_console().print("lost: the lease no longer holds; stop working on it.")
-    if result.outcome != "renewed":
-        raise typer.Exit(1)
+    finish(
+        {"outcome": result.outcome, "expires_at": iso_ms(result.expires_at)},
+        as_json=as_json,
+        show=(
+            f"renewed: the lease now expires at {iso_ms(result.expires_at)}"
+            if result.outcome == "renewed"
+            else "lost: the lease no longer holds; stop working on it."
+        ),
+        exit_code=0 if result.outcome == "renewed" else 1,
+    )
 
 
 @app.command("settle")
@@ -513,7 +535,7 @@ def settle(
         str | None, typer.Option("--error", help="What went wrong.", show_default=False)
     ] = None,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Record the outcome of claimed work and end the lease; exit 1 if the lease was lost.
 
@@ -522,28 +544,27 @@ def settle(
     outcome = _one_of("the outcome", succeeded=succeeded, failed=failed)
     value = _parse_result(result)
     settled = _store(db).settle(proposal_id, token, generation, outcome, value, error)
-    if json:
-        emit_json({"outcome": settled.outcome})
-    elif settled.outcome == "settled":
-        out_console().print(f"settled: {proposal_id} {outcome}.")
-    else:
-        out_console().print("lost: the lease no longer holds; nothing was recorded.")
-    if settled.outcome != "settled":
-        raise typer.Exit(1)
+    finish(
+        {"outcome": settled.outcome},
+        as_json=as_json,
+        show=(
+            f"settled: {proposal_id} {outcome}."
+            if settled.outcome == "settled"
+            else "lost: the lease no longer holds; nothing was recorded."
+        ),
+        exit_code=0 if settled.outcome == "settled" else 1,
+    )
 
 
 @app.command("expire")
 def expire(
     limit: Annotated[int, typer.Option("--limit", help="At most N (1-1000).")] = 100,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Expire a bounded batch of pending proposals past their expiry, oldest first (for cron).
 
     Example: agora proposals expire --limit 500 --json
     """
     expired = _store(db).expire(limit)
-    if json:
-        emit_json({"expired": expired})
-        return
-    out_console().print(f"Expired {expired:,} proposal(s).")
+    finish({"expired": expired}, as_json=as_json, show=f"Expired {expired:,} proposal(s).")

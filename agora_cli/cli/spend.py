@@ -105,7 +105,7 @@ def spend(
         bool, typer.Option("--chart", help="Draw bars instead of a table (day/month: a series).")
     ] = False,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
     csv: CsvOpt = False,
 ) -> None:
     """Show spend and token use from the ledger, grouped, over an inclusive UTC window.
@@ -123,7 +123,7 @@ def spend(
 
     if by not in SPEND_GROUPINGS:
         raise InvalidInput(f"--by {by!r} is not one of {', '.join(SPEND_GROUPINGS)}")
-    if json and csv:
+    if as_json and csv:
         raise InvalidInput("choose one of --json and --csv")
     start, end = _window(from_day, to_day, ms_to_date(SystemClock().now_ms()))
     if start > end:
@@ -142,14 +142,14 @@ def spend(
             **filters,
         )
         unpriced: list[tuple[str, int]] = []
-        if report.total.unpriced_turns and not (json or csv):
+        if report.total.unpriced_turns and not (as_json or csv):
             if by == "model":
                 unpriced = [(str(r.key), r.unpriced_turns) for r in report.rows if r.unpriced_turns]
             else:
                 found = list_unpriced_models(conn, from_day=start, to_day=end, **filters)
                 unpriced = [(m.model_id, m.turns) for m in found]
         conn.rollback()
-    if json:
+    if as_json:
         emit_json(
             {
                 "by": by,
@@ -398,7 +398,7 @@ def quota(
         ),
     ] = False,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Show an actor's UTC day and calendar-month use; exit 1 when a given limit is reached.
 
@@ -432,7 +432,7 @@ def quota(
             provider_cost_only=provider_cost_only,
         )
         conn.rollback()
-    if json:
+    if as_json:
         from agora_cli.store.clock import iso_ms
 
         emit_json(

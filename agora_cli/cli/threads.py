@@ -48,7 +48,7 @@ def list_(
     ] = None,
     limit: Annotated[int, typer.Option("--limit", help="At most N threads (1-1000).")] = 50,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """List threads, newest activity first, with their message counts.
 
@@ -71,7 +71,7 @@ def list_(
         }
         for t in threads
     ]
-    if json:
+    if as_json:
         emit_json({"threads": rows})
         return
     _render_thread_list(rows)
@@ -196,7 +196,7 @@ def _transcript_doc(transcript: Transcript) -> dict[str, Any]:
 def show(
     thread_id: Annotated[str, typer.Argument(metavar="ID", help="The thread's id.")],
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Show a thread's transcript in seq order, with its tool calls and token usage.
 
@@ -209,7 +209,7 @@ def show(
         transcript = get_transcript(conn, thread_id)
         conn.rollback()
     doc = _transcript_doc(transcript)
-    if json:
+    if as_json:
         emit_json(doc)
         return
     _render_transcript(doc)
@@ -263,7 +263,7 @@ def delete(
         bool, typer.Option("--yes", "-y", help="Do not ask (required without a terminal).")
     ] = False,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Delete a thread for good, with its messages, tool calls, usage, runs and proposals.
 
@@ -293,7 +293,7 @@ def delete(
             raise typer.Exit(1)
     with engine.begin() as conn:
         result = delete_thread(conn, thread_id)
-    if json:
+    if as_json:
         emit_json({"id": result.id, "deleted": result.deleted})
         return
     removed = ", ".join(f"{n:,} {table}" for table, n in result.deleted.items() if n)
