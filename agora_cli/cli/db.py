@@ -11,6 +11,7 @@ from agora_cli.cli.options import DbOpt, JsonOpt, open_db
 from agora_cli.cli.output import (
     Col,
     emit_json,
+    finish,
     out_console,
     progress,
     render_table,
@@ -253,9 +254,14 @@ def sql(
 
     name = dialect.lower()
     statements = create_table_statements(name)
-    if as_json:
-        emit_json({"dialect": name, "statements": statements})
-        return
+    finish(
+        {"dialect": name, "statements": statements},
+        as_json=as_json,
+        show=lambda: _print_statements(statements),
+    )
+
+
+def _print_statements(statements: list[str]) -> None:
     console = out_console()
     for statement in statements:
         console.print(statement + ";\n", markup=False)
@@ -304,9 +310,8 @@ def backfill(
         with engine.connect() as conn:
             remaining = count_legacy_proposals(conn)
             conn.rollback()
-    if as_json:
-        emit_json({"batches": batches, "backfilled": backfilled, "remaining": remaining})
-        return
-    out_console().print(
-        f"Backfilled {backfilled:,} proposal(s) in {batches} batch(es); {remaining:,} remain."
+    finish(
+        {"batches": batches, "backfilled": backfilled, "remaining": remaining},
+        as_json=as_json,
+        show=f"Backfilled {backfilled:,} proposal(s) in {batches} batch(es); {remaining:,} remain.",
     )

@@ -14,6 +14,7 @@ from agora_cli.cli.options import DbOpt, JsonOpt, open_db
 from agora_cli.cli.output import (
     Col,
     emit_json,
+    finish,
     out_console,
     progress,
     render_table,
@@ -111,10 +112,11 @@ def close(run_id: RunIdArg, db: DbOpt = None, as_json: JsonOpt = False) -> None:
 
     with open_db(db).begin() as conn:
         deleted = close_run(conn, run_id)
-    if as_json:
-        emit_json({"run_id": run_id, "rows_deleted": deleted})
-        return
-    out_console().print(f"Closed run {run_id}: {deleted:,} row(s) deleted.", markup=False)
+    finish(
+        {"run_id": run_id, "rows_deleted": deleted},
+        as_json=as_json,
+        show=f"Closed run {run_id}: {deleted:,} row(s) deleted.",
+    )
 
 
 @app.command("stats")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from agora_cli.cli.options import DbOpt, JsonOpt, open_db
-from agora_cli.cli.output import Col, emit_json, money, out_console, render_table, safe_text, say
+from agora_cli.cli.output import Col, finish, money, out_console, render_table, safe_text, say
 
 if TYPE_CHECKING:
     from agora_cli.store.threads import Thread, ThreadUsageRow, ToolCall, Transcript
@@ -71,10 +71,7 @@ def list_(
         }
         for t in threads
     ]
-    if as_json:
-        emit_json({"threads": rows})
-        return
-    _render_thread_list(rows)
+    finish({"threads": rows}, as_json=as_json, show=lambda: _render_thread_list(rows))
 
 
 def _render_thread_list(rows: list[dict[str, Any]]) -> None:
@@ -209,10 +206,7 @@ def show(
         transcript = get_transcript(conn, thread_id)
         conn.rollback()
     doc = _transcript_doc(transcript)
-    if as_json:
-        emit_json(doc)
-        return
-    _render_transcript(doc)
+    finish(doc, as_json=as_json, show=lambda: _render_transcript(doc))
 
 
 def _render_transcript(doc: dict[str, Any]) -> None:
@@ -293,8 +287,9 @@ def delete(
             raise typer.Exit(1)
     with engine.begin() as conn:
         result = delete_thread(conn, thread_id)
-    if as_json:
-        emit_json({"id": result.id, "deleted": result.deleted})
-        return
     removed = ", ".join(f"{n:,} {table}" for table, n in result.deleted.items() if n)
-    out_console().print(f"Deleted thread {safe_text(result.id)}: {removed}.", markup=False)
+    finish(
+        {"id": result.id, "deleted": result.deleted},
+        as_json=as_json,
+        show=f"Deleted thread {result.id}: {removed}.",
+    )
