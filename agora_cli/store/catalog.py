@@ -14,8 +14,9 @@ An HTTP fetch sends ``User-Agent: agora/<version>`` and is bounded twice:
 - **in size**: at most ``max_bytes`` (64 MiB; the real catalog is about 2.4 MB) of decoded body,
   streamed and abandoned at the limit; a catalog *file* is read up to the limit plus one byte.
 
-Connection errors, timeouts, 429 and 5xx are retried (3 attempts, backoff 0.5 s then 1 s, cut to
-the time left). A copy of every catalog fetched is kept on disk (``AGORA_CACHE_DIR``, else the
+Connection errors, timeouts, 429 and 5xx are retried (3 attempts, backoff 0.5 s then 1 s); a
+pause that would not end before the deadline is not taken, and the fetch fails with the last
+problem instead. A copy of every catalog fetched is kept on disk (``AGORA_CACHE_DIR``, else the
 user's cache folder) under a hash of its URL, with the validators the server sent; the next fetch
 revalidates it (``If-None-Match``/``If-Modified-Since``) so a repeated seed does not download
 2+ MB again. The cache metadata never holds a password: it records the URL masked.

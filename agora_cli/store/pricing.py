@@ -976,11 +976,17 @@ def seed_missing_prices(
     Ids the rules cannot price are returned in ``skipped`` with a reason (``govcloud``,
     ``not_in_catalog``, ``no_price``, ``ambiguous``, ``already_priced``) and candidates.
     """
-    from sqlalchemy import select
+    from sqlalchemy import func, select
 
+    from agora_cli.store.engine import dialect_name
     from agora_cli.store.schema import token_usage as u
 
-    ledger_ids = sorted(conn.execute(select(u.c.model_id).distinct()).scalars())
+    # DISTINCT on MySQL's PAD SPACE collation would merge 'a' and 'a '; their lengths keep them
+    # apart (usage.reprice groups the same way).
+    keys: list[Any] = [u.c.model_id]
+    if dialect_name(conn) == "mysql":
+        keys.append(func.length(u.c.model_id))
+    ledger_ids = sorted(conn.execute(select(u.c.model_id).group_by(*keys)).scalars())
     prices = current_prices(conn)
     skipped: list[SkippedModel] = []
     wanted: dict[str, tuple[str, ModelPrice]] = {}

@@ -392,6 +392,14 @@ def test_seed_missing_skips_an_out_of_range_catalog_price(engine: Any) -> None:
     assert [r["model_id"] for r in price_rows(engine)] == ["fine"]
 
 
+def test_seed_missing_keeps_trailing_space_ids_apart(engine: Any, catalog: Catalog) -> None:
+    add_ledger(engine, "gpt-4o-mini", "gpt-4o-mini ")
+    with engine.begin() as conn:
+        result = seed_missing_prices(conn, catalog=catalog)
+    assert [c.model for c in result.prices] == ["gpt-4o-mini"]
+    assert [(s.model_id, s.reason) for s in result.skipped] == [("gpt-4o-mini ", "not_in_catalog")]
+
+
 def test_seed_missing_dry_run_writes_nothing(engine: Any, catalog: Catalog) -> None:
     add_ledger(engine, "claude-3-5-sonnet-20241022", "openrouter/openai/gpt-4o-mini-2024-07-18")
     with engine.begin() as conn:
