@@ -798,10 +798,15 @@ def _mysql_model_lock(conn: Connection, model_id: str) -> Iterator[None]:
         raise DatabaseError(
             f"timed out waiting for another writer of the price of {model_id!r}; try again"
         )
+    release = text("SELECT RELEASE_LOCK(:key)")
     try:
         yield
-    finally:
-        conn.execute(text("SELECT RELEASE_LOCK(:key)"), {"key": key})
+    except BaseException:
+        # The first error is the one to report; a lost connection releases the lock anyway.
+        with contextlib.suppress(Exception):
+            conn.execute(release, {"key": key})
+        raise
+    conn.execute(release, {"key": key})
 
 
 def _row(p: ModelPrice) -> dict[str, Any]:
