@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from agora_cli.cli.options import DbOpt, JsonOpt, open_db
-from agora_cli.cli.output import Col, emit_json, out_console, render_table, say
+from agora_cli.cli.output import Col, emit_json, out_console, render_table, safe_text, say
 
 if TYPE_CHECKING:
     from agora_cli.store.catalog import Catalog
@@ -105,40 +105,56 @@ _REASONS = {
 
 
 def _ago(ms: int) -> str:
-    seconds = ms // 1000
-    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+    seconds = max(ms, 0) // 1000
+    for unit, size in (("day", 86_400), ("hour", 3_600), ("minute", 60)):
         if seconds >= size:
-            return f"{seconds // size} {unit}"
-    return f"{seconds} s"
+            n = seconds // size
+            return f"{n} {unit}{'' if n == 1 else 's'}"
+    return f"{seconds} second{'' if seconds == 1 else 's'}"
 
 
-def _catalog_notice(catalog: Catalog) -> None:
-    from agora_cli.store.clock import SystemClock
+def _talk(text: str, *, style: str | None = None) -> None:
+    """A sentence on stderr holding data (ids, URLs): controls escaped, never read as markup."""
+    from rich.markup import escape
 
-    now = SystemClock().now_ms()
+    say(escape(safe_text(text)), style=style)
+
+
+def _catalog_notice(catalog: Catalog, now: int) -> None:
     age = catalog.age_ms(now)
     parts = [
         f"catalog {catalog.source}: {catalog.model_count:,} models from "
         f"{len(catalog.providers):,} providers",
         f"last changed {_ago(age)} ago" if age is not None else "age unknown",
     ]
-    if catalog.from_cache:
-        parts.append(
-            f"cached copy still current (downloaded {_ago(now - catalog.downloaded_at)} ago)"
+    if catalog.stale and catalog.stale_reason is None:
+        parts.append(f"cached copy from {_ago(catalog.copy_age_ms(now))} ago (--offline)")
+    elif catalog.from_cache and not catalog.stale:
+        parts.append(f"cached copy still current (downloaded {_ago(catalog.copy_age_ms(now))} ago)")
+    _talk("; ".join(parts), style="dim")
+
+
+def _stale_warning(catalog: Catalog, now: int) -> None:
+    """Say on stderr (also under --json) that a failed fetch fell back to the cached copy."""
+    if catalog.stale and catalog.stale_reason is not None:
+        _talk(
+            f"warning: using the cached catalog from {_ago(catalog.copy_age_ms(now))} ago: "
+            f"{catalog.stale_reason}",
+            style="yellow",
         )
-    say("; ".join(parts), style="dim")
 
 
 def _render_seed(result: SeedResult, *, missing: bool) -> None:
     console = out_console()
     for c in result.prices:
-        where = f" ({c.catalog_id})" if c.catalog_id else ""
-        console.print(f"{c.action:<9} {c.model}{where}: {_describe(c)}", markup=False)
+        where = f" ({safe_text(c.catalog_id)})" if c.catalog_id else ""
+        console.print(f"{c.action:<9} {safe_text(c.model)}{where}: {_describe(c)}", markup=False)
     if missing:
         for s in result.skipped:
-            hint = f"; candidates: {', '.join(s.candidates)}" if s.candidates else ""
+            shown = ", ".join(safe_text(c) for c in s.candidates)
+            hint = f"; candidates: {shown}" if s.candidates else ""
             console.print(
-                f"{'skipped':<9} {s.model_id}: {_REASONS.get(s.reason, s.reason)}{hint}",
+                f"{'skipped':<9} {safe_text(s.model_id)}: {_REASONS.get(s.reason, s.reason)}{hint}",
                 markup=False,
             )
         if result.skipped:
@@ -205,8 +221,20 @@ def seed(
         ),
     ] = None,
     timeout: Annotated[
-        float, typer.Option("--timeout", metavar="S", help="HTTP timeout in seconds.")
+        float,
+        typer.Option(
+            "--timeout",
+            metavar="S",
+            help="Give up on the catalog fetch after S seconds, retries included (at most 600).",
+        ),
     ] = 10.0,
+    offline: Annotated[
+        bool,
+        typer.Option(
+            "--offline",
+            help="Use the cached copy of the catalog URL; no network (exit 3 if there is none).",
+        ),
+    ] = False,
     dry_run: DryRunOpt = False,
     db: DbOpt = None,
     json: JsonOpt = False,
@@ -216,10 +244,12 @@ def seed(
     Prices are stored under the model id the provider publishes (openai/gpt-4o-mini is stored as
     gpt-4o-mini) with source models.dev; the ledger finds them through the resolution rules.
     --missing prices every ledger model id that resolves to no price and never overwrites one.
+    When the fetch fails and a copy of that catalog is cached, the copy is used, with a warning.
 
     Example: agora prices seed openai/gpt-4o-mini anthropic/claude-sonnet-4-5 --dry-run
     """
-    from agora_cli.store.catalog import fetch_catalog
+    from agora_cli.store.catalog import check_timeout, fetch_catalog
+    from agora_cli.store.clock import SystemClock
     from agora_cli.store.engine import retry_transient
     from agora_cli.store.errors import InvalidInput
     from agora_cli.store.pricing import (
@@ -232,8 +262,11 @@ def seed(
         raise InvalidInput("name PROVIDER/MODEL... to seed, or use --missing (not both)")
     for name in names or ():
         split_model_name(name)
+    check_timeout(timeout, "--timeout")
     engine = open_db(db)
-    cat = fetch_catalog(catalog, timeout=timeout)
+    cat = fetch_catalog(catalog, timeout=timeout, offline=offline)
+    now = SystemClock().now_ms()
+    _stale_warning(cat, now)
 
     def run() -> SeedResult:
         with engine.begin() as conn:
@@ -247,6 +280,10 @@ def seed(
             "catalog": result.catalog,
             "prices": [_seed_doc(c) for c in result.prices],
         }
+        if cat.stale:
+            doc["catalog_stale"] = True
+            doc["catalog_age_s"] = cat.copy_age_ms(now) // 1000
+            doc["catalog_error"] = cat.stale_reason
         if missing:
             doc["skipped"] = [
                 {"model_id": s.model_id, "reason": s.reason, "candidates": list(s.candidates)}
@@ -254,7 +291,7 @@ def seed(
             ]
         emit_json(doc)
         return
-    _catalog_notice(cat)
+    _catalog_notice(cat, now)
     _render_seed(result, missing=missing)
 
 
@@ -284,8 +321,13 @@ def set_(
     Example: agora prices set gpt-4o-mini --input 0.15 --output 0.60 --cache-read 0.075
     """
     from agora_cli.store.engine import retry_transient
-    from agora_cli.store.pricing import set_price
+    from agora_cli.store.pricing import check_price, set_price
 
+    check_price("--input", input_)
+    check_price("--output", output)
+    for flag, value in (("--cache-read", cache_read), ("--cache-write", cache_write)):
+        if value is not None:
+            check_price(flag, value)
     engine = open_db(db)
 
     def run() -> PriceChange:
@@ -303,10 +345,13 @@ def set_(
     if json:
         emit_json({**_price_doc(change.price), "action": change.action})
         return
+    shown = safe_text(change.model)
     if change.action == "unchanged":
-        out_console().print(f"{change.model}: unchanged (that is already its current price).")
+        out_console().print(
+            f"{shown}: unchanged (that is already its current price).", markup=False
+        )
         return
-    out_console().print(f"{change.model}: {change.action} — {_describe(change)}.", markup=False)
+    out_console().print(f"{shown}: {change.action} — {_describe(change)}.", markup=False)
 
 
 @app.command("list")
@@ -326,8 +371,8 @@ def list_(
     """
     from agora_cli.store.pricing import list_prices
 
-    engine = open_db(db)
-    with engine.connect().execution_options(sqlite_deferred=True) as conn:
+    engine = open_db(db, readonly=True)
+    with engine.connect() as conn:
         prices = list_prices(conn, model_id=model, history=history)
     if json:
         emit_json({"prices": [_price_doc(p) for p in prices]})
@@ -358,8 +403,8 @@ def resolve(
     """
     from agora_cli.store.pricing import resolve_current_price
 
-    engine = open_db(db)
-    with engine.connect().execution_options(sqlite_deferred=True) as conn:
+    engine = open_db(db, readonly=True)
+    with engine.connect() as conn:
         res = resolve_current_price(conn, model_id)
     if json:
         emit_json(
@@ -372,15 +417,16 @@ def resolve(
         )
         return
     console = out_console()
+    shown = safe_text(model_id)
     if res.price is None:
-        console.print(f"{model_id}: no price (unpriced; its ledger rows have no cost).")
-        say(
+        console.print(f"{shown}: no price (unpriced; its ledger rows have no cost).", markup=False)
+        _talk(
             f"price it: agora prices seed --missing, or agora prices set {model_id} "
             "--input X --output Y",
             style="yellow",
         )
         return
-    console.print(f"{model_id} → {res.matched} (rule: {res.rule})")
+    console.print(f"{shown} → {safe_text(res.matched)} (rule: {res.rule})", markup=False)
     render_table(_price_rows([res.price]), _PRICE_COLS, title="USD per 1M tokens")
 
 

@@ -1,13 +1,28 @@
 """Model prices: the price table, seeding from models.dev, resolving ledger ids, the estimate.
 
 ``agent_model_pricing`` keeps one current row per model (``is_current = 1``) and the retired rows
-as history. Every write retires and inserts in the caller's transaction, so no reader sees two
-current rows or none. Two concurrent writers of one model are serialised: on PostgreSQL by a
-transaction-scoped advisory lock per model; on MySQL/MariaDB the new row is inserted first and a
-locking read of the model's current rows then waits on (or deadlocks with) any other writer's
-uncommitted row, so at least one of two racing writers sees and retires the other's row (a
-deadlock victim is retried whole by ``engine.retry_transient``); on SQLite every transaction
-already holds the write lock (``BEGIN IMMEDIATE``).
+as history. A write happens in the caller's transaction: a model's first price inserts its current
+row; a new price copies the current row into history (a new row, ``is_current = 0``) and updates
+the current row in place. No reader ever sees two current rows or none, and a current row, once
+it exists, is never deleted or moved in the ``(model_id, is_current)`` index, which is what lets
+writers queue on it.
+
+Concurrent writers of one model are serialised before they read, so they never deadlock each
+other: on PostgreSQL by a transaction-scoped advisory lock per model; on SQLite by the write lock
+every transaction takes (``BEGIN IMMEDIATE``); on MySQL/MariaDB by a locking read of the model's
+current row (forced onto that index, so that it touches no other model's rows), on which every
+writer of the model waits in turn; a model with no current row yet has nothing to wait on, so
+its first writers also take a named lock (``GET_LOCK``) for that model just while they insert it,
+and release it before the commit — any later writer then waits on the inserted row itself. (The
+earlier design inserted first and took the locking read afterwards: two writers of a new model
+then each waited on the other's inserted row, a deadlock InnoDB broke by rolling one back.) As
+with any row locks, two transactions that each write *several* models in opposite orders can
+still deadlock; ``engine.retry_transient`` retries such a transaction whole.
+
+Numbers: every rate is a finite number from 0 to ``MAX_PRICE_PER_1M`` (USD 1,000,000 per 1M
+tokens: $1 a token, over 1,000 times the dearest model published today). With token counts
+bounded by ``BIGINT``, no estimate can then overflow a double (at most ~3.7e19 USD per row). A
+catalog entry whose rates fall outside that range has no usable price: it is never stored.
 
 Resolution (``resolve_model_price``) maps the id a provider reported to a price by the rules of
 pricing-and-ledger.md — exact, then route prefixes dropped, then one trailing calendar date — and
@@ -17,18 +32,27 @@ USD per 1M tokens.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import math
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import date
 from difflib import get_close_matches
 from typing import TYPE_CHECKING, Any
 
 from agora_cli.store.clock import Clock, SystemClock
-from agora_cli.store.errors import InvalidInput, ModelNotInCatalog
+from agora_cli.store.errors import DatabaseError, InvalidInput, ModelNotInCatalog
+from agora_cli.store.values import (
+    BIGINT_MAX,
+    check_count,
+    check_finite,
+    check_identity,
+    dump_json,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, RowMapping
@@ -37,6 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FIRST_PARTY_PROVIDERS",
+    "MAX_PRICE_PER_1M",
     "RULES",
     "CatalogMatch",
     "ModelPrice",
@@ -45,6 +70,7 @@ __all__ = [
     "Resolution",
     "SeedResult",
     "SkippedModel",
+    "check_price",
     "current_prices",
     "estimate_cost",
     "is_govcloud",
@@ -64,6 +90,7 @@ __all__ = [
 ]
 
 RULES = ("exact", "prefix", "date", "prefix+date")
+MAX_PRICE_PER_1M = 1_000_000.0
 FIRST_PARTY_PROVIDERS = (
     "openai",
     "anthropic",
@@ -83,6 +110,7 @@ _REL_TOL = 1e-9
 _CACHE_READ_KEYS = ("cache_read", "cached_input", "cache_input")
 _CACHE_WRITE_KEYS = ("cache_write", "cached_write")
 _CHUNK = 500
+_MODEL_INDEX = "agent_model_pricing_model_current_idx"
 
 
 @dataclass(frozen=True)
@@ -120,6 +148,17 @@ class ModelPrice:
                 a.size == b.size and _same_rates(a, b)
                 for a, b in zip(self.tiers, other.tiers, strict=True)
             )
+        )
+
+    def in_range(self) -> bool:
+        """Whether every rate, tiers included, is a finite number from 0 to ``MAX_PRICE_PER_1M``.
+
+        Prices agora writes always are; a row written some other way may not be, and is then
+        treated as no price at all (never estimated from).
+        """
+        return all(_price_ok(rate) for rate in _rates(self)) and all(
+            0 <= t.size <= BIGINT_MAX and all(_price_ok(rate) for rate in _rates(t))
+            for t in self.tiers
         )
 
     def tier_for(self, input_tokens: int) -> PriceTier | None:
@@ -181,18 +220,40 @@ class SeedResult:
     dry_run: bool = False
 
 
+def check_price(name: str, value: object) -> float:
+    """A rate in USD per 1M tokens: a finite number from 0 to ``MAX_PRICE_PER_1M``."""
+    return check_finite(name, value, low=0.0, high=MAX_PRICE_PER_1M)
+
+
+def _price_ok(rate: float | None) -> bool:
+    return rate is None or (math.isfinite(rate) and 0 <= rate <= MAX_PRICE_PER_1M)
+
+
+def _rates(p: ModelPrice | PriceTier) -> tuple[float | None, ...]:
+    return (p.input_per_1m, p.output_per_1m, p.cache_read_per_1m, p.cache_write_per_1m)
+
+
 # --- names and resolution (pure) --------------------------------------------------------------
 
 
 def split_model_name(name: str) -> tuple[str, str]:
-    """Split ``provider/model`` on the first ``/`` (the model id may hold more)."""
+    """Split ``provider/model`` on the first ``/`` (the model id may hold more).
+
+    The model id is the id the price is stored under, so it must be a storable identity (at
+    most 255 UTF-16 code units, no NUL): a longer one is refused here, the same on every dialect.
+    """
     provider, sep, model = name.strip().partition("/")
     if not sep or not provider or not model:
         raise InvalidInput(
             f"{name!r} is not PROVIDER/MODEL (e.g. openai/gpt-4o-mini or "
             "openrouter/anthropic/claude-sonnet-4): the provider is the text before the first '/'"
         )
+    check_identity(f"the model id of {_short(name)}", model)
     return provider, model
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def is_govcloud(model_id: str) -> bool:
@@ -359,10 +420,14 @@ def _tiers_from_json(text: str | None) -> tuple[PriceTier, ...]:
 
 
 def _rate(value: Any) -> float | None:
+    # Any number is taken as written (NaN, negative and absurd ones too): ``in_range`` then
+    # refuses the whole price, so a bad rate is never silently replaced by a fall-back.
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    value = float(value)
-    return value if math.isfinite(value) and value >= 0 else None
+    try:
+        return float(value)
+    except OverflowError:  # an integer too large for a double
+        return math.inf
 
 
 def _first_rate(cost: Mapping[str, Any], keys: Iterable[str]) -> float | None:
@@ -384,7 +449,9 @@ def _parse_tiers(items: list[Any]) -> tuple[PriceTier, ...] | None:
             continue  # not a context-size tier: nothing agora could apply
         size = item["tier"].get("size")
         rate_in, rate_out = _rate(item.get("input")), _rate(item.get("output"))
-        if isinstance(size, bool) or not isinstance(size, int | float) or size < 0:
+        if isinstance(size, bool) or not isinstance(size, int | float):
+            return None
+        if not (math.isfinite(size) and 0 <= size <= BIGINT_MAX):
             return None
         if rate_in is None or rate_out is None:
             return None
@@ -401,7 +468,11 @@ def _parse_tiers(items: list[Any]) -> tuple[PriceTier, ...] | None:
 
 
 def price_from_catalog(entry: Mapping[str, Any], model_id: str) -> ModelPrice | None:
-    """The price of a catalog entry, stored under ``model_id``; None when it has no usable cost."""
+    """The price of a catalog entry, stored under ``model_id``; None when it has no usable cost.
+
+    Unusable: no ``cost``, no input or output rate, a malformed tier, or any rate that is not a
+    finite number from 0 to ``MAX_PRICE_PER_1M`` (negative, NaN, absurd): never stored.
+    """
     cost = entry.get("cost")
     if not isinstance(cost, dict):
         return None
@@ -414,7 +485,7 @@ def price_from_catalog(entry: Mapping[str, Any], model_id: str) -> ModelPrice | 
         tiers = _parse_tiers(raw_tiers) if isinstance(raw_tiers, list) else None
     if tiers is None:
         return None
-    return ModelPrice(
+    price = ModelPrice(
         model_id=model_id,
         input_per_1m=rate_in,
         output_per_1m=rate_out,
@@ -423,6 +494,7 @@ def price_from_catalog(entry: Mapping[str, Any], model_id: str) -> ModelPrice | 
         tiers=tiers,
         source="models.dev",
     )
+    return price if price.in_range() else None
 
 
 # --- reading prices ---------------------------------------------------------------------------
@@ -456,20 +528,47 @@ def current_prices(
     conn: Connection, *, model_ids: Iterable[str] | None = None
 ) -> dict[str, ModelPrice]:
     """The current price of every model (or of ``model_ids``), keyed by model id."""
+    if model_ids is None:
+        from sqlalchemy import select
+
+        from agora_cli.store.schema import model_pricing as mp
+
+        q = select(mp).where(mp.c.is_current == 1).order_by(mp.c.effective_from, mp.c.id)
+        return {row["model_id"]: _price(row) for row in conn.execute(q).mappings()}
+    return {m: rows[-1] for m, rows in _current_rows(conn, model_ids, lock=False).items()}
+
+
+def _current_rows(
+    conn: Connection, model_ids: Iterable[str], *, lock: bool
+) -> dict[str, list[ModelPrice]]:
+    """The current rows of exactly these model ids, oldest first (normally one per model).
+
+    ``IN`` on MySQL's PAD SPACE collation also matches trailing-space variants (``'a' IN ('a ')``);
+    those rows are dropped here. ``lock`` reads ``FOR UPDATE`` (on MySQL forced onto the
+    ``(model_id, is_current)`` index, so that the read locks no other model's rows).
+    """
     from sqlalchemy import select
 
     from agora_cli.store.schema import model_pricing as mp
 
-    base = select(mp).where(mp.c.is_current == 1).order_by(mp.c.effective_from, mp.c.id)
-    out: dict[str, ModelPrice] = {}
-    if model_ids is None:
-        for row in conn.execute(base).mappings():
-            out[row["model_id"]] = _price(row)
-        return out
     ids = sorted(set(model_ids))
+    wanted = set(ids)
+    out: dict[str, list[ModelPrice]] = {}
     for chunk in _chunks(ids):
-        for row in conn.execute(base.where(mp.c.model_id.in_(chunk))).mappings():
-            out[row["model_id"]] = _price(row)
+        q = (
+            select(mp)
+            .where(mp.c.model_id.in_(chunk), mp.c.is_current == 1)
+            .order_by(mp.c.model_id, mp.c.effective_from, mp.c.id)
+        )
+        if lock:
+            for name in ("mysql", "mariadb"):
+                q = q.with_hint(mp, f"FORCE INDEX ({_MODEL_INDEX})", dialect_name=name)
+            q = q.with_for_update()
+        for row in conn.execute(q).mappings():
+            if row["model_id"] in wanted:
+                out.setdefault(row["model_id"], []).append(_price(row))
+    for rows in out.values():
+        rows.sort(key=lambda p: (p.effective_from or 0, p.id or ""))
     return out
 
 
@@ -480,17 +579,19 @@ def list_prices(
     from sqlalchemy import select
 
     from agora_cli.store.schema import model_pricing as mp
+    from agora_cli.store.sqlexpr import exact_eq
 
     q = select(mp).order_by(mp.c.model_id, mp.c.effective_from.desc(), mp.c.is_current.desc())
     if not history:
         q = q.where(mp.c.is_current == 1)
     if model_id is not None:
-        q = q.where(mp.c.model_id == model_id)
+        q = q.where(exact_eq(mp.c.model_id, check_identity("model_id", model_id)))
     return [_price(row) for row in conn.execute(q).mappings()]
 
 
 def resolve_current_price(conn: Connection, model_id: str) -> Resolution:
     """Resolve a ledger model id against the current prices (one indexed query)."""
+    check_identity("model_id", model_id)
     forms = [form for form, _rule in resolution_candidates(model_id)]
     return resolve_model_price(model_id, current_prices(conn, model_ids=forms))
 
@@ -510,46 +611,48 @@ def set_price(
     source: str = "manual",
     clock: Clock | None = None,
 ) -> PriceChange:
-    """Make this the model's current price (retire + insert); ``unchanged`` when it already is."""
-    model_id = (model_id or "").strip()
-    if not model_id or len(model_id) > 255:
-        raise InvalidInput("the model id must be 1 to 255 characters")
-    rates = {
-        "--input": input_per_1m,
-        "--output": output_per_1m,
-        "--cache-read": cache_read_per_1m,
-        "--cache-write": cache_write_per_1m,
-    }
-    for flag, value in rates.items():
-        if value is not None and (not math.isfinite(value) or value < 0):
-            raise InvalidInput(f"{flag} must be a price in USD per 1M tokens (>= 0), not {value}")
+    """Make this the model's current price; ``unchanged`` when it already is (see module docs).
+
+    The model id is stored exactly as given (it is the id the ledger records). Rates are USD per
+    1M tokens, each a finite number from 0 to ``MAX_PRICE_PER_1M``; cache rates are optional.
+    Concurrent callers never deadlock each other, whatever the dialect (see module docs).
+    """
+    check_identity("model_id", model_id)
     price = ModelPrice(
         model_id=model_id,
-        input_per_1m=float(input_per_1m),
-        output_per_1m=float(output_per_1m),
-        cache_read_per_1m=_opt_float(cache_read_per_1m),
-        cache_write_per_1m=_opt_float(cache_write_per_1m),
-        tiers=tuple(sorted(tiers, key=lambda t: t.size)),
-        source=source,
+        input_per_1m=check_price("input_per_1m", input_per_1m),
+        output_per_1m=check_price("output_per_1m", output_per_1m),
+        cache_read_per_1m=_opt_price("cache_read_per_1m", cache_read_per_1m),
+        cache_write_per_1m=_opt_price("cache_write_per_1m", cache_write_per_1m),
+        tiers=_check_tiers(tiers),
+        source=check_identity("source", source),
     )
     return _write_prices(conn, [(None, price)], overwrite=True, dry_run=False, clock=clock)[0]
 
 
-def _lock_models(conn: Connection, model_ids: Sequence[str]) -> None:
-    """Serialise writers of the same models (PostgreSQL: advisory locks, in sorted order)."""
-    from sqlalchemy import text
+def _opt_price(name: str, value: object) -> float | None:
+    return None if value is None else check_price(name, value)
 
-    from agora_cli.store.engine import dialect_name
 
-    if dialect_name(conn) != "postgresql" or not model_ids:
-        return
-    conn.execute(
-        text(
-            "SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) "
-            "FROM (SELECT unnest(CAST(:keys AS text[])) AS k ORDER BY 1) AS s"
-        ),
-        {"keys": [f"agora.model_price:{m}" for m in sorted(model_ids)]},
-    )
+def _check_tiers(tiers: Sequence[PriceTier]) -> tuple[PriceTier, ...]:
+    checked = []
+    for i, tier in enumerate(tiers):
+        if not isinstance(tier, PriceTier):
+            raise InvalidInput(f"tiers[{i}] must be a PriceTier, not {type(tier).__name__}")
+        checked.append(
+            PriceTier(
+                size=check_count(f"tiers[{i}].size", tier.size),
+                input_per_1m=check_price(f"tiers[{i}].input_per_1m", tier.input_per_1m),
+                output_per_1m=check_price(f"tiers[{i}].output_per_1m", tier.output_per_1m),
+                cache_read_per_1m=_opt_price(
+                    f"tiers[{i}].cache_read_per_1m", tier.cache_read_per_1m
+                ),
+                cache_write_per_1m=_opt_price(
+                    f"tiers[{i}].cache_write_per_1m", tier.cache_write_per_1m
+                ),
+            )
+        )
+    return tuple(sorted(checked, key=lambda t: t.size))
 
 
 def _write_prices(
@@ -560,79 +663,150 @@ def _write_prices(
     dry_run: bool,
     clock: Clock | None,
 ) -> list[PriceChange]:
-    """Write many prices in a few statements; without ``overwrite`` existing prices are kept."""
-    from sqlalchemy import delete, insert, select, update
+    """Write prices of distinct models (see module docs); without ``overwrite`` keep existing ones.
+
+    Every price is checked first (identity, rates), so a batch is refused whole before anything
+    is written, with the same message on every dialect.
+    """
+    from agora_cli.store.engine import dialect_name
+
+    for _catalog_id, price in wanted:
+        _check_storable(price)
+    now = (clock or SystemClock()).now_ms()
+    if dry_run:
+        return _apply(conn, wanted, overwrite=overwrite, now=now, lock=False, write=False)
+    ids = sorted({price.model_id for _, price in wanted})
+    name = dialect_name(conn)
+    if name == "postgresql":
+        _advisory_lock_models(conn, ids)
+    if name != "mysql":
+        return _apply(conn, wanted, overwrite=overwrite, now=now, lock=True)
+    # MySQL/MariaDB: queue on the models' current rows (all of them, in index order); a model
+    # without one has nothing to queue on, so its writers take turns on a named lock instead.
+    changes = {
+        c.model: c for c in _apply(conn, wanted, overwrite=overwrite, now=now, lock=True, new=False)
+    }
+    for catalog_id, price in sorted(
+        (w for w in wanted if w[1].model_id not in changes), key=lambda w: w[1].model_id
+    ):
+        with _mysql_model_lock(conn, price.model_id):
+            (change,) = _apply(conn, [(catalog_id, price)], overwrite=overwrite, now=now, lock=True)
+        changes[change.model] = change
+    return [changes[price.model_id] for _, price in wanted]
+
+
+def _check_storable(price: ModelPrice) -> None:
+    check_identity("model_id", price.model_id)
+    check_identity("source", price.source)
+    if not price.in_range():
+        raise InvalidInput(
+            f"the price of {price.model_id!r} is out of range: every rate must be a finite "
+            f"number from 0 to {MAX_PRICE_PER_1M:,.0f} USD per 1M tokens"
+        )
+
+
+def _apply(
+    conn: Connection,
+    wanted: Sequence[tuple[str | None, ModelPrice]],
+    *,
+    overwrite: bool,
+    now: int,
+    lock: bool,
+    write: bool = True,
+    new: bool = True,
+) -> list[PriceChange]:
+    """Read the current rows, decide each model's change, write them.
+
+    ``new=False`` leaves out models that have no current row (the caller handles them).
+    """
+    from sqlalchemy import bindparam, insert, update
 
     from agora_cli.store.schema import model_pricing as mp
 
-    ids = sorted({price.model_id for _, price in wanted})
-    current: dict[str, ModelPrice] = {}
-    if not dry_run:
-        _lock_models(conn, ids)
-    for chunk in _chunks(ids):
-        q = (
-            select(mp)
-            .where(mp.c.model_id.in_(chunk), mp.c.is_current == 1)
-            .order_by(mp.c.effective_from, mp.c.id)
-        )
-        if not dry_run:
-            q = q.with_for_update()
-        for row in conn.execute(q).mappings():
-            current[row["model_id"]] = _price(row)
-
-    now = (clock or SystemClock()).now_ms()
+    current = _current_rows(conn, [price.model_id for _, price in wanted], lock=lock)
     changes: list[PriceChange] = []
-    new_rows: list[ModelPrice] = []
+    inserts: list[dict[str, Any]] = []
+    updates: list[dict[str, Any]] = []
+    retire: list[str] = []
     for catalog_id, price in wanted:
-        old = current.get(price.model_id)
-        if old is not None and (not overwrite or old.same_rates(price)):
+        rows = current.get(price.model_id, [])
+        if not rows:
+            if new:
+                fresh = replace(price, id=uuid.uuid4().hex, effective_from=now, is_current=True)
+                inserts.append(_row(fresh))
+                changes.append(PriceChange(price.model_id, catalog_id, fresh, None, "inserted"))
+            continue
+        *others, old = rows
+        if not overwrite or old.same_rates(price):
             changes.append(PriceChange(price.model_id, catalog_id, old, old, "unchanged"))
             continue
-        new = replace(price, id=uuid.uuid4().hex, effective_from=now, is_current=True)
-        new_rows.append(new)
-        action = "inserted" if old is None else "updated"
-        changes.append(PriceChange(price.model_id, catalog_id, new, old, action))
-    if dry_run or not new_rows:
+        # The current row keeps its id (it is what the next writer queues on): its old content
+        # goes into history as a new row, and the row itself takes the new price.
+        history = replace(old, id=uuid.uuid4().hex, is_current=False)
+        inserts.append(_row(history))
+        retire += [str(p.id) for p in others]  # more than one current row: a legacy accident
+        updated = replace(price, id=old.id, effective_from=now, is_current=True)
+        updates.append({f"new_{k}": v for k, v in _row(updated).items()})
+        changes.append(PriceChange(price.model_id, catalog_id, updated, history, "updated"))
+    if not write:
         return changes
-
-    conn.execute(insert(mp), [_row(p) for p in new_rows])
-    # Retire every other current row of these models. Read them with a locking read *after* the
-    # insert: on MySQL that read waits on a concurrent writer's uncommitted row (see module docs).
-    # A row committed since the first read makes this write an update of it (or a no-op).
-    keep = {p.id for p in new_rows}
-    others: dict[str, list[ModelPrice]] = {}
-    for chunk in _chunks(sorted({p.model_id for p in new_rows})):
-        q = (
-            select(mp)
-            .where(mp.c.model_id.in_(chunk), mp.c.is_current == 1)
-            .order_by(mp.c.effective_from, mp.c.id)
-            .with_for_update()
+    if updates:
+        stmt = (
+            update(mp)
+            .where(mp.c.id == bindparam("new_id"))
+            .values({k.removeprefix("new_"): bindparam(k) for k in updates[0] if k != "new_id"})
         )
-        for row in conn.execute(q).mappings():
-            if row["id"] not in keep:
-                others.setdefault(row["model_id"], []).append(_price(row))
-    stale: list[str] = []
-    withdrawn: list[str] = []
-    for i, change in enumerate(changes):
-        rivals = others.get(change.model) if change.action != "unchanged" else None
-        if not rivals:
-            continue
-        latest = rivals[-1]
-        if (change.previous is None or latest.id != change.previous.id) and (
-            not overwrite or latest.same_rates(change.price)
-        ):
-            withdrawn.append(str(change.price.id))
-            stale += [p.id for p in rivals[:-1] if p.id]
-            changes[i] = PriceChange(change.model, change.catalog_id, latest, latest, "unchanged")
-            continue
-        stale += [p.id for p in rivals if p.id]
-        if change.previous is None or latest.id != change.previous.id:
-            changes[i] = replace(change, previous=latest, action="updated")
-    for chunk in _chunks(withdrawn):
-        conn.execute(delete(mp).where(mp.c.id.in_(chunk)))
-    for chunk in _chunks(stale):
+        conn.execute(stmt, updates)
+    if inserts:
+        conn.execute(insert(mp), inserts)
+    for chunk in _chunks(retire):
         conn.execute(update(mp).where(mp.c.id.in_(chunk)).values(is_current=0))
     return changes
+
+
+def _advisory_lock_models(conn: Connection, model_ids: Sequence[str]) -> None:
+    """PostgreSQL: transaction-scoped advisory locks, one per model, taken in sorted order."""
+    from sqlalchemy import text
+
+    if not model_ids:
+        return
+    conn.execute(
+        text(
+            "SELECT count(pg_advisory_xact_lock(hashtextextended(k, 0))) "
+            "FROM (SELECT unnest(CAST(:keys AS text[])) AS k ORDER BY 1) AS s"
+        ),
+        {"keys": [f"agora.model_price:{m}" for m in sorted(model_ids)]},
+    )
+
+
+@contextlib.contextmanager
+def _mysql_model_lock(conn: Connection, model_id: str) -> Iterator[None]:
+    """MySQL: a named lock on one model while its first current row is inserted.
+
+    Named locks belong to the session, not the transaction, so this one is released as soon as
+    the row exists (before the commit): from then on a later writer waits on the row itself.
+    It waits as long as a row lock would (``innodb_lock_wait_timeout``).
+    """
+    from sqlalchemy import text
+
+    digest = hashlib.sha256(model_id.encode()).hexdigest()[:48]
+    key = f"agora.price:{digest}"  # GET_LOCK names are at most 64 characters
+    got = conn.execute(
+        text("SELECT GET_LOCK(:key, @@innodb_lock_wait_timeout)"), {"key": key}
+    ).scalar()
+    if got != 1:
+        raise DatabaseError(
+            f"timed out waiting for another writer of the price of {model_id!r}; try again"
+        )
+    release = text("SELECT RELEASE_LOCK(:key)")
+    try:
+        yield
+    except BaseException:
+        # The first error is the one to report; a lost connection releases the lock anyway.
+        with contextlib.suppress(Exception):
+            conn.execute(release, {"key": key})
+        raise
+    conn.execute(release, {"key": key})
 
 
 def _row(p: ModelPrice) -> dict[str, Any]:
@@ -644,10 +818,10 @@ def _row(p: ModelPrice) -> dict[str, Any]:
         "output_price_per_1m": p.output_per_1m,
         "cache_read_price_per_1m": p.cache_read_per_1m,
         "cache_write_price_per_1m": p.cache_write_per_1m,
-        "tiers": None if tiers is None else json.dumps(tiers, separators=(",", ":")),
+        "tiers": None if tiers is None else dump_json("tiers", tiers),
         "source": p.source,
         "effective_from": p.effective_from,
-        "is_current": 1,
+        "is_current": 1 if p.is_current else 0,
     }
 
 
@@ -664,8 +838,9 @@ def seed_prices_from_models_dev(
 ) -> SeedResult:
     """Price ``provider/model`` names from the catalog, all or nothing, in the caller's transaction.
 
-    A missing provider or model, or a model without a cost, raises ``ModelNotInCatalog`` naming
-    every such name with close-name suggestions, before anything is written.
+    A missing provider or model, or a model without a usable cost, raises ``ModelNotInCatalog``
+    naming every such name with close-name suggestions, before anything is written; a model id
+    that cannot be stored (over 255 UTF-16 code units) is ``InvalidInput``, also before.
     """
     parsed = list(dict.fromkeys(split_model_name(n) for n in names))
     if not parsed:
@@ -680,8 +855,9 @@ def seed_prices_from_models_dev(
             continue
         price = price_from_catalog(entry, model)
         if price is None:
+            what = "no price" if entry.get("cost") is None else "no usable price"
             problems.append(
-                f"{name} has no price in the catalog (set one by hand: "
+                f"{name} has {what} in the catalog (set one by hand: "
                 f"agora prices set {model} --input X --output Y)"
             )
             continue
@@ -805,11 +981,17 @@ def seed_missing_prices(
     Ids the rules cannot price are returned in ``skipped`` with a reason (``govcloud``,
     ``not_in_catalog``, ``no_price``, ``ambiguous``, ``already_priced``) and candidates.
     """
-    from sqlalchemy import select
+    from sqlalchemy import func, select
 
+    from agora_cli.store.engine import dialect_name
     from agora_cli.store.schema import token_usage as u
 
-    ledger_ids = sorted(conn.execute(select(u.c.model_id).distinct()).scalars())
+    # DISTINCT on MySQL's PAD SPACE collation would merge 'a' and 'a '; their lengths keep them
+    # apart (usage.reprice groups the same way).
+    keys: list[Any] = [u.c.model_id]
+    if dialect_name(conn) == "mysql":
+        keys.append(func.length(u.c.model_id))
+    ledger_ids = sorted(conn.execute(select(u.c.model_id).group_by(*keys)).scalars())
     prices = current_prices(conn)
     skipped: list[SkippedModel] = []
     wanted: dict[str, tuple[str, ModelPrice]] = {}

@@ -5,6 +5,12 @@ otherwise the estimate from the resolved current price (``'estimate'``); otherwi
 and ``cost_source`` stay NULL — unknown, never $0.00. ``reprice`` later fills NULL costs in a
 window from the prices now current, one set-based UPDATE per distinct model id, never touching a
 provider-reported row, and reports which model ids are still unpriced and how many rows each.
+
+Every cost agora stores is a finite number from 0 to ``MAX_COST_USD`` (10^15 USD for one row):
+a provider-reported cost outside that range is refused (``InvalidInput``), and an estimate
+outside it — possible only from a price or token counts written around the library — leaves
+the row unpriced instead (the SQL of ``reprice`` tests the same bound, so SQLite, which would
+store an overflow as +Inf, never does). Token counts are whole numbers within ``BIGINT``.
 """
 
 from __future__ import annotations
@@ -24,12 +30,20 @@ from agora_cli.store.pricing import (
     resolve_current_price,
     resolve_model_price,
 )
+from agora_cli.store.values import (
+    check_count,
+    check_finite,
+    check_identity,
+    check_instant,
+    check_optional_identity,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
     from sqlalchemy.sql.elements import ColumnElement
 
 __all__ = [
+    "MAX_COST_USD",
     "RepriceResult",
     "UnpricedModel",
     "UsageRecord",
@@ -79,20 +93,11 @@ class RepriceResult:
     dry_run: bool = False
 
 
-def _text(name: str, value: str | None, *, required: bool = True) -> str | None:
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or not value.strip() or len(value) > 255:
-        raise InvalidInput(f"{name} must be a string of 1 to 255 characters")
-    return value
+MAX_COST_USD = 1e15
 
 
-def _count(name: str, value: int | None, *, required: bool = True) -> int | None:
-    if value is None and not required:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInput(f"{name} must be a whole number >= 0, not {value!r}")
-    return value
+def _usable_cost(cost: float) -> float | None:
+    return cost if math.isfinite(cost) and 0 <= cost <= MAX_COST_USD else None
 
 
 def record_usage(
@@ -123,30 +128,30 @@ def record_usage(
 
     from agora_cli.store.schema import token_usage
 
-    for name, value in (("thread_id", thread_id), ("actor_ref", actor_ref)):
-        _text(name, value)
-    _text("model_id", model_id)
-    _text("purpose", purpose)
+    for name, value in (
+        ("thread_id", thread_id),
+        ("actor_ref", actor_ref),
+        ("model_id", model_id),
+        ("purpose", purpose),
+    ):
+        check_identity(name, value)
     for name, opt in (("tenant_ref", tenant_ref), ("message_id", message_id), ("run_id", run_id)):
-        _text(name, opt, required=False)
-    _count("input_tokens", input_tokens)
-    _count("output_tokens", output_tokens)
-    _count("cache_read_tokens", cache_read_tokens, required=False)
-    _count("cache_write_tokens", cache_write_tokens, required=False)
+        check_optional_identity(name, opt)
+    check_count("input_tokens", input_tokens)
+    check_count("output_tokens", output_tokens)
+    for name, count in (
+        ("cache_read_tokens", cache_read_tokens),
+        ("cache_write_tokens", cache_write_tokens),
+    ):
+        if count is not None:
+            check_count(name, count)
     if (cache_read_tokens or 0) + (cache_write_tokens or 0) > input_tokens:
         raise InvalidInput(
             "cache_read_tokens + cache_write_tokens cannot exceed input_tokens "
             "(cache tokens are part of the input)"
         )
-    if provider_cost_usd is not None and (
-        isinstance(provider_cost_usd, bool)
-        or not isinstance(provider_cost_usd, int | float)
-        or not math.isfinite(provider_cost_usd)
-        or provider_cost_usd < 0
-    ):
-        raise InvalidInput(
-            f"provider_cost_usd must be a finite amount >= 0, not {provider_cost_usd}"
-        )
+    if provider_cost_usd is not None:
+        check_finite("provider_cost_usd", provider_cost_usd, low=0.0, high=MAX_COST_USD)
 
     priced_as: str | None = None
     rule: str | None = None
@@ -156,18 +161,22 @@ def record_usage(
         cost, source = float(provider_cost_usd), "provider"
     else:
         resolution = resolve_current_price(conn, model_id)
-        if resolution.price is None:
+        estimate = None
+        if resolution.price is not None and resolution.price.in_range():
+            estimate = _usable_cost(
+                estimate_cost(
+                    resolution.price,
+                    input_tokens=input_tokens,
+                    output_tokens=output_tokens,
+                    cache_read_tokens=cache_read_tokens,
+                    cache_write_tokens=cache_write_tokens,
+                )
+            )
+        if estimate is None:
             cost, source = None, None
         else:
             priced_as, rule = resolution.matched, resolution.rule
-            cost = estimate_cost(
-                resolution.price,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                cache_read_tokens=cache_read_tokens,
-                cache_write_tokens=cache_write_tokens,
-            )
-            source = "estimate"
+            cost, source = estimate, "estimate"
     record = UsageRecord(
         id=uuid.uuid4().hex,
         thread_id=thread_id,
@@ -207,12 +216,20 @@ def reprice(
     """Fill NULL ledger costs in ``[from_ms, to_ms]`` (inclusive) from the current prices.
 
     Provider-reported rows are never touched. Each resolvable model id is one UPDATE computing
-    the estimate (tiers and cache fall-backs included) in the database.
+    the estimate (tiers and cache fall-backs included) in the database; a row whose estimate
+    would not be a finite amount up to ``MAX_COST_USD`` is left unpriced, and a price whose
+    rates are out of range (written around the library) counts as no price. Both are reported
+    with the still-unpriced rows.
     """
     from sqlalchemy import func, select, update
 
+    from agora_cli.store.engine import dialect_name
     from agora_cli.store.schema import token_usage as u
+    from agora_cli.store.sqlexpr import exact_eq
 
+    for name, bound in (("from_ms", from_ms), ("to_ms", to_ms)):
+        if bound is not None:
+            check_instant(name, bound)
     if from_ms is not None and to_ms is not None and from_ms > to_ms:
         raise InvalidInput("the window's start is after its end")
     where: list[ColumnElement[bool]] = [
@@ -223,28 +240,32 @@ def reprice(
         where.append(u.c.created_at >= from_ms)
     if to_ms is not None:
         where.append(u.c.created_at <= to_ms)
-    counts = {
-        str(model_id): int(n)
-        for model_id, n in conn.execute(
-            select(u.c.model_id, func.count()).where(*where).group_by(u.c.model_id)
-        )
-    }
+    # MySQL's PAD SPACE collation groups 'a' and 'a ' together; their lengths keep them apart.
+    keys: list[ColumnElement[Any]] = [u.c.model_id]
+    if dialect_name(conn) == "mysql":
+        keys.append(func.length(u.c.model_id))
+    counts: dict[str, int] = {}
+    for row in conn.execute(select(u.c.model_id, func.count()).where(*where).group_by(*keys)):
+        counts[str(row[0])] = int(row[1])
     prices = current_prices(conn)
     repriced = 0
     unpriced: list[UnpricedModel] = []
     for model_id in sorted(counts):
         price = resolve_model_price(model_id, prices).price
-        if price is None:
-            unpriced.append(UnpricedModel(model_id, counts[model_id]))
-        elif dry_run:
-            repriced += counts[model_id]
-        else:
-            stmt = (
-                update(u)
-                .where(u.c.model_id == model_id, *where)
-                .values(cost_usd=_estimate_sql(price), cost_source="estimate")
-            )
-            repriced += int(conn.execute(stmt).rowcount)
+        done = 0
+        if price is not None and price.in_range():
+            estimate = _estimate_sql(price)
+            rows = [exact_eq(u.c.model_id, model_id), *where, estimate.between(0, MAX_COST_USD)]
+            if dry_run:
+                done = int(
+                    conn.execute(select(func.count()).select_from(u).where(*rows)).scalar_one()
+                )
+            else:
+                stmt = update(u).where(*rows).values(cost_usd=estimate, cost_source="estimate")
+                done = int(conn.execute(stmt).rowcount)
+        repriced += done
+        if counts[model_id] > done:
+            unpriced.append(UnpricedModel(model_id, counts[model_id] - done))
     unpriced.sort(key=lambda m: (-m.rows, m.model_id))
     return RepriceResult(
         repriced=repriced,

@@ -7,8 +7,10 @@ local things so that nothing here can reach the real network.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -47,10 +49,14 @@ PRICE_KEYS = {
 
 
 class Server:
-    """Serves the snapshot (ETag + 304) at /api.json, 500 at /down.json, half of it at /cut.json."""
+    """Serves the snapshot (ETag + 304) at /api.json, 500 at /down.json, half of it at /cut.json,
+    one byte every half second at /drip.json, a redirect loop at /loop.json, and at /switch.json
+    the snapshot or a 500 as ``mode`` says."""
 
     def __init__(self) -> None:
         self.seen: list[dict[str, str]] = []
+        self.mode = "ok"
+        self.stop = threading.Event()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -59,12 +65,40 @@ class Server:
 
             def do_GET(self) -> None:
                 outer.seen.append({"path": self.path, **dict(self.headers.items())})
+                try:
+                    self._answer()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up, as it should
+
+            def _answer(self) -> None:
+                if self.path == "/drip.json":
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(SNAPSHOT)))
+                    self.end_headers()
+                    for i in range(len(SNAPSHOT)):
+                        if outer.stop.wait(0.5):
+                            return
+                        self.wfile.write(SNAPSHOT[i : i + 1])
+                        self.wfile.flush()
+                    return
+                if self.path == "/loop.json":
+                    self.send_response(302)
+                    self.send_header("Location", "/loop.json")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if self.path == "/switch.json" and outer.mode != "ok":
+                    self.send_response(500)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if self.path == "/api.json" and self.headers.get("If-None-Match") == '"v1"':
                     self.send_response(304)
                     self.end_headers()
                     return
                 status, body = {
                     "/api.json": (200, SNAPSHOT),
+                    "/switch.json": (200, SNAPSHOT),
                     "/down.json": (500, b"down"),
                     "/cut.json": (200, SNAPSHOT[:1000]),
                 }.get(self.path, (404, b""))
@@ -88,6 +122,7 @@ class Server:
 def server() -> Iterator[Server]:
     srv = Server()
     yield srv
+    srv.stop.set()
     srv.httpd.shutdown()
     srv.httpd.server_close()
 
@@ -252,12 +287,144 @@ def test_seed_a_missing_or_unpriced_model_is_exit_1_and_writes_nothing(
         (["openai/"], "is not PROVIDER/MODEL"),
         ([], "or use --missing"),
         (["openai/gpt-4o", "--missing"], "not both"),
-        (["openai/gpt-4o", "--timeout", "0"], "--timeout"),
+        (["openai/gpt-4o", "--timeout", "0"], "--timeout must be a number of seconds above 0"),
+        (["openai/" + "x" * 256], "is 256 UTF-16 code units long; the limit is 255"),
     ],
 )
 def test_seed_usage_errors_are_exit_2(cli: Any, db_url: str, args: list[str], text: str) -> None:
     assert_error(cli("prices", "seed", *args, "--db", db_url), 2, text)
     assert count_prices(db_url) == 0
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "0", "-1", "601"])
+def test_seed_timeout_out_of_range_is_exit_2_before_anything_is_done(
+    cli: Any, server: Server, tmp_path: Path, value: str
+) -> None:
+    # No database and a catalog server that records requests: neither is touched.
+    r = cli(
+        "prices",
+        "seed",
+        "openai/gpt-4o-mini",
+        "--timeout",
+        value,
+        "--catalog",
+        server.url(),
+        "--db",
+        f"sqlite:///{tmp_path / 'absent.db'}",
+        "--json",
+    )
+    assert_error(r, 2, "--timeout must be a number of seconds above 0 and at most 600")
+    assert r.json()["error"]["kind"] == "invalid_input"
+    assert server.seen == []
+    assert not (tmp_path / "absent.db").exists()
+
+
+def test_seed_timeout_bounds_a_dripping_catalog(cli: Any, db_url: str, server: Server) -> None:
+    started = time.monotonic()
+    r = cli(
+        "prices",
+        "seed",
+        "openai/gpt-4o-mini",
+        "--catalog",
+        server.url("/drip.json"),
+        "--timeout",
+        "2",
+        "--db",
+        db_url,
+    )
+    assert time.monotonic() - started < 3.5
+    assert_error(r, 3, "timed out after 2 s")
+    assert count_prices(db_url) == 0
+
+
+def test_seed_a_catalog_path_that_never_ends_is_exit_3(cli: Any, db_url: str) -> None:
+    r = cli("prices", "seed", "openai/gpt-4o-mini", "--catalog", "/dev/zero", "--db", db_url)
+    assert_error(r, 3, "the catalog file /dev/zero is larger than 64 MiB")
+    assert count_prices(db_url) == 0
+
+
+def test_seed_a_redirect_loop_is_exit_3_naming_it(cli: Any, db_url: str, server: Server) -> None:
+    r = cli(
+        "prices",
+        "seed",
+        "openai/gpt-4o-mini",
+        "--catalog",
+        server.url("/loop.json"),
+        "--db",
+        db_url,
+        "--json",
+    )
+    assert_error(r, 3, "redirects too many times (a redirect loop?)")
+    assert r.json()["error"]["kind"] == "catalog_error"
+
+
+def test_seed_falls_back_to_the_cached_catalog_with_a_warning(
+    cli: Any, db_url: str, server: Server
+) -> None:
+    url = server.url("/switch.json")
+    seed = ("prices", "seed", "openai/gpt-4o-mini", "--catalog", url, "--db", db_url)
+    r = cli(*seed, "--json")
+    assert r.exit_code == 0 and r.stderr == ""
+    assert set(r.json()) == {"catalog", "prices"}  # a fresh catalog: the documented keys only
+    server.mode = "down"
+    r = cli(*seed, "--json")
+    assert r.exit_code == 0, r.stderr
+    doc = r.json()
+    assert doc["catalog"] == url
+    assert doc["catalog_stale"] is True and 0 <= doc["catalog_age_s"] < 10
+    assert "after 3 attempt(s): HTTP 500" in doc["catalog_error"]
+    assert doc["prices"][0]["action"] == "unchanged"
+    assert re.match(r"warning: using the cached catalog from \d seconds? ago: could not", r.stderr)
+    assert "HTTP 500" in r.stderr
+    r = cli(*seed)
+    assert r.exit_code == 0 and "warning: using the cached catalog" in r.stderr
+
+
+def test_seed_offline_uses_only_the_cache(
+    cli: Any, db_url: str, server: Server, tmp_path: Path
+) -> None:
+    url = server.url("/switch.json")
+    seed = ("prices", "seed", "openai/gpt-4o-mini", "--catalog", url, "--offline", "--db", db_url)
+    r = cli(*seed, "--json")
+    assert_error(r, 3, "--offline: there is no cached copy of the catalog from " + url)
+    assert server.seen == []
+    assert cli("prices", "seed", "openai/gpt-4o", "--catalog", url, "--db", db_url).exit_code == 0
+    r = cli(*seed, "--json")
+    assert r.exit_code == 0, r.stderr
+    assert len(server.seen) == 1
+    doc = r.json()
+    assert (doc["catalog_stale"], doc["catalog_error"]) == (True, None)
+    assert doc["prices"][0]["action"] == "inserted"
+    r = cli(*seed)
+    assert r.exit_code == 0 and "(--offline)" in r.stderr and len(server.seen) == 1
+
+
+PASSWORD = "s3cret-Pa55word"
+
+
+def test_a_password_in_the_catalog_url_is_never_printed(
+    cli: Any, db_url: str, server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = server.url().replace("127.0.0.1", f"agent:{PASSWORD}@127.0.0.1")
+    masked = server.url().replace("127.0.0.1", "agent:***@127.0.0.1")
+    outputs = []
+    r = cli("prices", "seed", "openai/gpt-4o-mini", "--catalog", secret, "--db", db_url, "--json")
+    assert r.exit_code == 0 and r.json()["catalog"] == masked
+    outputs.append(r)
+    r = cli("prices", "seed", "openai/gpt-4o-mini", "--catalog", secret, "--db", db_url)
+    assert r.exit_code == 0 and f"catalog {masked}:" in r.stderr
+    outputs.append(r)
+    monkeypatch.setenv("AGORA_MODELS_DEV_URL", secret.replace("/api.json", "/down.json"))
+    for before, after in (((), ("--json",)), ((), ()), (("--debug",), ())):
+        r = cli(*before, "prices", "seed", "openai/gpt-4o-mini", "--db", db_url, *after)
+        assert r.exit_code == 3
+        assert "agent:***@127.0.0.1" in r.stderr
+        outputs.append(r)
+    assert "Traceback" in outputs[-1].stderr  # --debug: the traceback, scrubbed
+    for r in outputs:
+        assert PASSWORD not in r.stdout + r.stderr
+    for path in (tmp_path / "cache").iterdir():
+        assert PASSWORD not in path.read_text(encoding="utf-8", errors="replace")
 
 
 def test_seed_catalog_failures_are_exit_3_and_write_nothing(
@@ -411,17 +578,22 @@ def test_set_list_and_history_json(cli: Any, db_url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("args", "code"),
+    ("args", "text"),
     [
-        (["m", "--input", "-1", "--output", "1"], 2),
-        (["m", "--input", "1", "--output", "nan"], 2),
-        (["m", "--input", "x", "--output", "1"], 2),
-        (["m", "--input", "1"], 2),
+        (["m", "--input", "-1", "--output", "1"], "--input must be a number from 0 to 1e+06"),
+        (["m", "--input", "1", "--output", "nan"], "--output must be a finite number"),
+        (["m", "--input", "x", "--output", "1"], "Invalid value for '--input'"),
+        (["m", "--input", "1"], "Missing option '--output'"),
+        (["m", "--input", "1e300", "--output", "1"], "--input must be a number from 0 to 1e+06"),
+        (["m", "--input", "1", "--output", "inf"], "--output must be a finite number"),
+        (["m", "--input", "1", "--output", "1", "--cache-read", "2e6"], "--cache-read must be"),
+        (["m", "--input", "1", "--output", "1", "--cache-write", "-0.5"], "--cache-write must"),
+        (["x" * 256, "--input", "1", "--output", "1"], "model_id is 256 UTF-16 code units"),
     ],
 )
-def test_set_bad_input_is_exit_2(cli: Any, db_url: str, args: list[str], code: int) -> None:
-    r = cli("prices", "set", *args, "--db", db_url)
-    assert r.exit_code == code and no_data(r)
+def test_set_bad_input_is_exit_2(cli: Any, db_url: str, args: list[str], text: str) -> None:
+    r = cli("prices", "set", *args, "--db", db_url, "--json")
+    assert_error(r, 2, text)
     assert count_prices(db_url) == 0
 
 
@@ -449,6 +621,87 @@ def test_resolve_json_exit_0_either_way(cli: Any, db_url: str) -> None:
     }
     r = cli("prices", "resolve", "gpt-4o-mini-latest", "--db", db_url)
     assert r.exit_code == 0 and "no price" in r.stdout and "agora prices" in r.stderr
+
+
+def test_list_model_is_exact(cli: Any, db_url: str) -> None:
+    for model, rate in (("a", "1"), ("a ", "2")):
+        r = cli("prices", "set", model, "--input", rate, "--output", "1", "--db", db_url)
+        assert r.exit_code == 0, r.stderr
+    for model, rate in (("a", 1.0), ("a ", 2.0)):
+        r = cli("prices", "list", "--model", model, "--db", db_url, "--json")
+        assert [(p["model"], p["input_per_1m"]) for p in r.json()["prices"]] == [(model, rate)]
+
+
+# --- hostile text -----------------------------------------------------------------------------
+
+EVIL = "evil\x1b[2J\x1b]0;pwned\x07[bold]x[/bold]\u202e"
+SHOWN = "evil\\x1b[2J\\x1b]0;pwned\\x07[bold]x[/bold]\\u202e"
+
+
+def assert_harmless(r: Any) -> None:
+    """Nothing a terminal would obey reached it, and the id is still there, escaped."""
+    for stream in (r.stdout, r.stderr):
+        assert "\x1b" not in stream and "\x07" not in stream and "\u202e" not in stream
+    assert SHOWN in r.stdout + r.stderr
+
+
+def test_model_ids_from_the_database_are_shown_escaped(cli: Any, db_url: str) -> None:
+    r = cli("prices", "set", EVIL, "--input", "1", "--output", "2", "--db", db_url)
+    assert r.exit_code == 0
+    assert_harmless(r)
+    assert_harmless(cli("prices", "list", "--db", db_url))
+    assert_harmless(cli("prices", "list", "--history", "--model", EVIL, "--db", db_url))
+    r = cli("prices", "resolve", f"openrouter/{EVIL}", "--db", db_url)
+    assert r.exit_code == 0 and "(rule: prefix)" in r.stdout
+    assert_harmless(r)
+    r = cli("prices", "resolve", f"{EVIL}-latest", "--db", db_url)
+    assert r.exit_code == 0 and "no price" in r.stdout
+    assert_harmless(r)
+    # --json keeps the exact text (JSON escapes it; a parser gets it back byte for byte)
+    r = cli("prices", "list", "--db", db_url, "--json")
+    assert [p["model"] for p in r.json()["prices"]] == [EVIL]
+    r = cli("prices", "resolve", EVIL, "--db", db_url, "--json")
+    assert (r.json()["model_id"], r.json()["matched"]) == (EVIL, EVIL)
+
+
+def test_model_ids_from_the_catalog_are_shown_escaped(
+    cli: Any, db_url: str, tmp_path: Path
+) -> None:
+    catalog = tmp_path / "cat\x1b]0;t\x07.json"
+    catalog.write_text(
+        json.dumps(
+            {
+                "prov": {
+                    "models": {
+                        EVIL: {"cost": {"input": 1, "output": 2}},
+                        f"{EVIL}-twin": {"cost": {"input": 1, "output": 2}},
+                    }
+                },
+                "other": {"models": {f"{EVIL}-twin": {"cost": {"input": 5, "output": 2}}}},
+            }
+        )
+    )
+    seed = ("prices", "seed", "--catalog", str(catalog), "--db", db_url)
+    r = cli(*seed, f"prov/{EVIL}")
+    assert r.exit_code == 0 and "inserted" in r.stdout
+    assert_harmless(r)
+    assert "cat\\x1b]0;t\\x07.json" in r.stderr
+    r = cli(*seed, f"prov/{EVIL}", "--json")
+    assert r.json()["catalog"] == str(catalog)
+    assert (r.json()["prices"][0]["model"], r.json()["prices"][0]["catalog_id"]) == (
+        EVIL,
+        f"prov/{EVIL}",
+    )
+    r = cli(*seed, f"prov/{EVIL}x")  # not in the catalog: the error line is escaped too
+    assert r.exit_code == 1
+    assert_harmless(r)
+    add_ledger(db_url, [(f"{EVIL}-twin", 1, None, None)])
+    r = cli("prices", "seed", "--missing", "--catalog", str(catalog), "--db", db_url)
+    assert r.exit_code == 0 and "skipped" in r.stdout and "providers disagree" in r.stdout
+    assert_harmless(r)
+    r = cli("prices", "reprice", "--db", db_url)
+    assert r.exit_code == 0
+    assert_harmless(r)
 
 
 # --- reprice ----------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ No database here; these are functions of their arguments (the catalog is the fix
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from helpers import FIXTURE_CATALOG
 from hypothesis import given, settings
@@ -143,6 +145,17 @@ def test_split_model_name_splits_on_the_first_slash_only() -> None:
     for bad in ("gpt-4o-mini", "/gpt-4o", "openai/", ""):
         with pytest.raises(InvalidInput, match="PROVIDER/MODEL"):
             split_model_name(bad)
+
+
+def test_a_model_id_that_cannot_be_stored_is_refused_when_named() -> None:
+    assert split_model_name("p/" + "x" * 255) == ("p", "x" * 255)
+    for model, units in (("x" * 256, 256), ("😀" * 128, 256)):
+        with pytest.raises(
+            InvalidInput, match=f"is {units} UTF-16 code units long; the limit is 255"
+        ):
+            split_model_name(f"p/{model}")
+    with pytest.raises(InvalidInput, match="NUL"):
+        split_model_name("p/a\x00b")
 
 
 # --- the estimate -----------------------------------------------------------------------------
@@ -318,10 +331,38 @@ def test_price_from_catalog_reads_cache_spellings_and_tiers(catalog: Catalog) ->
         {"input": True, "output": 2},
         {"input": 1, "output": 2, "tiers": [{"input": 2}]},
         {"input": 1, "output": 2, "tiers": "many"},
+        # out of range: never stored, and never replaced by a fall-back rate
+        {"input": 1e300, "output": 2},
+        {"input": 1, "output": 1_000_001},
+        {"input": 1, "output": 10**400},
+        {"input": float("nan"), "output": 2},
+        {"input": 1, "output": float("inf")},
+        {"input": 1, "output": 2, "cache_read": -0.1},
+        {"input": 1, "output": 2, "cached_input": float("nan")},
+        {"input": 1, "output": 2, "cache_write": 1e9},
+        {"input": 1, "output": 2, "tiers": [{"input": -2, "output": 4, "tier": {"size": 9}}]},
+        {"input": 1, "output": 2, "tiers": [{"input": 2, "output": 1e12, "tier": {"size": 9}}]},
+        {"input": 1, "output": 2, "tiers": [{"input": 2, "output": 4, "tier": {"size": 1e300}}]},
+        {"input": 1, "output": 2, "tiers": [{"input": 2, "output": 4, "tier": {"size": -1}}]},
     ],
 )
 def test_an_unusable_cost_is_no_price_never_zero(cost: dict[str, object]) -> None:
     assert price_from_catalog({"cost": cost}, "m") is None
+
+
+@pytest.mark.parametrize("size", [float("inf"), float("nan")])
+def test_a_tier_size_that_is_not_finite_is_no_price_not_a_crash(size: float) -> None:
+    # int(inf) raised OverflowError (and int(nan) ValueError): an "unexpected" exit 1.
+    cost = {"input": 1, "output": 2, "tiers": [{"input": 2, "output": 4, "tier": {"size": size}}]}
+    assert price_from_catalog({"cost": cost}, "m") is None
+
+
+def test_the_largest_price_is_usable_and_its_estimates_finite() -> None:
+    top = price_from_catalog({"cost": {"input": 1_000_000, "output": 1_000_000}}, "m")
+    assert top is not None and top.in_range()
+    big = 2**63 - 1
+    cost = estimate_cost(top, input_tokens=big, output_tokens=big, cache_read_tokens=big)
+    assert math.isfinite(cost) and cost < 3e19
 
 
 def test_non_context_tiers_are_ignored() -> None:

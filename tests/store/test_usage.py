@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -10,8 +11,20 @@ from sqlalchemy import select
 from agora_cli.store import schema
 from agora_cli.store.clock import ManualClock, day_window, parse_day
 from agora_cli.store.errors import InvalidInput, NotFound
-from agora_cli.store.pricing import PriceTier, current_prices, estimate_cost, set_price
-from agora_cli.store.usage import RepriceResult, UnpricedModel, record_usage, reprice
+from agora_cli.store.pricing import (
+    MAX_PRICE_PER_1M,
+    PriceTier,
+    current_prices,
+    estimate_cost,
+    set_price,
+)
+from agora_cli.store.usage import (
+    MAX_COST_USD,
+    RepriceResult,
+    UnpricedModel,
+    record_usage,
+    reprice,
+)
 
 u = schema.token_usage
 NOV_30 = day_window(parse_day("2026-11-30"))
@@ -113,8 +126,18 @@ def test_estimate_applies_tiers(engine: Any, thread: str) -> None:
         {"cache_read_tokens": 600_000, "cache_write_tokens": 600_000},
         {"provider_cost_usd": -0.01},
         {"provider_cost_usd": float("nan")},
+        {"provider_cost_usd": float("inf")},
+        {"provider_cost_usd": 1e16},
+        {"provider_cost_usd": "0.1"},
         {"purpose": ""},
         {"actor_ref": "x" * 256},
+        {"actor_ref": "😀" * 128},
+        {"purpose": "chat\x00"},
+        {"tenant_ref": ""},
+        {"input_tokens": 2**63},
+        {"output_tokens": 2**64},
+        {"cache_read_tokens": -1},
+        {"thread_id": "t" * 256},
     ],
 )
 def test_bad_usage_is_invalid_input_and_writes_nothing(
@@ -123,6 +146,34 @@ def test_bad_usage_is_invalid_input_and_writes_nothing(
     with pytest.raises(InvalidInput):
         record(engine, "gpt-4o-mini", **bad)
     assert ledger(engine) == {}
+
+
+def test_usage_accepts_what_every_other_store_accepts(engine: Any, thread: str) -> None:
+    # One verdict per input: an identity is any non-empty storable text (spaces included).
+    rec = record(engine, "m ", purpose=" ", provider_cost_usd=MAX_COST_USD)
+    assert (rec.model_id, rec.purpose, rec.cost_usd) == ("m ", " ", MAX_COST_USD)
+    big = 2**63 - 1
+    rec = record(engine, "m", input_tokens=big, output_tokens=big, cache_read_tokens=big)
+    assert ledger(engine)[rec.id]["input_tokens"] == big
+
+
+def test_an_estimate_out_of_range_leaves_the_row_unpriced(engine: Any, thread: str) -> None:
+    put_price(engine, "dear", MAX_PRICE_PER_1M, MAX_PRICE_PER_1M)
+    big = 2**63 - 1
+    rec = record(engine, "dear", input_tokens=big, output_tokens=big)
+    assert (rec.cost_usd, rec.cost_source) == (None, None)  # ~1.8e19 USD: not a cost
+    rec = record(engine, "dear", input_tokens=1_000, output_tokens=0)
+    assert rec.cost_usd == pytest.approx(1_000.0)
+
+
+def test_a_price_written_around_the_library_is_never_estimated_from(
+    engine: Any, thread: str
+) -> None:
+    # Rows from an older agora (or plain SQL) may hold any number; they count as no price.
+    insert_price_row(engine, "huge", 1e300)
+    rec = record(engine, "huge", input_tokens=2**62, output_tokens=2**62)
+    assert (rec.cost_usd, rec.cost_source) == (None, None)
+    assert all(math.isfinite(r["cost_usd"] or 0) for r in ledger(engine).values())
 
 
 def test_usage_on_a_missing_thread_is_not_found(engine: Any) -> None:
@@ -216,3 +267,96 @@ def test_reprice_never_touches_an_existing_estimate_or_provider_cost(
 def test_reprice_rejects_an_inverted_window(engine: Any) -> None:
     with pytest.raises(InvalidInput), engine.begin() as conn:
         reprice(conn, from_ms=10, to_ms=9)
+    with pytest.raises(InvalidInput), engine.begin() as conn:
+        reprice(conn, from_ms=2**63)
+
+
+def insert_price_row(engine: Any, model_id: str, rate: float) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            schema.model_pricing.insert().values(
+                id=f"raw-{model_id}",
+                model_id=model_id,
+                input_price_per_1m=rate,
+                output_price_per_1m=rate,
+                source="raw",
+                effective_from=0,
+                is_current=1,
+            )
+        )
+
+
+def add_raw_usage(engine: Any, model_id: str, tokens: int, n: int = 1) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            u.insert(),
+            [
+                {
+                    "id": f"{model_id}-{i}",
+                    "thread_id": "th-1",
+                    "actor_ref": "alice",
+                    "model_id": model_id,
+                    "purpose": "chat",
+                    "input_tokens": tokens,
+                    "output_tokens": tokens,
+                    "created_at": 1,
+                }
+                for i in range(n)
+            ],
+        )
+
+
+def test_reprice_never_writes_a_cost_that_is_not_finite(engine: Any, thread: str) -> None:
+    # A price of 1e300 (written around the library) times 2^62 tokens overflows a double: SQLite
+    # stored +Inf, PostgreSQL and MariaDB refused the whole UPDATE. Now the price is no price.
+    insert_price_row(engine, "huge", 1e300)
+    add_raw_usage(engine, "huge", 2**62, n=2)
+    # The largest price agora accepts times the largest token counts: finite, but ~1.8e19 USD,
+    # past MAX_COST_USD: those rows stay unpriced too. One sane row is priced.
+    put_price(engine, "dear", MAX_PRICE_PER_1M, MAX_PRICE_PER_1M)
+    add_raw_usage(engine, "dear", 2**63 - 1)
+    add_raw_usage(engine, "sane", 1_000_000)
+    put_price(engine, "sane", 2.0, 3.0)
+    for dry_run in (True, False):
+        with engine.begin() as conn:
+            result = reprice(conn, dry_run=dry_run)
+        assert result.repriced == 1
+        assert result.unpriced_models == (UnpricedModel("huge", 2), UnpricedModel("dear", 1))
+        assert result.still_unpriced == 3
+    rows = ledger(engine)
+    assert rows["sane-0"]["cost_usd"] == pytest.approx(5.0)
+    assert all(r["cost_usd"] is None for k, r in rows.items() if k != "sane-0")
+
+
+def test_reprice_tests_the_bound_in_sql(engine: Any, thread: str, dialect: str) -> None:
+    # Only SQLite can hold a REAL in a BIGINT column, and it would store the product as +Inf:
+    # the UPDATE itself must refuse it. Elsewhere the same guard runs over whole numbers.
+    tokens = "1e300" if dialect == "sqlite" else "9223372036854775807"
+    put_price(engine, "m", 1.0, 1.0)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO agent_token_usage (id, thread_id, actor_ref, model_id, purpose, "
+            f"input_tokens, output_tokens, created_at) VALUES ('r', 'th-1', 'alice', 'm', "
+            f"'chat', {tokens}, {tokens}, 1)"
+        )
+    with engine.begin() as conn:
+        result = reprice(conn)
+    if dialect == "sqlite":
+        assert (result.repriced, result.unpriced_models) == (0, (UnpricedModel("m", 1),))
+        assert ledger(engine)["r"]["cost_usd"] is None
+    else:  # 2 × 9.2e18 tokens at $1 per 1M: 1.8e13 USD, finite and within the bound
+        assert (result.repriced, result.unpriced_models) == (1, ())
+        assert ledger(engine)["r"]["cost_usd"] == pytest.approx(2 * (2**63 - 1) / 1e6)
+
+
+def test_reprice_keeps_trailing_space_model_ids_apart(engine: Any, thread: str) -> None:
+    add_raw_usage(engine, "a", 1_000_000, n=2)
+    add_raw_usage(engine, "a ", 1_000_000, n=3)
+    put_price(engine, "a", 1.0, 1.0)
+    with engine.begin() as conn:
+        result = reprice(conn)
+    # 'a ' resolves to no price: it is not 'a' (MySQL's PAD SPACE collation says it is)
+    assert (result.repriced, result.unpriced_models) == (2, (UnpricedModel("a ", 3),))
+    rows = ledger(engine)
+    assert [rows[f"a-{i}"]["cost_usd"] for i in range(2)] == [2.0, 2.0]
+    assert all(rows[f"a -{i}"]["cost_usd"] is None for i in range(3))
