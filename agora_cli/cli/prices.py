@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from agora_cli.cli.options import DbOpt, JsonOpt, open_db
-from agora_cli.cli.output import Col, emit_json, out_console, render_table, safe_text, say
+from agora_cli.cli.output import Col, emit_json, money, out_console, render_table, safe_text, say
 
 if TYPE_CHECKING:
     from agora_cli.store.catalog import Catalog
@@ -40,10 +40,10 @@ def _price_doc(price: ModelPrice) -> dict[str, Any]:
 
     return {
         "model": price.model_id,
-        "input_per_1m": price.input_per_1m,
-        "output_per_1m": price.output_per_1m,
-        "cache_read_per_1m": price.cache_read_per_1m,
-        "cache_write_per_1m": price.cache_write_per_1m,
+        "input_per_1m": money(price.input_per_1m),
+        "output_per_1m": money(price.output_per_1m),
+        "cache_read_per_1m": money(price.cache_read_per_1m),
+        "cache_write_per_1m": money(price.cache_write_per_1m),
         "tiers": tiers_to_json(price.tiers),
         "source": price.source,
         "effective_from": iso_ms(price.effective_from),
@@ -58,10 +58,10 @@ def _seed_doc(change: PriceChange) -> dict[str, Any]:
     return {
         "model": change.model,
         "catalog_id": change.catalog_id,
-        "input_per_1m": p.input_per_1m,
-        "output_per_1m": p.output_per_1m,
-        "cache_read_per_1m": p.cache_read_per_1m,
-        "cache_write_per_1m": p.cache_write_per_1m,
+        "input_per_1m": money(p.input_per_1m),
+        "output_per_1m": money(p.output_per_1m),
+        "cache_read_per_1m": money(p.cache_read_per_1m),
+        "cache_write_per_1m": money(p.cache_write_per_1m),
         "tiers": tiers_to_json(p.tiers),
         "action": change.action,
     }
@@ -237,7 +237,7 @@ def seed(
     ] = False,
     dry_run: DryRunOpt = False,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Price models from the models.dev catalog, all or nothing, and show what changed.
 
@@ -275,7 +275,7 @@ def seed(
             return seed_prices_from_models_dev(conn, names or [], catalog=cat, dry_run=dry_run)
 
     result = retry_transient(run)
-    if json:
+    if as_json:
         doc: dict[str, Any] = {
             "catalog": result.catalog,
             "prices": [_seed_doc(c) for c in result.prices],
@@ -311,7 +311,7 @@ def set_(
         typer.Option("--cache-write", metavar="X", help="USD per 1M cache-write tokens."),
     ] = None,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Set a model's price by hand (source manual); the old price is kept as history.
 
@@ -342,7 +342,7 @@ def set_(
             )
 
     change = retry_transient(run)
-    if json:
+    if as_json:
         emit_json({**_price_doc(change.price), "action": change.action})
         return
     shown = safe_text(change.model)
@@ -363,7 +363,7 @@ def list_(
         bool, typer.Option("--history", help="Every row, retired prices included.")
     ] = False,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """List current prices (with --history, retired ones too), in USD per 1M tokens.
 
@@ -374,7 +374,7 @@ def list_(
     engine = open_db(db, readonly=True)
     with engine.connect() as conn:
         prices = list_prices(conn, model_id=model, history=history)
-    if json:
+    if as_json:
         emit_json({"prices": [_price_doc(p) for p in prices]})
         return
     cols = _PRICE_COLS
@@ -392,7 +392,7 @@ def list_(
 def resolve(
     model_id: Annotated[str, typer.Argument(help="A model id as the ledger records it.")],
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Show which price a ledger model id resolves to, and by which rule (exit 0 either way).
 
@@ -406,7 +406,7 @@ def resolve(
     engine = open_db(db, readonly=True)
     with engine.connect() as conn:
         res = resolve_current_price(conn, model_id)
-    if json:
+    if as_json:
         emit_json(
             {
                 "model_id": res.model_id,
@@ -442,7 +442,7 @@ def reprice(
     ] = None,
     dry_run: DryRunOpt = False,
     db: DbOpt = None,
-    json: JsonOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Fill unknown (NULL) ledger costs from the current prices, as estimates.
 
@@ -467,7 +467,7 @@ def reprice(
             return run_reprice(conn, from_ms=start, to_ms=end, dry_run=dry_run)
 
     result = retry_transient(run)
-    if json:
+    if as_json:
         emit_json(
             {
                 "repriced": result.repriced,
