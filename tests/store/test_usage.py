@@ -149,9 +149,11 @@ def test_bad_usage_is_invalid_input_and_writes_nothing(
 
 
 def test_usage_accepts_what_every_other_store_accepts(engine: Any, thread: str) -> None:
-    # One verdict per input: an identity is any non-empty storable text (spaces included).
-    rec = record(engine, "m ", purpose=" ", provider_cost_usd=MAX_COST_USD)
-    assert (rec.model_id, rec.purpose, rec.cost_usd) == ("m ", " ", MAX_COST_USD)
+    # One verdict per input: an identity is any non-blank storable text (spaces kept exactly).
+    rec = record(engine, "m ", purpose=" p", provider_cost_usd=MAX_COST_USD)
+    assert (rec.model_id, rec.purpose, rec.cost_usd) == ("m ", " p", MAX_COST_USD)
+    with pytest.raises(InvalidInput):
+        record(engine, "m", purpose=" ")
     big = 2**63 - 1
     rec = record(engine, "m", input_tokens=big, output_tokens=big, cache_read_tokens=big)
     assert ledger(engine)[rec.id]["input_tokens"] == big
