@@ -10,7 +10,7 @@ from agora_cli.cli.options import DbOpt, JsonOpt, open_db
 from agora_cli.cli.output import Col, emit_json, money, out_console, render_table, safe_text, say
 
 if TYPE_CHECKING:
-    from agora_cli.store.catalog import Catalog
+    from agora_cli.store.catalog import ModelCatalog
     from agora_cli.store.pricing import ModelPrice, PriceChange, SeedResult
 
 __all__ = ["app"]
@@ -120,7 +120,7 @@ def _talk(text: str, *, style: str | None = None) -> None:
     say(escape(safe_text(text)), style=style)
 
 
-def _catalog_notice(catalog: Catalog, now: int) -> None:
+def _catalog_notice(catalog: ModelCatalog, now: int) -> None:
     age = catalog.age_ms(now)
     parts = [
         f"catalog {catalog.source}: {catalog.model_count:,} models from "
@@ -134,7 +134,7 @@ def _catalog_notice(catalog: Catalog, now: int) -> None:
     _talk("; ".join(parts), style="dim")
 
 
-def _stale_warning(catalog: Catalog, now: int) -> None:
+def _stale_warning(catalog: ModelCatalog, now: int) -> None:
     """Say on stderr (also under --json) that a failed fetch fell back to the cached copy."""
     if catalog.stale and catalog.stale_reason is not None:
         _talk(

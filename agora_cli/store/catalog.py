@@ -24,11 +24,11 @@ revalidates it (``If-None-Match``/``If-Modified-Since``) so a repeated seed does
 Every failure — unreachable after the retries, out of time, an HTTP error, a redirect loop, a
 body over the size limit, not JSON or not of the catalog's shape — is a ``CatalogError`` (exit 3)
 chained with ``from``, and nothing is cached then. **Stale if error**: when the fetch fails and a
-cached copy of that URL exists, the copy is used instead and the ``Catalog`` says so
+cached copy of that URL exists, the copy is used instead and the ``ModelCatalog`` says so
 (``stale=True``, ``stale_reason`` the failure); ``offline=True`` uses the cached copy without any
 network access (``CatalogError`` when there is none).
 
-A password in a catalog URL is never shown: ``Catalog.source`` and every message hold the URL
+A password in a catalog URL is never shown: ``ModelCatalog.source`` and every message hold the URL
 masked, and the URL is registered with ``masking.remember_url`` so that tracebacks are scrubbed.
 """
 
@@ -65,7 +65,7 @@ __all__ = [
     "MAX_CATALOG_BYTES",
     "MAX_TIMEOUT_S",
     "USER_AGENT",
-    "Catalog",
+    "ModelCatalog",
     "catalog_cache_dir",
     "catalog_source",
     "check_timeout",
@@ -90,7 +90,7 @@ CatalogModels = dict[str, dict[str, dict[str, Any]]]
 
 
 @dataclass(frozen=True)
-class Catalog:
+class ModelCatalog:
     """A parsed, shape-checked catalog: provider id → model id → the model's entry.
 
     ``source`` is the URL (password masked) or path it came from. ``modified_at`` is when the
@@ -143,6 +143,9 @@ class Catalog:
         return max(0, now_ms - self.downloaded_at)
 
 
+Catalog = ModelCatalog  # the old name, kept for imports written before the rename
+
+
 def catalog_source(source: str | None = None) -> str:
     """The catalog to read: the argument, else ``AGORA_MODELS_DEV_URL``, else models.dev."""
     return source or os.environ.get("AGORA_MODELS_DEV_URL") or DEFAULT_CATALOG_URL
@@ -186,7 +189,7 @@ def fetch_catalog(
     max_bytes: int = MAX_CATALOG_BYTES,
     cache_dir: Path | None = None,
     clock: Clock | None = None,
-) -> Catalog:
+) -> ModelCatalog:
     """Fetch, parse and shape-check the catalog from a URL or a file path (see module docs)."""
     timeout = check_timeout(timeout)
     attempts = check_int("attempts", attempts, low=1, high=100)
@@ -209,7 +212,7 @@ def fetch_catalog(
     return _read_file(where, max_bytes=max_bytes, clock=clock)
 
 
-def _read_file(where: str, *, max_bytes: int, clock: Clock) -> Catalog:
+def _read_file(where: str, *, max_bytes: int, clock: Clock) -> ModelCatalog:
     path = Path(where.removeprefix("file://"))
     try:
         mtime = int(path.stat().st_mtime * 1000)
@@ -224,7 +227,7 @@ def _read_file(where: str, *, max_bytes: int, clock: Clock) -> Catalog:
         raise CatalogError(
             f"the catalog file {where} is larger than {_size(max_bytes)}: it is not a catalog"
         )
-    return Catalog(
+    return ModelCatalog(
         source=where,
         providers=parse_catalog(data, source=where),
         downloaded_at=clock.now_ms(),
@@ -326,7 +329,7 @@ class _HttpFetch:
         self.max_bytes = max_bytes
         self.clock = clock
 
-    def offline(self) -> Catalog:
+    def offline(self) -> ModelCatalog:
         cached = self.cache.load()
         catalog = None if cached is None else self._from_cache(cached, stale=True)
         if catalog is None:
@@ -336,7 +339,7 @@ class _HttpFetch:
             )
         return catalog
 
-    def run(self) -> Catalog:
+    def run(self) -> ModelCatalog:
         cached = self.cache.load()
         try:
             return self._fetch(cached)
@@ -348,7 +351,7 @@ class _HttpFetch:
 
     def _from_cache(
         self, cached: _Cached, *, stale: bool, why: CatalogError | None = None
-    ) -> Catalog | None:
+    ) -> ModelCatalog | None:
         body = cached.read()
         if body is None:
             return None
@@ -356,7 +359,7 @@ class _HttpFetch:
             providers = parse_catalog(body, source=self.shown)
         except CatalogError:
             return None
-        return Catalog(
+        return ModelCatalog(
             source=self.shown,
             providers=providers,
             downloaded_at=cached.downloaded_at,
@@ -366,7 +369,7 @@ class _HttpFetch:
             stale_reason=None if why is None else why.message,
         )
 
-    def _fetch(self, cached: _Cached | None) -> Catalog:
+    def _fetch(self, cached: _Cached | None) -> ModelCatalog:
         import httpx
 
         deadline = time.monotonic() + self.timeout
@@ -402,7 +405,7 @@ class _HttpFetch:
             last_modified=last_modified,
             downloaded_at=now,
         )
-        return Catalog(
+        return ModelCatalog(
             source=self.shown,
             providers=providers,
             downloaded_at=now,

@@ -45,7 +45,7 @@ __all__ = [
     "QuotaWindow",
     "SpendReport",
     "SpendRow",
-    "UnpricedModel",
+    "UnpricedSpend",
     "WindowUsage",
     "actor_has_usage",
     "list_unpriced_models",
@@ -89,11 +89,14 @@ class SpendReport:
 
 
 @dataclass(frozen=True)
-class UnpricedModel:
+class UnpricedSpend:
     """A model id with ledger rows of unknown cost in a window."""
 
     model_id: str
     turns: int
+
+
+UnpricedModel = UnpricedSpend  # the old name, kept for imports written before the rename
 
 
 @dataclass(frozen=True)
@@ -288,14 +291,14 @@ def list_unpriced_models(
     actor: str | None = None,
     tenant: str | None = None,
     model: str | None = None,
-) -> list[UnpricedModel]:
+) -> list[UnpricedSpend]:
     """List the model ids with rows of unknown cost in the window, most rows first."""
     from_ms, to_ms = _window(from_day, to_day)
     u = token_usage.c
     turns = func.count().label("turns")
     q = select(u.model_id, turns).where(u.cost_usd.is_(None)).group_by(u.model_id)
     q = _filtered(q, from_ms=from_ms, to_ms=to_ms, actor=actor, tenant=tenant, model=model)
-    found = [UnpricedModel(r.model_id, int(r.turns)) for r in conn.execute(q)]
+    found = [UnpricedSpend(r.model_id, int(r.turns)) for r in conn.execute(q)]
     return sorted(found, key=lambda m: (-m.turns, m.model_id))
 
 

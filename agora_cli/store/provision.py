@@ -42,11 +42,11 @@ from agora_cli.store.schema import UPGRADE_COLUMNS, UPGRADE_INDEXES, metadata
 __all__ = [
     "DEFAULT_TABLE_LOCK_TIMEOUT_S",
     "MAX_TABLE_LOCK_TIMEOUT_S",
-    "Catalog",
     "ForeignKeyShape",
     "Problem",
     "ProvisionReport",
     "RowCount",
+    "SchemaCatalog",
     "bounded_lock_waits",
     "check_agent_tables",
     "compile_dialect",
@@ -86,7 +86,7 @@ class ForeignKeyShape:
 
 
 @dataclass
-class Catalog:
+class SchemaCatalog:
     """What the live database holds of the agent tables.
 
     ``index_owners`` maps an ``agent_*`` index name to the table it is on, whatever that table,
@@ -100,6 +100,9 @@ class Catalog:
     foreign_keys: dict[str, list[ForeignKeyShape]] = field(default_factory=dict)
     table_options: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
     index_owners: dict[str, str] = field(default_factory=dict)
+
+
+Catalog = SchemaCatalog  # the old name, kept for imports written before the rename
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,7 @@ class _Step:
 # --------------------------------------------------------------------------- catalog reads
 
 
-def read_catalog(conn: Connection, *, full: bool = False) -> Catalog:
+def read_catalog(conn: Connection, *, full: bool = False) -> SchemaCatalog:
     """Read the agent tables' columns and index names (and, ``full``, FKs and MySQL options).
 
     Two queries for provisioning, at most four for a full check, whatever the number of tables.
@@ -156,7 +159,7 @@ def _rows(conn: Connection, sql: str) -> list[Any]:
     return list(conn.execute(text(sql), {"p": _LIKE}).all())
 
 
-def _fill(cat: Catalog, cols: list[Any], idx: list[Any], *, schema_wide: bool) -> None:
+def _fill(cat: SchemaCatalog, cols: list[Any], idx: list[Any], *, schema_wide: bool) -> None:
     for table, column in cols:
         cat.columns.setdefault(str(table), set()).add(str(column))
     for table, index in idx:
@@ -168,8 +171,8 @@ def _fill(cat: Catalog, cols: list[Any], idx: list[Any], *, schema_wide: bool) -
             cat.index_owners[str(index)] = str(table)
 
 
-def _read_pg(conn: Connection, full: bool) -> Catalog:
-    cat = Catalog()
+def _read_pg(conn: Connection, full: bool) -> SchemaCatalog:
+    cat = SchemaCatalog()
     cols = _rows(
         conn,
         "SELECT c.relname, a.attname FROM pg_catalog.pg_class c "
@@ -210,8 +213,8 @@ def _read_pg(conn: Connection, full: bool) -> Catalog:
     return cat
 
 
-def _read_mysql(conn: Connection, full: bool) -> Catalog:
-    cat = Catalog()
+def _read_mysql(conn: Connection, full: bool) -> SchemaCatalog:
+    cat = SchemaCatalog()
     cols = _rows(
         conn,
         "SELECT table_name, column_name FROM information_schema.columns "
@@ -253,7 +256,7 @@ def _read_mysql(conn: Connection, full: bool) -> Catalog:
     return cat
 
 
-def _read_mysql_options(conn: Connection, cat: Catalog) -> None:
+def _read_mysql_options(conn: Connection, cat: SchemaCatalog) -> None:
     for table, engine, collation in _rows(
         conn,
         "SELECT table_name, engine, table_collation FROM information_schema.tables "
@@ -262,8 +265,8 @@ def _read_mysql_options(conn: Connection, cat: Catalog) -> None:
         cat.table_options[table] = (engine, collation)
 
 
-def _read_sqlite(conn: Connection, full: bool) -> Catalog:
-    cat = Catalog()
+def _read_sqlite(conn: Connection, full: bool) -> SchemaCatalog:
+    cat = SchemaCatalog()
     cols = _rows(
         conn,
         "SELECT m.name, p.name FROM sqlite_master m JOIN pragma_table_info(m.name) p "
@@ -370,7 +373,7 @@ def _add_column(table: Table, column: Column[Any], dialect: Dialect) -> _Step:
     return _Step("column", table.name, column.name, element, _sql(element, dialect), note)
 
 
-def _plan(cat: Catalog, dialect: Dialect, meta: MetaData = metadata) -> list[_Step]:
+def _plan(cat: SchemaCatalog, dialect: Dialect, meta: MetaData = metadata) -> list[_Step]:
     steps: list[_Step] = []
     for table in meta.sorted_tables:
         live_columns = cat.columns.get(table.name)
@@ -434,7 +437,7 @@ def revision_statements(revision: str, dialect: str) -> list[str]:
     d = compile_dialect(dialect)
     if revision == "0001":
         base = _base_metadata()
-        return [s.sql for s in _plan(Catalog(), d, base)]
+        return [s.sql for s in _plan(SchemaCatalog(), d, base)]
     steps: list[str] = []
     for table_name, column_name in UPGRADE_COLUMNS.get(revision, []):
         table = metadata.tables[table_name]
@@ -457,7 +460,7 @@ def _plan_checked(conn: Connection, dialect: Dialect) -> list[_Step]:
     return steps
 
 
-def _refuse_unbuildable(conn: Connection, cat: Catalog, steps: list[_Step]) -> None:
+def _refuse_unbuildable(conn: Connection, cat: SchemaCatalog, steps: list[_Step]) -> None:
     """Raise ``SchemaDrift`` (before any DDL) for what no statement of ``steps`` could fix.
 
     An expected index name taken by another table's index: ``CREATE INDEX IF NOT EXISTS`` would
@@ -499,7 +502,7 @@ def _collation_ok(collation: str | None) -> bool:
     return collation == "utf8mb4_bin"
 
 
-def _wrong_table_options(cat: Catalog) -> list[tuple[str, str | None, str | None]]:
+def _wrong_table_options(cat: SchemaCatalog) -> list[tuple[str, str | None, str | None]]:
     """The existing agent tables (MySQL) whose engine or collation agora cannot build on."""
     out = []
     for table in metadata.sorted_tables:

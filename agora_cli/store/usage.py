@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_COST_USD",
     "RepriceResult",
-    "UnpricedModel",
+    "UnpricedRows",
     "UsageRecord",
     "record_usage",
     "reprice",
@@ -76,11 +76,14 @@ class UsageRecord:
 
 
 @dataclass(frozen=True)
-class UnpricedModel:
+class UnpricedRows:
     """A model id whose ledger rows still have no cost, and how many rows."""
 
     model_id: str
     rows: int
+
+
+UnpricedModel = UnpricedRows  # the old name, kept for imports written before the rename
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ class RepriceResult:
 
     repriced: int
     still_unpriced: int
-    unpriced_models: tuple[UnpricedModel, ...]
+    unpriced_models: tuple[UnpricedRows, ...]
     dry_run: bool = False
 
 
@@ -249,7 +252,7 @@ def reprice(
         counts[str(row[0])] = int(row[1])
     prices = current_prices(conn)
     repriced = 0
-    unpriced: list[UnpricedModel] = []
+    unpriced: list[UnpricedRows] = []
     for model_id in sorted(counts):
         price = resolve_model_price(model_id, prices).price
         done = 0
@@ -265,7 +268,7 @@ def reprice(
                 done = int(conn.execute(stmt).rowcount)
         repriced += done
         if counts[model_id] > done:
-            unpriced.append(UnpricedModel(model_id, counts[model_id] - done))
+            unpriced.append(UnpricedRows(model_id, counts[model_id] - done))
     unpriced.sort(key=lambda m: (-m.rows, m.model_id))
     return RepriceResult(
         repriced=repriced,

@@ -1,0 +1,73 @@
+"""Model prices: the pure rules, the price table, and seeding from models.dev.
+
+One concern a module: ``rules`` (resolving a ledger id to a price, the estimate, tiers, a
+catalog entry's rates — no SQL), ``table`` (reading and writing ``agent_model_pricing`` safely
+under concurrency) and ``seeding`` (pricing named models, or every model the ledger has seen,
+from the catalog). Every name keeps its old import path, ``agora_cli.store.pricing``.
+"""
+
+from __future__ import annotations
+
+from agora_cli.store.pricing.rules import (
+    FIRST_PARTY_PROVIDERS,
+    MAX_PRICE_PER_1M,
+    RULES,
+    ModelPrice,
+    PriceTier,
+    Resolution,
+    check_price,
+    estimate_cost,
+    is_govcloud,
+    price_from_catalog,
+    resolution_candidates,
+    resolve_model_price,
+    route_forms,
+    split_model_name,
+    strip_date_suffix,
+    tiers_to_json,
+)
+from agora_cli.store.pricing.seeding import (
+    CatalogMatch,
+    SeedResult,
+    SkippedModel,
+    match_catalog_price,
+    seed_missing_prices,
+    seed_prices_from_models_dev,
+)
+from agora_cli.store.pricing.table import (
+    PriceChange,
+    current_prices,
+    list_prices,
+    resolve_current_price,
+    set_price,
+)
+
+__all__ = [
+    "FIRST_PARTY_PROVIDERS",
+    "MAX_PRICE_PER_1M",
+    "RULES",
+    "CatalogMatch",
+    "ModelPrice",
+    "PriceChange",
+    "PriceTier",
+    "Resolution",
+    "SeedResult",
+    "SkippedModel",
+    "check_price",
+    "current_prices",
+    "estimate_cost",
+    "is_govcloud",
+    "list_prices",
+    "match_catalog_price",
+    "price_from_catalog",
+    "resolution_candidates",
+    "resolve_current_price",
+    "resolve_model_price",
+    "route_forms",
+    "seed_missing_prices",
+    "seed_prices_from_models_dev",
+    "set_price",
+    "split_model_name",
+    "strip_date_suffix",
+    "tiers_to_json",
+]
