@@ -46,7 +46,7 @@ def test_one_name_one_meaning() -> None:
 
 
 def test_every_module_name_is_public_through_the_package() -> None:
-    for module_name in set(store._EXPORTS.values()):
+    for module_name in set(store._EXPORTS.values()):  # every module that exports something
         module = importlib.import_module(f"agora_cli.store.{module_name}")
         for name in module.__all__:
             assert name in store.__all__, f"{module_name}.{name} is not exported"

@@ -29,8 +29,6 @@ from agora_cli.store.values import (
 )
 
 __all__ = [
-    "ARN_RE",
-    "BEDROCK_FIRST_PARTY",
     "FIRST_PARTY_PROVIDERS",
     "MAX_PRICE_PER_1M",
     "RULES",
@@ -46,7 +44,6 @@ __all__ = [
     "route_forms",
     "split_model_name",
     "strip_date_suffix",
-    "tiers_from_json",
     "tiers_to_json",
 ]
 

@@ -57,7 +57,6 @@ __all__ = [
     "list_prices",
     "resolve_current_price",
     "set_price",
-    "write_prices",
 ]
 
 _CHUNK = 500
