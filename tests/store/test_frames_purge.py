@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from sqlalchemy import func, insert, select
 
-from agora_cli.store import frames
 from agora_cli.store.clock import ManualClock
 from agora_cli.store.errors import InvalidInput
 from agora_cli.store.frames import FrameWriter, purge_expired, read_frames
+from agora_cli.store.frames import writer as frame_writer
 from agora_cli.store.schema import stream_frame
 
 NOW = 1_767_225_600_000 + 30 * 86_400_000
@@ -114,7 +114,7 @@ def test_ttl_zero_turns_expiry_off_and_bad_arguments_are_refused(engine: Any) ->
 def test_writer_auto_purges_at_most_once_a_minute(
     engine: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(frames, "_AUTO_PURGE", frames._PurgeGate())
+    monkeypatch.setattr(frame_writer, "_AUTO_PURGE", frame_writer._PurgeGate())
     clock = ManualClock(NOW)
     add(engine, {"stale-1": [NOW - 2 * HOUR]})
     FrameWriter(engine, "w1", clock=clock, autoflush=False).end()
