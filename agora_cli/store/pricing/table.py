@@ -12,8 +12,9 @@ other: on PostgreSQL by a transaction-scoped advisory lock per model; on SQLite 
 every transaction takes (``BEGIN IMMEDIATE``); on MySQL/MariaDB by a locking read of the model's
 current row (forced onto that index, so that it touches no other model's rows), on which every
 writer of the model waits in turn; a model with no current row yet has nothing to wait on, so
-its first writers also take a named lock (``GET_LOCK``) for that model just while they insert it,
-and release it before the commit — any later writer then waits on the inserted row itself. (The
+writers of first prices also take one named lock (``GET_LOCK``, per database) just while they
+insert them, and release it before the commit — any later writer then waits on the inserted
+rows themselves. (The
 earlier design inserted first and took the locking read afterwards: two writers of a new model
 then each waited on the other's inserted row, a deadlock InnoDB broke by rolling one back.) As
 with any row locks, two transactions that each write *several* models in opposite orders can
@@ -23,11 +24,10 @@ still deadlock; ``engine.retry_transient`` retries such a transaction whole.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agora_cli.store.clock import Clock, SystemClock
 from agora_cli.store.errors import DatabaseError, InvalidInput
@@ -59,6 +59,7 @@ __all__ = [
     "set_price",
 ]
 
+T = TypeVar("T")
 _CHUNK = 500
 _MODEL_INDEX = "agent_model_pricing_model_current_idx"
 
@@ -93,7 +94,7 @@ def _opt_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def _chunks(items: Sequence[str], size: int = _CHUNK) -> Iterable[Sequence[str]]:
+def _chunks(items: Sequence[T], size: int = _CHUNK) -> Iterable[Sequence[T]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
 
@@ -252,17 +253,17 @@ def write_prices(
         _advisory_lock_models(conn, ids)
     if name != "mysql":
         return _apply(conn, wanted, overwrite=overwrite, now=now, lock=True)
-    # MySQL/MariaDB: queue on the models' current rows (all of them, in index order); a model
-    # without one has nothing to queue on, so its writers take turns on a named lock instead.
+    # MySQL/MariaDB: queue on the models' current rows (all of them, in index order); models
+    # without one have nothing to queue on, so their writers take turns on a named lock.
     changes = {
         c.model: c for c in _apply(conn, wanted, overwrite=overwrite, now=now, lock=True, new=False)
     }
-    for catalog_id, price in sorted(
-        (w for w in wanted if w[1].model_id not in changes), key=lambda w: w[1].model_id
-    ):
-        with _mysql_model_lock(conn, price.model_id):
-            (change,) = _apply(conn, [(catalog_id, price)], overwrite=overwrite, now=now, lock=True)
-        changes[change.model] = change
+    fresh = [w for w in wanted if w[1].model_id not in changes]
+    if fresh:
+        with _mysql_new_prices_lock(conn):
+            # Re-read under the lock: a writer that held it may have inserted some of them.
+            for change in _apply(conn, fresh, overwrite=overwrite, now=now, lock=True):
+                changes[change.model] = change
     return [changes[price.model_id] for _, price in wanted]
 
 
@@ -290,7 +291,7 @@ def _apply(
 
     ``new=False`` leaves out models that have no current row (the caller handles them).
     """
-    from sqlalchemy import bindparam, insert, update
+    from sqlalchemy import insert, update
 
     from agora_cli.store.schema import model_pricing as mp
 
@@ -317,22 +318,46 @@ def _apply(
         inserts.append(_row(history))
         retire += [str(p.id) for p in others]  # more than one current row: a legacy accident
         updated = replace(price, id=old.id, effective_from=now, is_current=True)
-        updates.append({f"new_{k}": v for k, v in _row(updated).items()})
+        updates.append(_row(updated))
         changes.append(PriceChange(price.model_id, catalog_id, updated, history, "updated"))
     if not write:
         return changes
     if updates:
-        stmt = (
-            update(mp)
-            .where(mp.c.id == bindparam("new_id"))
-            .values({k.removeprefix("new_"): bindparam(k) for k in updates[0] if k != "new_id"})
-        )
-        conn.execute(stmt, updates)
+        _update_in_place(conn, updates)
     if inserts:
         conn.execute(insert(mp), inserts)
     for chunk in _chunks(retire):
         conn.execute(update(mp).where(mp.c.id.in_(chunk)).values(is_current=0))
     return changes
+
+
+def _update_in_place(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+    """Give current rows (by id) their new prices, in as few round trips as the dialect allows.
+
+    MySQL/MariaDB: one multi-row ``INSERT … ON DUPLICATE KEY UPDATE`` on the primary key (every
+    id exists, so every row is updated in place; PyMySQL would send an executemany of UPDATEs as
+    one round trip per row). PostgreSQL (psycopg pipelines an executemany) and SQLite (in
+    process): an executemany of UPDATEs.
+    """
+    from sqlalchemy import bindparam, update
+
+    from agora_cli.store.engine import dialect_name
+    from agora_cli.store.schema import model_pricing as mp
+
+    columns = [name for name in rows[0] if name != "id"]
+    if dialect_name(conn) == "mysql":
+        from sqlalchemy.dialects.mysql import insert as mysql_insert
+
+        upsert = mysql_insert(mp)
+        stmt = upsert.on_duplicate_key_update({name: upsert.inserted[name] for name in columns})
+        conn.execute(stmt, list(rows))
+        return
+    by_id = (
+        update(mp)
+        .where(mp.c.id == bindparam("b_id"))
+        .values({name: bindparam(f"b_{name}") for name in columns})
+    )
+    conn.execute(by_id, [{f"b_{k}": v for k, v in row.items()} for row in rows])
 
 
 def _advisory_lock_models(conn: Connection, model_ids: Sequence[str]) -> None:
@@ -351,33 +376,31 @@ def _advisory_lock_models(conn: Connection, model_ids: Sequence[str]) -> None:
 
 
 @contextlib.contextmanager
-def _mysql_model_lock(conn: Connection, model_id: str) -> Iterator[None]:
-    """MySQL: a named lock on one model while its first current row is inserted.
+def _mysql_new_prices_lock(conn: Connection) -> Iterator[None]:
+    """MySQL: a named lock held while models' first current rows are inserted.
 
-    Named locks belong to the session, not the transaction, so this one is released as soon as
-    the row exists (before the commit): from then on a later writer waits on the row itself.
-    It waits as long as a row lock would (``innodb_lock_wait_timeout``).
+    One lock for every model that has no current row yet (salted with the database name), so
+    that a seed of 500 new models costs two round trips for locking, not one pair per model;
+    first prices are rare, and writers of existing models never take it. Named locks belong to
+    the session, not the transaction, so it is released as soon as the rows exist (before the
+    commit): from then on a later writer waits on the rows themselves. It waits as long as a
+    row lock would (``innodb_lock_wait_timeout``).
     """
     from sqlalchemy import text
 
-    digest = hashlib.sha256(model_id.encode()).hexdigest()[:48]
-    key = f"agora.price:{digest}"  # GET_LOCK names are at most 64 characters
-    got = conn.execute(
-        text("SELECT GET_LOCK(:key, @@innodb_lock_wait_timeout)"), {"key": key}
-    ).scalar()
+    key = "CONCAT('agora.price.new:', SHA1(DATABASE()))"  # GET_LOCK names: 64 characters at most
+    got = conn.execute(text(f"SELECT GET_LOCK({key}, @@innodb_lock_wait_timeout)")).scalar()
     if got != 1:
-        raise DatabaseError(
-            f"timed out waiting for another writer of the price of {model_id!r}; try again"
-        )
-    release = text("SELECT RELEASE_LOCK(:key)")
+        raise DatabaseError("timed out waiting for another writer of new prices; try again")
+    release = text(f"SELECT RELEASE_LOCK({key})")
     try:
         yield
     except BaseException:
         # The first error is the one to report; a lost connection releases the lock anyway.
         with contextlib.suppress(Exception):
-            conn.execute(release, {"key": key})
+            conn.execute(release)
         raise
-    conn.execute(release, {"key": key})
+    conn.execute(release)
 
 
 def _row(p: ModelPrice) -> dict[str, Any]:
