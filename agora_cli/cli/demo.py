@@ -8,6 +8,7 @@ import typer
 
 from agora_cli.cli.options import DbOpt, JsonOpt, open_db
 from agora_cli.cli.output import emit_json, out_console
+from agora_cli.store.masking import mask_url
 
 
 def demo(
@@ -97,7 +98,5 @@ def _db_option(db: str | None) -> str:
     if not db:
         return ""
     import shlex
-
-    from agora_cli.store.masking import mask_url
 
     return f" --db {shlex.quote(mask_url(db))}"

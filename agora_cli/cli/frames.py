@@ -22,6 +22,8 @@ from agora_cli.cli.output import (
     say,
     script_value,
 )
+from agora_cli.store.clock import iso_ms
+from agora_cli.store.errors import NotFound
 from agora_cli.store.values import BIGINT_MAX
 
 if TYPE_CHECKING:
@@ -73,7 +75,6 @@ def purge(
 
     Example: agora frames purge --ttl 3600 --db postgresql://app@db.internal/app --json
     """
-    from agora_cli.store.clock import iso_ms
     from agora_cli.store.frames import purge_expired
 
     engine = open_db(db)
@@ -127,7 +128,6 @@ def stats(ttl: TtlOpt = 3600, db: DbOpt = None, as_json: JsonOpt = False) -> Non
 
     Example: agora frames stats --ttl 900 --json
     """
-    from agora_cli.store.clock import iso_ms
     from agora_cli.store.frames import frame_stats
 
     with open_db(db, readonly=True).connect() as conn:
@@ -184,7 +184,6 @@ def tail(
 
     Example: agora frames tail run_01HF3Z --follow --json | jq -r .frame.delta
     """
-    from agora_cli.store.errors import NotFound
     from agora_cli.store.frames import find_last_frame, read_frames
     from agora_cli.store.frames import follow as follow_frames
 
@@ -234,7 +233,6 @@ class _JsonLines(_View):
     """One JSON object per frame and line: {"seq", "created_at", "frame"}."""
 
     def show(self, row: StreamFrame) -> None:
-        from agora_cli.store.clock import iso_ms
 
         doc = {"seq": row.seq, "created_at": iso_ms(row.created_at), "frame": row.payload()}
         sys.stdout.write(jsonlib.dumps(script_value(doc), ensure_ascii=False) + "\n")

@@ -8,6 +8,8 @@ import typer
 
 from agora_cli.cli.options import DbOpt, JsonOpt, open_db
 from agora_cli.cli.output import Col, emit_json, money, out_console, render_table, safe_text, say
+from agora_cli.store.clock import SystemClock, day_window, iso_ms, parse_day
+from agora_cli.store.errors import InvalidInput
 
 if TYPE_CHECKING:
     from agora_cli.store.catalog import ModelCatalog
@@ -35,7 +37,6 @@ _RATES = (
 
 
 def _price_doc(price: ModelPrice) -> dict[str, Any]:
-    from agora_cli.store.clock import iso_ms
     from agora_cli.store.pricing import tiers_to_json
 
     return {
@@ -173,7 +174,6 @@ def _render_seed(result: SeedResult, *, missing: bool) -> None:
 
 
 def _price_rows(prices: list[ModelPrice]) -> list[dict[str, Any]]:
-    from agora_cli.store.clock import iso_ms
 
     return [
         {
@@ -249,9 +249,7 @@ def seed(
     Example: agora prices seed openai/gpt-4o-mini anthropic/claude-sonnet-4-5 --dry-run
     """
     from agora_cli.store.catalog import check_timeout, fetch_catalog
-    from agora_cli.store.clock import SystemClock
     from agora_cli.store.engine import retry_transient
-    from agora_cli.store.errors import InvalidInput
     from agora_cli.store.pricing import (
         seed_missing_prices,
         seed_prices_from_models_dev,
@@ -450,9 +448,7 @@ def reprice(
 
     Example: agora prices reprice --from 2026-11-01 --to 2026-11-30 --dry-run
     """
-    from agora_cli.store.clock import day_window, parse_day
     from agora_cli.store.engine import retry_transient
-    from agora_cli.store.errors import InvalidInput
     from agora_cli.store.usage import RepriceResult
     from agora_cli.store.usage import reprice as run_reprice
 

@@ -18,8 +18,9 @@ import typer
 
 from agora_cli.cli.options import DbOpt, JsonOpt, open_db
 from agora_cli.cli.output import Col, finish, out_console, render_table, safe_text
+from agora_cli.store.clock import iso_ms, parse_instant
 from agora_cli.store.errors import InvalidInput
-from agora_cli.store.values import BIGINT_MAX, MAX_LEASE_MS
+from agora_cli.store.values import BIGINT_MAX, MAX_LEASE_MS, parse_json
 
 if TYPE_CHECKING:
     from agora_cli.store.proposals import (
@@ -145,8 +146,6 @@ def _one_of(what: str, **flags: bool) -> str:
 
 
 def _read_document(path: str) -> Any:
-    from agora_cli.store.errors import InvalidInput
-    from agora_cli.store.values import parse_json
 
     source = "standard input" if path == "-" else repr(path)
     try:
@@ -170,7 +169,6 @@ _CREATE_KEYS = frozenset(
 
 def _new_proposal(doc: Any) -> NewProposal:
     """Turn the ``create`` JSON document into a ``NewProposal`` (``InvalidInput`` if malformed)."""
-    from agora_cli.store.clock import parse_instant
     from agora_cli.store.proposals import NewProposal, Scope
 
     if not isinstance(doc, dict):
@@ -206,7 +204,6 @@ def _new_proposal(doc: Any) -> NewProposal:
 
 
 def _parse_result(text: str | None) -> Any:
-    from agora_cli.store.values import parse_json
 
     return None if text is None else parse_json("--result", text)
 
@@ -222,7 +219,6 @@ def _store(db: str | None) -> ActionProposalStore:
 
 def proposal_document(p: Proposal) -> dict[str, Any]:
     """The ``P`` document of cli.md: JSON values for input/card/result, ISO times, no token."""
-    from agora_cli.store.clock import iso_ms
 
     return {
         "id": p.id,
@@ -254,7 +250,6 @@ def proposal_document(p: Proposal) -> dict[str, Any]:
 
 
 def _claim_document(result: ClaimResult, *, with_id: bool = False) -> dict[str, Any]:
-    from agora_cli.store.clock import iso_ms
 
     work, lease = result.work, result.lease
     doc: dict[str, Any] = {"outcome": result.outcome}
@@ -297,7 +292,6 @@ def _show_one(p: Proposal) -> None:
 
 
 def _print_claim(result: ClaimResult) -> None:
-    from agora_cli.store.clock import iso_ms
 
     console = out_console()
     if result.lease is None or result.work is None:
@@ -505,7 +499,6 @@ def renew(
 
     Example: agora proposals renew ap_3f2a… --token "$TOKEN" --generation 1 --lease-ms 30000
     """
-    from agora_cli.store.clock import iso_ms
 
     result = _store(db).renew(proposal_id, token, generation, lease_ms)
     finish(

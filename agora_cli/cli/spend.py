@@ -18,6 +18,9 @@ from agora_cli.cli.output import (
     safe_text,
     say,
 )
+from agora_cli.store.clock import SystemClock, iso_ms, ms_to_date, parse_day, parse_instant
+from agora_cli.store.errors import InvalidInput
+from agora_cli.store.values import check_count, check_finite, check_identity
 
 if TYPE_CHECKING:
     from agora_cli.store.ledger import QuotaReport, QuotaWindow, SpendReport, SpendRow
@@ -52,7 +55,6 @@ def _row_doc(row: SpendRow) -> dict[str, Any]:
 
 
 def _window(from_text: str | None, to_text: str | None, today: date) -> tuple[date, date]:
-    from agora_cli.store.clock import parse_day
 
     start = parse_day(from_text, what="--from") if from_text is not None else None
     end = parse_day(to_text, what="--to") if to_text is not None else None
@@ -116,8 +118,6 @@ def spend(
 
     Example: agora spend --by day --from 2026-11-01 --to 2026-11-30 --actor alice
     """
-    from agora_cli.store.clock import SystemClock, ms_to_date
-    from agora_cli.store.errors import InvalidInput
     from agora_cli.store.ledger import SPEND_GROUPINGS, list_unpriced_models
     from agora_cli.store.ledger import spend as spend_report
 
@@ -225,7 +225,6 @@ MAX_CHART_BUCKETS = {"day": 1_000, "month": 1_200}
 
 
 def _check_chart_window(by: str, start: date, end: date) -> None:
-    from agora_cli.store.errors import InvalidInput
 
     if by == "day":
         buckets = (end - start).days + 1
@@ -348,7 +347,6 @@ def _pricing_hint(model_id: str) -> str:
 
 
 def _window_doc(window: QuotaWindow) -> dict[str, Any]:
-    from agora_cli.store.clock import iso_ms
 
     return {
         "from": iso_ms(window.from_ms),
@@ -407,9 +405,7 @@ def quota(
 
     Example: agora quota --actor alice --day-tokens 200000 --month-usd 25 --json
     """
-    from agora_cli.store.clock import SystemClock, parse_instant
     from agora_cli.store.ledger import quota as quota_report
-    from agora_cli.store.values import check_count, check_finite, check_identity
 
     check_identity("--actor", actor)
     for flag, tokens in (("--day-tokens", day_tokens), ("--month-tokens", month_tokens)):
@@ -433,8 +429,6 @@ def quota(
         )
         conn.rollback()
     if as_json:
-        from agora_cli.store.clock import iso_ms
-
         emit_json(
             {
                 "actor": report.actor,
@@ -464,8 +458,6 @@ def _quota_notes(report: QuotaReport) -> list[str]:
 
 def _render_quota(report: QuotaReport) -> None:
     from rich.markup import escape
-
-    from agora_cli.store.clock import iso_ms, ms_to_date
 
     def limit(value: Any, fmt: Any) -> str:
         return "—" if value is None else fmt(value)

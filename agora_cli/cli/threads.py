@@ -9,6 +9,9 @@ import typer
 
 from agora_cli.cli.options import DbOpt, JsonOpt, open_db
 from agora_cli.cli.output import Col, finish, money, out_console, render_table, safe_text, say
+from agora_cli.store.clock import iso_ms
+from agora_cli.store.errors import InvalidInput
+from agora_cli.store.values import load_json
 
 if TYPE_CHECKING:
     from agora_cli.store.threads import Thread, ThreadUsageRow, ToolCall, Transcript
@@ -26,7 +29,6 @@ app = typer.Typer(
 
 def _json_value(text: str | None) -> Any:
     """Stored JSON text as a JSON value (text that is not strict JSON stays a string)."""
-    from agora_cli.store.values import load_json
 
     return load_json(text)
 
@@ -36,7 +38,6 @@ def _stdin_is_terminal() -> bool:
 
 
 def _iso(ms: int | None) -> str | None:
-    from agora_cli.store.clock import iso_ms
 
     return iso_ms(ms)
 
@@ -266,7 +267,6 @@ def delete(
 
     Example: agora threads delete 3f2c9a1e-5b7d-4c1a-9e0f-2a6b8c4d1e7f --yes --json
     """
-    from agora_cli.store.errors import InvalidInput
     from agora_cli.store.threads import delete_thread, get_thread
 
     if not yes and not _stdin_is_terminal():
