@@ -44,7 +44,7 @@ from agora_cli.store.values import check_identity, check_optional_identity, chec
 if TYPE_CHECKING:
     from sqlalchemy import Table
     from sqlalchemy.engine import Connection
-    from sqlalchemy.sql import Delete
+    from sqlalchemy.sql import ColumnElement, Delete
 
 __all__ = [
     "RUN_TERMINAL_STATUSES",
@@ -324,7 +324,7 @@ def _usage_row(row: Mapping[Any, Any]) -> ThreadUsageRow:
     return ThreadUsageRow(**values)
 
 
-def _message_order() -> tuple[Any, ...]:
+def _message_order() -> tuple[ColumnElement[Any], ...]:
     # seq first; legacy rows (seq 0) then fall back to created_at; id keeps it total.
     return (message.c.seq, message.c.created_at, message.c.id)
 
@@ -339,7 +339,7 @@ def _lock_thread(conn: Connection, thread_id: str) -> Thread:
     return _thread(row)
 
 
-def _delete_tool_calls_of_messages(conn: Connection, where: Any) -> int:
+def _delete_tool_calls_of_messages(conn: Connection, where: ColumnElement[bool]) -> int:
     """Delete the tool calls of the messages matching ``where`` (one statement)."""
     stmt: Delete
     if dialect_name(conn) == "sqlite":

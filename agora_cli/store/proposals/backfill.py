@@ -17,6 +17,7 @@ from agora_cli.store.schema import action_proposal as p
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
+    from sqlalchemy.sql import ColumnElement
 
 __all__ = ["backfill_discovery_index", "count_legacy_proposals"]
 
@@ -48,7 +49,7 @@ _LEGACY_AT = case(
 )
 
 
-def _legacy_order(conn: Connection) -> tuple[Any, ...]:
+def _legacy_order(conn: Connection) -> tuple[ColumnElement[Any], ...]:
     """An ORDER BY that keeps each planner on the discovery index's NULL range.
 
     Without it PostgreSQL picks a sequential scan that wades through every row earlier batches
