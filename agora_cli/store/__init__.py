@@ -238,6 +238,7 @@ if TYPE_CHECKING:
         AGENT_TABLES,
         UPGRADE_COLUMNS,
         UPGRADE_INDEXES,
+        UPGRADE_TABLES,
         metadata,
     )
     from agora_cli.store.sqlexpr import (
@@ -421,6 +422,7 @@ _EXPORTS: dict[str, str] = {
     "TurnMessage": "threads",
     "UPGRADE_COLUMNS": "schema",
     "UPGRADE_INDEXES": "schema",
+    "UPGRADE_TABLES": "schema",
     "USER_AGENT": "catalog",
     "UnknownDialect": "errors",
     "UnpricedRows": "usage",
@@ -592,6 +594,7 @@ __all__ = [
     "SPEND_GROUPINGS",
     "UPGRADE_COLUMNS",
     "UPGRADE_INDEXES",
+    "UPGRADE_TABLES",
     "USER_AGENT",
     "VERSION_TABLE",
     "ActionProposalStore",

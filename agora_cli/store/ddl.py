@@ -20,7 +20,7 @@ from agora_cli.store.errors import (
     UnknownDialect,
 )
 from agora_cli.store.live_schema import SchemaCatalog
-from agora_cli.store.schema import UPGRADE_COLUMNS, UPGRADE_INDEXES, metadata
+from agora_cli.store.schema import UPGRADE_COLUMNS, UPGRADE_INDEXES, UPGRADE_TABLES, metadata
 
 __all__ = [
     "compile_dialect",
@@ -138,11 +138,15 @@ def create_table_statements(dialect: str, *, if_not_exists: bool = False) -> lis
 
 
 def _base_metadata() -> MetaData:
-    """The schema as revision 0001 first created it (without the upgrades' columns/indexes)."""
+    """The schema as revision 0001 first created it (without the upgrades' tables, columns and
+    indexes)."""
+    later_tables = {t for tables in UPGRADE_TABLES.values() for t in tables}
     later_cols = {c for cols in UPGRADE_COLUMNS.values() for c in cols}
     later_idx = {i for idx in UPGRADE_INDEXES.values() for i in idx}
     base = MetaData()
     for table in metadata.sorted_tables:
+        if table.name in later_tables:
+            continue
         cols = [c._copy() for c in table.columns if (table.name, c.name) not in later_cols]
         fks = [
             ForeignKeyConstraint(
@@ -169,6 +173,10 @@ def revision_statements(revision: str, dialect: str) -> list[str]:
         base = _base_metadata()
         return [s.sql for s in plan(SchemaCatalog(), d, base)]
     steps: list[str] = []
+    for table_name in UPGRADE_TABLES.get(revision, []):
+        table = metadata.tables[table_name]
+        steps.append(_create_table(table, d).sql)
+        steps += [_create_index(index, d).sql for index in sorted_indexes(table)]
     for table_name, column_name in UPGRADE_COLUMNS.get(revision, []):
         table = metadata.tables[table_name]
         steps.append(_add_column(table, table.c[column_name], d).sql)

@@ -39,7 +39,7 @@ VERSION_TABLE = "agent_alembic_version"
 MAIN_BRANCH = "agent"
 OPTIONAL_BRANCHES = ("documents", "rag")
 FORWARD_ONLY_NOTICE = (
-    "revisions 0002 and 0003 are forward-only: stop writers of older agora/runtime versions "
+    "revisions 0002 onwards are forward-only: stop writers of older agora/runtime versions "
     "before upgrading"
 )
 

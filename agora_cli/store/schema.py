@@ -29,6 +29,7 @@ __all__ = [
     "AGENT_TABLES",
     "UPGRADE_COLUMNS",
     "UPGRADE_INDEXES",
+    "UPGRADE_TABLES",
     "metadata",
 ]
 
@@ -156,6 +157,7 @@ token_usage = _table(
     Index("agent_token_usage_created_idx", "created_at"),
     Index("agent_token_usage_thread_idx", "thread_id"),
     Index("agent_token_usage_run_idx", "run_id"),
+    Index("agent_token_usage_tenant_created_idx", "tenant_ref", "created_at"),  # 0004
 )
 
 model_pricing = _table(
@@ -302,6 +304,22 @@ action_proposal = _table(
     Index("agent_action_proposal_discovery_idx", "discovery_state", "discovery_at"),
 )
 
+budget = _table(
+    "agent_budget",
+    _id(pk=True),
+    Column("scope_kind", Ident, nullable=False),  # actor | tenant | global
+    Column("scope_ref", Ident, nullable=False),  # the actor or tenant; '' for global
+    Column("period", Ident, nullable=False),  # day | week | month (UTC; weeks start Monday)
+    Column("limit_usd", Money, nullable=True),
+    Column("limit_tokens", BigInteger(), nullable=True),
+    Column("warn_at", Money, nullable=False, server_default=text("0.8")),
+    Column("note", LongText, nullable=True),
+    _id("created_by"),
+    Column("created_at", Millis, nullable=False),
+    Column("updated_at", Millis, nullable=False),
+    Index("agent_budget_scope_period_uq", "scope_kind", "scope_ref", "period", unique=True),
+)
+
 AGENT_TABLES: dict[str, str] = {
     "thread": thread.name,
     "message": message.name,
@@ -315,11 +333,16 @@ AGENT_TABLES: dict[str, str] = {
     "stream_frame": stream_frame.name,
     "channel_state": channel_state.name,
     "action_proposal": action_proposal.name,
+    "budget": budget.name,
 }
 
-# What each forward-only upgrade added to the 0001 shape: (table, column) and (table, index).
-# Online, every revision simply runs ``ensure_agent_tables``; offline (``db upgrade --sql``)
-# revision 0001 emits the shape without these and each later revision adds its own.
+# What each forward-only upgrade added to the 0001 shape: tables, (table, column) and
+# (table, index). Online, every revision simply runs ``ensure_agent_tables``; offline (``db
+# upgrade --sql``) revision 0001 emits the shape without these and each later revision adds its
+# own. A revision's new table brings its own indexes.
+UPGRADE_TABLES: dict[str, list[str]] = {
+    "0004": ["agent_budget"],
+}
 UPGRADE_COLUMNS: dict[str, list[tuple[str, str]]] = {
     "0002": [
         ("agent_action_proposal", "discovery_state"),
@@ -335,4 +358,5 @@ UPGRADE_COLUMNS: dict[str, list[tuple[str, str]]] = {
 UPGRADE_INDEXES: dict[str, list[tuple[str, str]]] = {
     "0002": [("agent_action_proposal", "agent_action_proposal_discovery_idx")],
     "0003": [],
+    "0004": [("agent_token_usage", "agent_token_usage_tenant_created_idx")],
 }

@@ -11,7 +11,11 @@ from typing import Any
 import pytest
 from helpers import no_data, run_agora
 
+from agora_cli.store.migrate import head_revision
 from agora_cli.store.schema import AGENT_TABLES
+
+HEAD = head_revision()  # the main chain's head
+CHAIN = [f"{n:04d}" for n in range(1, int(HEAD) + 1)]
 
 
 def _one_error_line(stderr: str) -> str:
@@ -53,12 +57,12 @@ def test_status_and_upgrade_documents(empty_url: str, dialect: str, cli: Any) ->
     status = cli("db", "status", "--db", empty_url, "--json")
     assert status.exit_code == 0, status.stderr
     doc = status.json()
-    assert doc["revision"] is None and doc["head"] == "0003"
+    assert doc["revision"] is None and doc["head"] == HEAD
     assert doc["schema_current"] is False and doc["tables"] == {}
 
     up = cli("db", "upgrade", "--db", empty_url, "--json")
     assert up.exit_code == 0, up.stderr
-    assert up.json() == {"from": None, "to": "0003", "applied": ["0001", "0002", "0003"]}
+    assert up.json() == {"from": None, "to": HEAD, "applied": CHAIN}
     assert "forward-only" in up.stderr
 
     doc = cli("db", "status", "--db", empty_url, "--json").json()
@@ -72,7 +76,7 @@ def test_status_and_upgrade_documents(empty_url: str, dialect: str, cli: Any) ->
         "legacy_proposals",
         "tables",
     } <= set(doc)
-    assert doc["dialect"] == dialect and doc["revision"] == "0003"
+    assert doc["dialect"] == dialect and doc["revision"] == HEAD
     assert doc["schema_current"] is True and doc["branches"] == []
     assert doc["legacy_proposals"] == 0
     assert doc["tables"] == {name: 0 for name in AGENT_TABLES.values()}

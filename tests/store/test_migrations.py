@@ -26,6 +26,9 @@ from agora_cli.store.migrate import (
 )
 from agora_cli.store.provision import check_agent_tables, ensure_agent_tables
 
+HEAD = head_revision()  # the main chain's head
+CHAIN = [f"{n:04d}" for n in range(1, int(HEAD) + 1)]
+
 
 def _versions(engine: Any, table: str = "agent_alembic_version") -> list[str]:
     with engine.connect() as conn:
@@ -36,11 +39,11 @@ def test_upgrade_empty_database_to_head(empty_url: str) -> None:
     engine = open_engine(empty_url)
     result = upgrade(engine)
     assert (result.from_revision, result.to_revision) == (None, head_revision())
-    assert result.applied == ["0001", "0002", "0003"]
+    assert result.applied == CHAIN
     assert check_agent_tables(engine) == []
-    assert _versions(engine) == ["0003"]
+    assert _versions(engine) == [HEAD]
     again = upgrade(engine)
-    assert again.applied == [] and again.from_revision == again.to_revision == "0003"
+    assert again.applied == [] and again.from_revision == again.to_revision == HEAD
     engine.dispose()
 
 
@@ -61,21 +64,21 @@ def test_provisioned_database_upgrades_cleanly(empty_url: str) -> None:
     engine = open_engine(empty_url)
     ensure_agent_tables(engine)
     result = upgrade(engine)
-    assert result.applied == ["0001", "0002", "0003"]
+    assert result.applied == CHAIN
     assert check_agent_tables(engine) == []
     with engine.connect() as conn:
-        assert current_revision(conn) == "0003"
+        assert current_revision(conn) == HEAD
     engine.dispose()
 
 
 def test_forward_only_downgrades_refuse_and_change_nothing(empty_url: str) -> None:
     engine = open_engine(empty_url)
     upgrade(engine)
-    with pytest.raises(ForwardOnlyMigration, match=r"0003 .*forward-only"):
+    with pytest.raises(ForwardOnlyMigration, match=rf"{HEAD} .*forward-only"):
         downgrade(engine, "0002")
     with pytest.raises(ForwardOnlyMigration):
         downgrade(engine, "0001")
-    assert _versions(engine) == ["0003"]
+    assert _versions(engine) == [HEAD]
     assert check_agent_tables(engine) == []
     engine.dispose()
 
@@ -87,7 +90,7 @@ def test_existing_alembic_version_table_is_untouched(empty_url: str) -> None:
         conn.exec_driver_sql("INSERT INTO alembic_version VALUES ('app_rev_42')")
     upgrade(engine)
     assert _versions(engine, "alembic_version") == ["app_rev_42"]
-    assert _versions(engine) == ["0003"]
+    assert _versions(engine) == [HEAD]
     engine.dispose()
 
 
@@ -101,7 +104,7 @@ def test_upgrade_step_by_step_and_offline_sql(empty_url: str, dialect: str) -> N
     assert "discovery_state" in joined and "ui_capabilities" in joined
     assert _versions(engine) == ["0001"]  # --sql ran nothing
     rest = upgrade(engine)
-    assert rest.applied == ["0002", "0003"] and rest.from_revision == "0001"
+    assert rest.applied == CHAIN[1:] and rest.from_revision == "0001"
     engine.dispose()
 
 
@@ -116,7 +119,7 @@ def test_offline_sql_from_empty_builds_the_exact_schema(empty_url: str, dialect:
             if body and body.upper() not in ("BEGIN", "COMMIT"):
                 conn.exec_driver_sql(body)
     assert check_agent_tables(engine) == []
-    assert _versions(engine) == ["0003"]
+    assert _versions(engine) == [HEAD]
     engine.dispose()
 
 
@@ -148,7 +151,7 @@ def test_documents_branch_on_postgresql(empty_url: str) -> None:
         )
         conn.exec_driver_sql("DELETE FROM agent_document")
         assert conn.exec_driver_sql("SELECT COUNT(*) FROM agent_document_node").scalar() == 0
-        assert current_revision(conn) == "0003"
+        assert current_revision(conn) == HEAD
         assert applied_branches(conn) == ["documents"]
     engine.dispose()
 
