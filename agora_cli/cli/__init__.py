@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from agora_cli import __version__
-from agora_cli.cli import db, demo, frames, prices, proposals, spend, threads
+from agora_cli.cli import budgets, db, demo, frames, prices, proposals, quota, spend, threads
 from agora_cli.cli.errors import AgoraGroup, set_debug
 
 __all__ = ["app", "main"]
@@ -57,7 +57,8 @@ def root(
 app.add_typer(db.app, name="db")
 app.add_typer(prices.app, name="prices")
 app.command("spend")(spend.spend)
-app.command("quota")(spend.quota)
+app.command("quota")(quota.quota)
+app.add_typer(budgets.app, name="budgets")
 app.add_typer(frames.app, name="frames")
 app.add_typer(proposals.app, name="proposals")
 app.add_typer(threads.app, name="threads")

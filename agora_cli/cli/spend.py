@@ -1,7 +1,10 @@
-"""`agora spend` and `agora quota`: the ledger reports."""
+"""`agora spend`: the ledger rolled up by model, actor, tenant, thread, day, week or month."""
 
 from __future__ import annotations
 
+import enum
+import math
+import shlex
 from datetime import date, timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -11,23 +14,25 @@ from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db
 from agora_cli.cli.output import (
     Col,
     emit_csv,
-    emit_json,
+    finish,
     money,
     out_console,
     render_table,
     safe_text,
-    say,
 )
-from agora_cli.store.clock import SystemClock, iso_ms, ms_to_date, parse_day, parse_instant
+from agora_cli.store.clock import SystemClock, ms_to_date
 from agora_cli.store.errors import InvalidInput
-from agora_cli.store.values import check_count, check_finite, check_identity
+from agora_cli.store.windows import SPEND_GROUPINGS, SPEND_ORDERS, report_window
 
 if TYPE_CHECKING:
-    from agora_cli.store.ledger import QuotaReport, QuotaWindow, SpendReport, SpendRow
+    from agora_cli.store.ledger import SpendReport, SpendRow
 
-__all__ = ["quota", "spend"]
+__all__ = ["spend", "usd"]
 
-_FIELDS = (
+SpendBy = enum.StrEnum("SpendBy", {g.replace(",", "_"): g for g in SPEND_GROUPINGS})  # type: ignore[misc]
+SpendOrder = enum.StrEnum("SpendOrder", {o: o for o in SPEND_ORDERS})  # type: ignore[misc]
+
+FIELDS = (
     "turns",
     "input_tokens",
     "output_tokens",
@@ -37,44 +42,47 @@ _FIELDS = (
     "estimated_usd",
     "unpriced_turns",
 )
-_BLOCKS = " ▏▎▍▌▋▊▉█"
-
-
-def _usd(value: Any) -> str:
-    return "unknown" if value is None else f"${value:,.4f}"
-
-
 _MONEY = frozenset({"cost_usd", "estimated_usd"})
+_BLOCKS = " ▏▎▍▌▋▊▉█"
+_STACK_STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "white")
+# A chart draws every bucket of its window, empty ones too: bounded, so that a window to the
+# year 9999 is a clear error rather than millions of lines.
+MAX_CHART_BUCKETS = {"day": 1_000, "week": 520, "month": 1_200}
 
 
-def _row_doc(row: SpendRow) -> dict[str, Any]:
+def usd(value: float | None) -> str:
+    """USD for people: 4 decimals, more only when the amount would otherwise show as $0.0000."""
+    if value is None:
+        return "unknown"
+    if value == 0 or abs(value) >= 0.00005:
+        return f"${value:,.4f}"
+    decimals = min(12, 1 - math.floor(math.log10(abs(value))))
+    return f"${value:,.{decimals}f}"
+
+
+def row_doc(row: SpendRow) -> dict[str, Any]:
+    """A spend row's fields for scripts (money rounded)."""
     return {
-        name: money(getattr(row, name)) if name in _MONEY else getattr(row, name)
-        for name in _FIELDS
+        name: money(getattr(row, name)) if name in _MONEY else getattr(row, name) for name in FIELDS
     }
-
-
-def _window(from_text: str | None, to_text: str | None, today: date) -> tuple[date, date]:
-
-    start = parse_day(from_text, what="--from") if from_text is not None else None
-    end = parse_day(to_text, what="--to") if to_text is not None else None
-    if end is None:
-        end = today
-    if start is None:
-        start = end.replace(day=1)
-    return start, end
 
 
 def spend(
     by: Annotated[
-        str, typer.Option("--by", help="Group by model, actor, tenant, day or month.")
-    ] = "model",
+        SpendBy,
+        typer.Option(
+            "--by",
+            help="A dimension, a period, or a period and a dimension (day,model).",
+            case_sensitive=False,
+        ),
+    ] = SpendBy.model,  # type: ignore[attr-defined]
     from_day: Annotated[
         str | None,
         typer.Option(
             "--from",
-            metavar="YYYY-MM-DD",
-            help="First UTC day, inclusive (default: the 1st of --to's month).",
+            metavar="YYYY-MM-DD|YYYY-MM",
+            help="First UTC day, inclusive; a month means its first day (default: the 1st of "
+            "--to's month).",
             show_default=False,
         ),
     ] = None,
@@ -82,8 +90,18 @@ def spend(
         str | None,
         typer.Option(
             "--to",
-            metavar="YYYY-MM-DD",
-            help="Last UTC day, inclusive (default: today).",
+            metavar="YYYY-MM-DD|YYYY-MM",
+            help="Last UTC day, inclusive; a month means its last day (default: today).",
+            show_default=False,
+        ),
+    ] = None,
+    last: Annotated[
+        str | None,
+        typer.Option(
+            "--last",
+            metavar="7d|4w|3m",
+            help="Instead of --from/--to: the last N days, weeks (from Monday) or months, "
+            "up to today.",
             show_default=False,
         ),
     ] = None,
@@ -97,6 +115,14 @@ def spend(
         str | None,
         typer.Option("--model", help="Only this ledger model id (exact).", show_default=False),
     ] = None,
+    order: Annotated[
+        SpendOrder | None,
+        typer.Option(
+            "--order",
+            help="Order groups by cost (the default), tokens or key; periods stay in time order.",
+            show_default=False,
+        ),
+    ] = None,
     provider_cost_only: Annotated[
         bool,
         typer.Option(
@@ -104,7 +130,11 @@ def spend(
         ),
     ] = False,
     chart: Annotated[
-        bool, typer.Option("--chart", help="Draw bars instead of a table (day/month: a series).")
+        bool,
+        typer.Option(
+            "--chart",
+            help="Draw bars instead of a table (periods: a series; two levels: stacked bars).",
+        ),
     ] = False,
     db: DbOpt = None,
     as_json: JsonOpt = False,
@@ -114,62 +144,84 @@ def spend(
 
     The default window is the current UTC month to date. `unpriced` counts turns whose cost is
     unknown: they are never summed as free, and each unpriced model is named under the table
-    with the command that would price it.
+    with the command that would price it. Weeks start on Monday and are keyed by that day.
 
-    Example: agora spend --by day --from 2026-11-01 --to 2026-11-30 --actor alice
+    Example: agora spend --by day,model --last 7d --order tokens
     """
-    from agora_cli.store.ledger import SPEND_GROUPINGS, list_unpriced_models
+    from agora_cli.store.ledger import list_unpriced_models
     from agora_cli.store.ledger import spend as spend_report
 
-    if by not in SPEND_GROUPINGS:
-        raise InvalidInput(f"--by {by!r} is not one of {', '.join(SPEND_GROUPINGS)}")
     if as_json and csv:
         raise InvalidInput("choose one of --json and --csv")
-    start, end = _window(from_day, to_day, ms_to_date(SystemClock().now_ms()))
-    if start > end:
-        raise InvalidInput(f"--from {start.isoformat()} is after --to {end.isoformat()}")
+    grouping = str(by.value)
+    start, end = report_window(from_day, to_day, last, ms_to_date(SystemClock().now_ms()))
     if chart:
-        _check_chart_window(by, start, end)
+        _check_chart_window(grouping.split(",")[0], start, end)
     filters = {"actor": actor, "tenant": tenant, "model": model}
     engine = open_db(db, readonly=True)
-    with engine.connect().execution_options(sqlite_deferred=True) as conn:
+    with engine.connect() as conn:
         report = spend_report(
             conn,
-            by=by,
+            by=grouping,
             from_day=start,
             to_day=end,
             provider_cost_only=provider_cost_only,
+            order=None if order is None else str(order.value),
             **filters,
         )
         unpriced: list[tuple[str, int]] = []
         if report.total.unpriced_turns and not (as_json or csv):
-            if by == "model":
+            if grouping == "model":
                 unpriced = [(str(r.key), r.unpriced_turns) for r in report.rows if r.unpriced_turns]
             else:
                 found = list_unpriced_models(conn, from_day=start, to_day=end, **filters)
                 unpriced = [(m.model_id, m.turns) for m in found]
         conn.rollback()
-    if as_json:
-        emit_json(
-            {
-                "by": by,
-                "from": start.isoformat(),
-                "to": end.isoformat(),
-                "rows": [{"key": r.key, **_row_doc(r)} for r in report.rows],
-                "total": _row_doc(report.total),
-            }
-        )
-        return
     if csv:
-        columns = [Col("key"), *(Col(name) for name in _FIELDS)]
-        rows = [{"key": r.key, **_row_doc(r)} for r in report.rows]
-        emit_csv([*rows, {"key": "TOTAL", **_row_doc(report.total)}], columns)
+        _emit_csv(report)
         return
-    if chart:
-        _render_chart(report)
+    finish(
+        _document(report),
+        as_json=as_json,
+        show=lambda: _render(report, chart=chart, unpriced=unpriced),
+    )
+
+
+def _document(report: SpendReport) -> dict[str, Any]:
+    """The JSON document: one-level rows, or (``day,model``) periods nesting their rows."""
+    rows: list[dict[str, Any]]
+    if report.periods:
+        rows = [
+            {
+                "key": period.key,
+                "rows": [{"key": r.key, **row_doc(r)} for r in period.rows],
+                "total": row_doc(period.total),
+            }
+            for period in report.periods
+        ]
     else:
-        _render_spend_table(report)
-    _explain_unpriced(unpriced)
+        rows = [{"key": r.key, **row_doc(r)} for r in report.rows]
+    return {
+        "by": report.by,
+        "from": report.from_day.isoformat(),
+        "to": report.to_day.isoformat(),
+        "rows": rows,
+        "total": row_doc(report.total),
+    }
+
+
+def _emit_csv(report: SpendReport) -> None:
+    fields = [Col(name) for name in FIELDS]
+    if not report.periods:
+        rows = [{"key": r.key, **row_doc(r)} for r in report.rows]
+        emit_csv([*rows, {"key": "TOTAL", **row_doc(report.total)}], [Col("key"), *fields])
+        return
+    lines: list[dict[str, Any]] = []
+    for period in report.periods:
+        lines += [{"period": period.key, "key": r.key, **row_doc(r)} for r in period.rows]
+        lines.append({"period": period.key, "key": "TOTAL", **row_doc(period.total)})
+    lines.append({"period": "TOTAL", "key": "TOTAL", **row_doc(report.total)})
+    emit_csv(lines, [Col("period"), Col("key"), *fields])
 
 
 def _title(report: SpendReport) -> str:
@@ -180,97 +232,133 @@ def _title(report: SpendReport) -> str:
     )
 
 
-def _render_spend_table(report: SpendReport) -> None:
-    def cells(row: SpendRow, key: str) -> dict[str, str]:
-        counts = {
-            "turns": row.turns,
-            "input": row.input_tokens,
-            "output": row.output_tokens,
-            "cache_read": row.cache_read_tokens,
-            "cache_write": row.cache_write_tokens,
-        }
-        return {
-            "key": key,
-            **{name: f"{n:,}" for name, n in counts.items()},
-            "cost": _usd(row.cost_usd),
-            "estimated": _usd(row.estimated_usd),
-            "unpriced": f"{row.unpriced_turns:,}" if row.unpriced_turns else "—",
-        }
-
+def _render(report: SpendReport, *, chart: bool, unpriced: list[tuple[str, int]]) -> None:
     if not report.rows:
         out_console().print(f"{_title(report)}: no usage in this window.", markup=False)
+    elif chart and report.periods:
+        _render_stacked_chart(report)
+    elif chart:
+        _render_chart(report)
+    else:
+        _render_table(report)
+    _explain_unpriced(unpriced)
+
+
+def _cells(row: SpendRow, key: str | None) -> dict[str, str]:
+    counts = {
+        "turns": row.turns,
+        "input": row.input_tokens,
+        "output": row.output_tokens,
+        "cache_read": row.cache_read_tokens,
+        "cache_write": row.cache_write_tokens,
+    }
+    return {
+        "key": "(none)" if key is None else key,
+        **{name: f"{n:,}" for name, n in counts.items()},
+        "cost": usd(row.cost_usd),
+        "estimated": usd(row.estimated_usd),
+        "unpriced": f"{row.unpriced_turns:,}" if row.unpriced_turns else "—",
+    }
+
+
+def _render_table(report: SpendReport) -> None:
+    time, _, dim = report.by.partition(",")
+    columns = [
+        Col.number("turns", drop=4),
+        Col.number("input"),
+        Col.number("output"),
+        Col.number("cache_read", "cache read", drop=2),
+        Col.number("cache_write", "cache write", drop=1),
+        Col.number("cost"),
+        Col.number("estimated", drop=3),
+        Col.number("unpriced"),
+    ]
+    if not report.periods:
+        render_table(
+            [_cells(r, r.key) for r in report.rows],
+            [Col("key", report.by), *columns],
+            title=_title(report),
+            footer_rows=[_cells(report.total, "TOTAL")],
+            row_styles=["yellow" if r.unpriced_turns else None for r in report.rows],
+        )
         return
+    rows: list[dict[str, str]] = []
+    styles: list[str | None] = []
+    for period in report.periods:
+        for n, r in enumerate(period.rows):
+            rows.append({"period": period.key if n == 0 else "", **_cells(r, r.key)})
+            styles.append("yellow" if r.unpriced_turns else None)
+        rows.append({"period": "", **_cells(period.total, f"{period.key} total")})
+        styles.append("bold")
     render_table(
-        [cells(r, "(none)" if r.key is None else r.key) for r in report.rows],
-        [
-            Col("key", report.by),
-            Col.number("turns", drop=4),
-            Col.number("input"),
-            Col.number("output"),
-            Col.number("cache_read", "cache read", drop=2),
-            Col.number("cache_write", "cache write", drop=1),
-            Col.number("cost"),
-            Col.number("estimated", drop=3),
-            Col.number("unpriced"),
-        ],
+        rows,
+        [Col("period", time, wrap=False), Col("key", dim), *columns],
         title=_title(report),
-        footer_rows=[cells(report.total, "TOTAL")],
-        row_styles=["yellow" if r.unpriced_turns else None for r in report.rows],
+        footer_rows=[{"period": "TOTAL", **_cells(report.total, "")}],
+        row_styles=styles,
     )
 
 
-# A chart draws every bucket of its window, empty ones too: bounded, so that a window to the
-# year 9999 is a clear error rather than millions of lines.
-MAX_CHART_BUCKETS = {"day": 1_000, "month": 1_200}
-
-
-def _check_chart_window(by: str, start: date, end: date) -> None:
-
-    if by == "day":
+def _check_chart_window(time: str, start: date, end: date) -> None:
+    if time == "day":
         buckets = (end - start).days + 1
-    elif by == "month":
+    elif time == "week":
+        buckets = (end - start).days // 7 + 2
+    elif time == "month":
         buckets = (end.year - start.year) * 12 + end.month - start.month + 1
     else:
         return
-    most = MAX_CHART_BUCKETS[by]
+    most = MAX_CHART_BUCKETS[time]
     if buckets > most:
         raise InvalidInput(
-            f"--chart draws at most {most:,} {by}s and this window has {buckets:,}: "
-            "narrow --from/--to" + (" or use --by month" if by == "day" else "")
+            f"--chart draws at most {most:,} {time}s and this window has {buckets:,}: "
+            "narrow --from/--to" + (" or use --by month" if time != "month" else "")
         )
 
 
-def _chart_rows(report: SpendReport) -> list[SpendRow]:
-    """The groups to draw; by day or month every bucket of the window, empty ones too."""
-    from agora_cli.store.ledger import SpendRow
-
-    if report.by not in ("day", "month"):
-        return report.rows
-    have = {r.key: r for r in report.rows}
+def _period_keys(report: SpendReport, time: str) -> list[str]:
+    """Every period of the window, empty ones too (a chart shows the gaps)."""
     keys: list[str] = []
-    day = report.from_day if report.by == "day" else report.from_day.replace(day=1)
+    if time == "day":
+        day = report.from_day
+    elif time == "week":
+        day = report.from_day - timedelta(days=report.from_day.weekday())
+    else:
+        day = report.from_day.replace(day=1)
     while day <= report.to_day:
-        keys.append(day.isoformat() if report.by == "day" else day.isoformat()[:7])
+        keys.append(day.isoformat()[:7] if time == "month" else day.isoformat())
         if day >= date.max - timedelta(days=31):
             break
-        day = day + timedelta(days=1) if report.by == "day" else _next_month(day)
-    return [have.get(k) or SpendRow(key=k, estimated_usd=0.0, **_zero()) for k in keys]
+        if time == "day":
+            day += timedelta(days=1)
+        elif time == "week":
+            day += timedelta(days=7)
+        else:
+            day = (day + timedelta(days=32)).replace(day=1)
+    return keys
 
 
-def _next_month(first: date) -> date:
-    return (first + timedelta(days=32)).replace(day=1)
+def _empty(key: str) -> SpendRow:
+    from agora_cli.store.ledger import SpendRow
+
+    return SpendRow(
+        key=key,
+        turns=0,
+        input_tokens=0,
+        output_tokens=0,
+        cache_read_tokens=0,
+        cache_write_tokens=0,
+        cost_usd=None,
+        estimated_usd=0.0,
+        unpriced_turns=0,
+    )
 
 
-def _zero() -> dict[str, Any]:
-    return {
-        "turns": 0,
-        "input_tokens": 0,
-        "output_tokens": 0,
-        "cache_read_tokens": 0,
-        "cache_write_tokens": 0,
-        "cost_usd": None,
-        "unpriced_turns": 0,
-    }
+def _chart_rows(report: SpendReport) -> list[SpendRow]:
+    if report.by not in ("day", "week", "month"):
+        return report.rows
+    have = {r.key: r for r in report.rows}
+    return [have.get(k) or _empty(k) for k in _period_keys(report, report.by)]
 
 
 def _bar(value: float, top: float, width: int) -> str:
@@ -281,23 +369,26 @@ def _bar(value: float, top: float, width: int) -> str:
     return "█" * full + (_BLOCKS[part] if part else "")
 
 
+def _measure(rows: list[SpendRow]) -> tuple[bool, str]:
+    by_cost = any(r.cost_usd is not None for r in rows)
+    return by_cost, "cost" if by_cost else "input + output tokens"
+
+
+def _value(row: SpendRow, by_cost: bool) -> float:
+    return (row.cost_usd or 0.0) if by_cost else float(row.input_tokens + row.output_tokens)
+
+
 def _render_chart(report: SpendReport) -> None:
-    from rich.markup import escape
     from rich.text import Text
 
     console = out_console()
     rows = _chart_rows(report)
     console.print(_title(report), style="bold", markup=False)
-    if not report.rows:
-        console.print("no usage in this window.")
-        return
-    by_cost = any(r.cost_usd is not None for r in rows)
-    values = [
-        (r.cost_usd or 0.0) if by_cost else float(r.input_tokens + r.output_tokens) for r in rows
-    ]
+    by_cost, measure = _measure(rows)
+    values = [_value(r, by_cost) for r in rows]
     labels = ["(none)" if r.key is None else safe_text(r.key) for r in rows]
     shown = [
-        _usd(r.cost_usd) if by_cost else f"{int(v):,} tokens"
+        usd(r.cost_usd) if by_cost else f"{int(v):,} tokens"
         for r, v in zip(rows, values, strict=True)
     ]
     label_w = min(max(len(s) for s in labels), 40)
@@ -311,11 +402,66 @@ def _render_chart(report: SpendReport) -> None:
         line.append(f" {text:>{value_w}}")
         line.append(mark, style="yellow")
         console.print(line, soft_wrap=True)
+    _chart_total(report, by_cost, measure)
+
+
+def _render_stacked_chart(report: SpendReport) -> None:
+    """Two levels: one bar per period, stacked by the dimension's largest keys (then "other")."""
+    from rich.text import Text
+
+    console = out_console()
+    console.print(_title(report), style="bold", markup=False)
+    by_cost, measure = _measure(report.rows)
+    weight: dict[str | None, float] = {}
+    for period in report.periods:
+        for r in period.rows:
+            weight[r.key] = weight.get(r.key, 0.0) + _value(r, by_cost)
+    top_keys = sorted(weight, key=lambda k: -weight[k])[: len(_STACK_STYLES) - 1]
+    styles: dict[str | None, str] = {key: _STACK_STYLES[i] for i, key in enumerate(top_keys)}
+    have = {p.key: p for p in report.periods}
+    time = report.by.split(",")[0]
+    keys = _period_keys(report, time)
+    totals = [_value(have[k].total, by_cost) if k in have else 0.0 for k in keys]
+    shown = [
+        usd(have[k].total.cost_usd if k in have else None) if by_cost else f"{int(t):,} tokens"
+        for k, t in zip(keys, totals, strict=True)
+    ]
+    label_w = max(len(k) for k in keys)
+    value_w = max(len(s) for s in shown)
+    width = max(10, console.width - label_w - value_w - 3)
+    top = max(totals) or 1.0
+    for key, text in zip(keys, shown, strict=True):
+        line = Text(f"{key:<{label_w}} ")
+        used = 0
+        segments: dict[str | None, float] = {}
+        for r in have[key].rows if key in have else []:
+            slot = r.key if r.key in styles else "__other__"
+            segments[slot] = segments.get(slot, 0.0) + _value(r, by_cost)
+        for slot in [*top_keys, "__other__"]:
+            cells = round(segments.get(slot, 0.0) / top * width)
+            if cells:
+                line.append("█" * cells, style=styles.get(slot) or "dim")
+                used += cells
+        line.append(" " * max(0, width - used))
+        line.append(f" {text:>{value_w}}")
+        console.print(line, soft_wrap=True)
+    legend = Text("legend: ")
+    for top_key in top_keys:
+        legend.append("█ ", style=styles[top_key])
+        legend.append(f"{'(none)' if top_key is None else safe_text(top_key)}  ")
+    if len(weight) > len(top_keys):
+        legend.append("█ ", style="dim")
+        legend.append("other")
+    console.print(legend, soft_wrap=True)
+    _chart_total(report, by_cost, measure)
+
+
+def _chart_total(report: SpendReport, by_cost: bool, measure: str) -> None:
     total = report.total
-    measure = "cost" if by_cost else "input + output tokens"
-    console.print(
-        f"TOTAL {escape(_usd(total.cost_usd))} over {total.turns:,} turns "
-        f"({total.input_tokens + total.output_tokens:,} tokens); bars show {measure}."
+    out_console().print(
+        f"TOTAL {usd(total.cost_usd)} over {total.turns:,} turns "
+        f"({total.input_tokens + total.output_tokens:,} tokens); bars show {measure}.",
+        markup=False,
     )
 
 
@@ -331,8 +477,6 @@ def _explain_unpriced(unpriced: list[tuple[str, int]]) -> None:
 
 
 def _pricing_hint(model_id: str) -> str:
-    import shlex
-
     # A command to copy: quoted for the shell, control characters escaped for the terminal.
     quoted = safe_text(shlex.quote(model_id))
     manual = f"agora prices set {quoted} --input X --output Y"
@@ -341,163 +485,3 @@ def _pricing_hint(model_id: str) -> str:
     if "/" in model_id and not model_id.startswith("arn:"):
         return f" → agora prices seed {quoted}  (or {manual})"
     return f" → agora prices seed --missing  (or {manual})"
-
-
-# --- quota ---------------------------------------------------------------------------------
-
-
-def _window_doc(window: QuotaWindow) -> dict[str, Any]:
-
-    return {
-        "from": iso_ms(window.from_ms),
-        "to": iso_ms(window.to_ms),
-        "tokens": window.tokens,
-        "usd": money(window.usd),
-        "limits": {"tokens": window.limit_tokens, "usd": money(window.limit_usd)},
-        "exhausted": window.exhausted,
-    }
-
-
-def quota(
-    actor: Annotated[
-        str, typer.Option("--actor", help="The actor whose windows to show.", show_default=False)
-    ],
-    at: Annotated[
-        str | None,
-        typer.Option(
-            "--at",
-            metavar="ISO",
-            help="The instant (ISO 8601; no zone = UTC). Default: now.",
-            show_default=False,
-        ),
-    ] = None,
-    day_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--day-tokens", help="Day limit on input + output tokens.", show_default=False
-        ),
-    ] = None,
-    day_usd: Annotated[
-        float | None, typer.Option("--day-usd", help="Day limit in USD.", show_default=False)
-    ] = None,
-    month_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--month-tokens", help="Month limit on input + output tokens.", show_default=False
-        ),
-    ] = None,
-    month_usd: Annotated[
-        float | None, typer.Option("--month-usd", help="Month limit in USD.", show_default=False)
-    ] = None,
-    provider_cost_only: Annotated[
-        bool,
-        typer.Option(
-            "--provider-cost-only", help="Count provider-reported costs only, not estimates."
-        ),
-    ] = False,
-    db: DbOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Show an actor's UTC day and calendar-month use; exit 1 when a given limit is reached.
-
-    Tokens are input + output (cache tokens are part of input, never added again); USD sums the
-    known costs. Each window is one indexed SUM in the database.
-
-    Example: agora quota --actor alice --day-tokens 200000 --month-usd 25 --json
-    """
-    from agora_cli.store.ledger import quota as quota_report
-
-    check_identity("--actor", actor)
-    for flag, tokens in (("--day-tokens", day_tokens), ("--month-tokens", month_tokens)):
-        if tokens is not None:
-            check_count(flag, tokens)
-    for flag, usd in (("--day-usd", day_usd), ("--month-usd", month_usd)):
-        if usd is not None:
-            check_finite(flag, usd)
-    at_ms = parse_instant(at, what="--at") if at is not None else SystemClock().now_ms()
-    engine = open_db(db, readonly=True)
-    with engine.connect().execution_options(sqlite_deferred=True) as conn:
-        report = quota_report(
-            conn,
-            actor=actor,
-            at_ms=at_ms,
-            day_tokens=day_tokens,
-            day_usd=day_usd,
-            month_tokens=month_tokens,
-            month_usd=month_usd,
-            provider_cost_only=provider_cost_only,
-        )
-        conn.rollback()
-    if as_json:
-        emit_json(
-            {
-                "actor": report.actor,
-                "at": iso_ms(report.at_ms),
-                "day": _window_doc(report.day),
-                "month": _window_doc(report.month),
-                "exhausted": report.exhausted,
-                "notes": _quota_notes(report),
-            }
-        )
-    else:
-        _render_quota(report)
-    for note in _quota_notes(report):
-        say(f"note: {safe_text(note)}", style="yellow")
-    if report.exhausted:
-        raise typer.Exit(1)
-
-
-def _quota_notes(report: QuotaReport) -> list[str]:
-    if report.actor_seen:
-        return []
-    return [
-        f"the ledger has no usage of actor {report.actor!r} at all "
-        "(a typo? agora spend --by actor lists the actors)"
-    ]
-
-
-def _render_quota(report: QuotaReport) -> None:
-    from rich.markup import escape
-
-    def limit(value: Any, fmt: Any) -> str:
-        return "—" if value is None else fmt(value)
-
-    day = ms_to_date(report.day.from_ms)
-    rows = []
-    styles: list[str | None] = []
-    for name, window in (
-        ("day " + day.isoformat(), report.day),
-        ("month " + day.isoformat()[:7], report.month),
-    ):
-        rows.append(
-            {
-                "window": name,
-                "tokens": f"{window.tokens:,}",
-                "token_limit": limit(window.limit_tokens, lambda v: f"{v:,}"),
-                "usd": _usd(window.usd),
-                "usd_limit": limit(window.limit_usd, _usd),
-                "status": "EXHAUSTED" if window.exhausted else "ok",
-            }
-        )
-        styles.append("bold red" if window.exhausted else None)
-    render_table(
-        rows,
-        [
-            Col("window"),
-            Col("tokens", justify="right"),
-            Col("token_limit", "token limit", "right"),
-            Col("usd", "USD", "right"),
-            Col("usd_limit", "USD limit", "right"),
-            Col("status"),
-        ],
-        title=escape(f"Quota for {safe_text(report.actor)} at {iso_ms(report.at_ms)}"),
-        row_styles=styles,
-    )
-    console = out_console()
-    if report.month.unpriced_turns:
-        console.print(
-            f"{report.month.unpriced_turns:,} turn(s) this month have no known cost and are not "
-            "in USD: agora spend --by model names them.",
-            style="yellow",
-            markup=False,
-        )

@@ -15,7 +15,7 @@ subsets of ``input_tokens`` and are never added to it again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -34,15 +34,20 @@ from agora_cli.store.values import (
     check_int,
     check_optional_identity,
 )
+from agora_cli.store.windows import DIMENSION_KEYS, SPEND_GROUPINGS, SPEND_ORDERS, TIME_KEYS
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
     from sqlalchemy.sql import ColumnElement, Select
 
 __all__ = [
+    "DIMENSION_KEYS",
     "SPEND_GROUPINGS",
+    "SPEND_ORDERS",
+    "TIME_KEYS",
     "QuotaReport",
     "QuotaWindow",
+    "SpendPeriod",
     "SpendReport",
     "SpendRow",
     "UnpricedSpend",
@@ -54,9 +59,13 @@ __all__ = [
     "sum_actor_usage",
 ]
 
-SPEND_GROUPINGS = ("model", "actor", "tenant", "day", "month")
 _EPOCH = date(1970, 1, 1)
-_KEY_COLUMNS = {"model": "model_id", "actor": "actor_ref", "tenant": "tenant_ref"}
+_KEY_COLUMNS = {
+    "model": "model_id",
+    "actor": "actor_ref",
+    "tenant": "tenant_ref",
+    "thread": "thread_id",
+}
 
 
 @dataclass(frozen=True)
@@ -75,8 +84,21 @@ class SpendRow:
 
 
 @dataclass(frozen=True)
+class SpendPeriod:
+    """One period of a two-level report (``--by day,model``): its cells and their total."""
+
+    key: str
+    rows: list[SpendRow]
+    total: SpendRow
+
+
+@dataclass(frozen=True)
 class SpendReport:
-    """A spend rollup: the groups in the spec's order and their total (whose key is ``None``)."""
+    """A spend rollup: the groups in order and their total (whose key is ``None``).
+
+    For a two-level report (``by="day,model"``) ``periods`` holds each period's cells and
+    ``rows`` each period's total; for a one-level report ``periods`` is empty.
+    """
 
     by: str
     from_day: date
@@ -86,6 +108,7 @@ class SpendReport:
     provider_cost_only: bool
     rows: list[SpendRow]
     total: SpendRow
+    periods: list[SpendPeriod] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -233,6 +256,25 @@ def _by_cost(row: SpendRow) -> tuple[Any, ...]:
     )
 
 
+def _by_tokens(row: SpendRow) -> tuple[Any, ...]:
+    return (-(row.input_tokens + row.output_tokens), *_by_cost(row))
+
+
+def _by_key(row: SpendRow) -> tuple[Any, ...]:
+    return (row.key is None, row.key or "")
+
+
+_ORDER = {"cost": _by_cost, "tokens": _by_tokens, "key": _by_key}
+
+
+def _time_key(time: str, day_number: int) -> str:
+    """A day bucket's key at ``time``: the day, its week's Monday, or its month."""
+    day = _EPOCH + timedelta(days=day_number)
+    if time == "week":
+        day -= timedelta(days=day.weekday())
+    return day.isoformat()[:7] if time == "month" else day.isoformat()
+
+
 def spend(
     conn: Connection,
     *,
@@ -243,34 +285,58 @@ def spend(
     tenant: str | None = None,
     model: str | None = None,
     provider_cost_only: bool = False,
+    order: str | None = None,
 ) -> SpendReport:
-    """Roll the ledger up by model, actor, tenant, day or month over an inclusive UTC window.
+    """Roll the ledger up over an inclusive UTC window, one ``SUM … GROUP BY`` statement.
 
-    One ``SUM … GROUP BY`` statement. Groups by model/actor/tenant come by cost descending, then
-    tokens descending, then key; days (``YYYY-MM-DD``) and months (``YYYY-MM``) in time order.
-    With ``provider_cost_only``, ``cost_usd`` sums provider-reported costs and ``estimated_usd``
-    is 0; ``unpriced_turns`` still counts the rows with no cost.
+    ``by`` is a dimension (``model``, ``actor``, ``tenant``, ``thread``), a time key (``day``,
+    ``week`` — keyed by its Monday — ``month``), or both: ``day,model`` groups each period's
+    rows by the dimension (``periods``). Days are grouped in the database and folded into weeks
+    and months here. Dimension groups come by ``order``: cost (the default: cost descending,
+    unknown after every known cost, then tokens, then key), tokens, or key; periods always in
+    time order (and one-level time reports too unless an order is given). With
+    ``provider_cost_only``, ``cost_usd`` sums provider-reported costs and ``estimated_usd`` is 0;
+    ``unpriced_turns`` still counts the rows with no cost.
     """
     if by not in SPEND_GROUPINGS:
-        raise InvalidInput(f"cannot group by {by!r}: use one of {', '.join(SPEND_GROUPINGS)}")
+        raise InvalidInput(
+            f"cannot group by {by!r}: use one of {', '.join(SPEND_GROUPINGS)}", param="by"
+        )
+    if order is not None and order not in SPEND_ORDERS:
+        raise InvalidInput(
+            f"order must be one of {', '.join(SPEND_ORDERS)}, not {order!r}", param="order"
+        )
     from_ms, to_ms = _window(from_day, to_day)
-    key = (_day_bucket(conn) if by in ("day", "month") else token_usage.c[_KEY_COLUMNS[by]]).label(
-        "key"
-    )
-    q = select(key, *_spend_measures(provider_cost_only)).group_by(key.element)
+    time, _, dim = by.partition(",") if by in TIME_KEYS or "," in by else ("", "", by)
+    keys: list[ColumnElement[Any]] = []
+    if time:
+        keys.append(_day_bucket(conn).label("day"))
+    if dim:
+        keys.append(token_usage.c[_KEY_COLUMNS[dim]].label("key"))
+    q = select(*keys, *_spend_measures(provider_cost_only)).group_by(*(k.element for k in keys))
     q = _filtered(q, from_ms=from_ms, to_ms=to_ms, actor=actor, tenant=tenant, model=model)
     fetched = conn.execute(q).all()
-    rows: list[SpendRow]
-    if by in ("day", "month"):
-        days = sorted((int(r.key), r) for r in fetched)
-        rows = [_row((_EPOCH + timedelta(days=n)).isoformat(), r) for n, r in days]
-        if by == "month":
-            months: dict[str, list[SpendRow]] = {}
-            for row in rows:
-                months.setdefault(str(row.key)[:7], []).append(row)
-            rows = [_fold(month, group) for month, group in months.items()]
+    sort = _ORDER[order or "cost"]
+    periods: list[SpendPeriod] = []
+    if not time:
+        rows = sorted((_row(r.key, r) for r in fetched), key=sort)
+    elif not dim:
+        buckets: dict[str, list[SpendRow]] = {}
+        for r in sorted(fetched, key=lambda r: int(r.day)):
+            key = _time_key(time, int(r.day))
+            buckets.setdefault(key, []).append(_row(key, r))
+        rows = [_fold(key, group) for key, group in buckets.items()]
+        if order is not None:
+            rows.sort(key=sort)
     else:
-        rows = sorted((_row(r.key, r) for r in fetched), key=_by_cost)
+        cells: dict[str, dict[str | None, list[SpendRow]]] = {}
+        for r in sorted(fetched, key=lambda r: int(r.day)):
+            period = _time_key(time, int(r.day))
+            cells.setdefault(period, {}).setdefault(r.key, []).append(_row(r.key, r))
+        for period, groups in cells.items():
+            members = sorted((_fold(k, g) for k, g in groups.items()), key=sort)
+            periods.append(SpendPeriod(period, members, _fold(period, members)))
+        rows = [p.total for p in periods]
     return SpendReport(
         by=by,
         from_day=from_day,
@@ -280,6 +346,7 @@ def spend(
         provider_cost_only=provider_cost_only,
         rows=rows,
         total=_fold(None, rows),
+        periods=periods,
     )
 
 

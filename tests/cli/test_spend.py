@@ -243,7 +243,13 @@ def test_spend_chart_is_a_time_series(cli: Any, db_url: str, sample: None) -> No
         ("--from", "03/01/2026"),
         ("--to", "2026-3-1"),
         ("--from", "2026-03-05", "--to", "2026-03-01"),
-        ("--by", "week"),
+        ("--by", "year"),
+        ("--by", "model,day"),
+        ("--last", "7y"),
+        ("--last", "0d"),
+        ("--last", "7d", "--from", "2026-03-01"),
+        ("--from", "2026-13"),
+        ("--order", "random"),
         ("--json", "--csv"),
     ],
 )
@@ -274,11 +280,14 @@ def test_quota_json_example_of_the_spec(cli: Any, db_url: str, engine: Any) -> N
     )
     assert r.exit_code == 0, r.stderr
     doc = r.json()
-    assert set(doc) == {"actor", "at", "day", "month", "exhausted", "notes"}
-    assert doc["notes"] == []
-    assert set(doc["day"]) == WINDOW_KEYS and set(doc["month"]) == WINDOW_KEYS
+    # cli.md's keys, exactly as before; budgets add keys beside them (state, remaining, …).
+    assert set(doc) == {"actor", "at", "day", "month", "exhausted", "warning", "notes"}
+    assert doc["notes"] == [] and doc["warning"] is False
+    assert set(doc["day"]) >= WINDOW_KEYS and set(doc["month"]) >= WINDOW_KEYS
+    assert doc["day"]["state"] == "ok" and doc["day"]["percent_used"] == 15.5
+    assert doc["day"]["remaining"] == {"tokens": 845, "usd": None}
     assert doc["actor"] == "alice" and doc["at"] == "2026-03-10T12:00:00.000Z"
-    assert doc["day"] == {
+    assert {k: doc["day"][k] for k in WINDOW_KEYS} == {
         "from": "2026-03-10T00:00:00.000Z",
         "to": "2026-03-10T23:59:59.999Z",
         "tokens": 155,
