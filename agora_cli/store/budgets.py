@@ -26,7 +26,7 @@ from sqlalchemy import case, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agora_cli.store.clock import Clock, SystemClock
-from agora_cli.store.errors import InvalidInput
+from agora_cli.store.errors import Conflict, InvalidInput
 from agora_cli.store.schema import budget as b
 from agora_cli.store.schema import token_usage as u
 from agora_cli.store.sqlexpr import exact_eq
@@ -253,7 +253,12 @@ def set_budget(
         except IntegrityError:
             continue
         return BudgetChange("inserted", _budget(row))
-    raise InvalidInput(f"the {period} budget of {kind} {ref!r} kept changing; try again")
+    # The insert lost to a row that the exact lookup does not see: MySQL's PAD SPACE collation
+    # holds 'alice' and 'alice ' as one key of the unique index.
+    raise Conflict(
+        f"the {period} budget of {kind} {ref!r} cannot be saved beside an existing one whose "
+        f"{kind} differs only by trailing spaces (this database compares them as equal)"
+    )
 
 
 def list_budgets(

@@ -107,23 +107,36 @@ class ActionProposalStore:
     ) -> DecideResult:
         """Approve or reject a proposal; the outcome says what happened."""
         return self._write(
-            decide_proposal, proposal_id, scope=scope, decision=decision,
-            decided_by=decided_by, note=note, clock=self.clock,
-        )  # fmt: skip
+            decide_proposal,
+            proposal_id,
+            scope=scope,
+            decision=decision,
+            decided_by=decided_by,
+            note=note,
+            clock=self.clock,
+        )
 
     def claim(self, proposal_id: str, scope: Scope, worker_id: str, lease_ms: int) -> ClaimResult:
         """Take the execution lease of an approved proposal whose work is due."""
         return self._write(
-            claim_proposal, proposal_id, scope=scope, worker_id=worker_id, lease_ms=lease_ms,
+            claim_proposal,
+            proposal_id,
+            scope=scope,
+            worker_id=worker_id,
+            lease_ms=lease_ms,
             clock=self.clock,
-        )  # fmt: skip
+        )
 
     def renew(self, proposal_id: str, token: str, generation: int, lease_ms: int) -> RenewResult:
         """Extend a live lease: ``renewed`` or ``lost``."""
         return self._write(
-            renew_lease, proposal_id, token=token, generation=generation, lease_ms=lease_ms,
+            renew_lease,
+            proposal_id,
+            token=token,
+            generation=generation,
+            lease_ms=lease_ms,
             clock=self.clock,
-        )  # fmt: skip
+        )
 
     def settle(
         self,
@@ -136,9 +149,15 @@ class ActionProposalStore:
     ) -> SettleResult:
         """Record the outcome under a live lease: ``settled`` or ``lost``."""
         return self._write(
-            settle_proposal, proposal_id, token=token, generation=generation, outcome=outcome,
-            result=result, error=error, clock=self.clock,
-        )  # fmt: skip
+            settle_proposal,
+            proposal_id,
+            token=token,
+            generation=generation,
+            outcome=outcome,
+            result=result,
+            error=error,
+            clock=self.clock,
+        )
 
     def claim_next(self, worker_id: str, lease_ms: int) -> ClaimResult:
         """Claim the most overdue work across scopes (privileged), or outcome ``none``."""
