@@ -284,3 +284,13 @@ def test_report_windows() -> None:
     for bad in ("7", "0d", "3661d", "7y", "-1d", "d"):
         with pytest.raises(InvalidInput):
             last_window(bad, today)
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_budgets_sum_exactly_their_own_scope(engine: Any, grouped: bool) -> None:
+    at = parse_instant("2026-11-15T12:00:00Z")
+    usage(engine, {"at": at, "actor": "alice", "inp": 5}, {"at": at, "actor": "alice ", "inp": 7})
+    save(engine, scope_kind="actor", scope_ref="alice ", period="day", limit_tokens=100)
+    with engine.connect() as conn:
+        (status,) = evaluate_budgets(conn, list_budgets(conn), at_ms=at, grouped=grouped)
+    assert status.tokens == 7  # never 'alice' (MySQL's PAD SPACE compares them equal)
