@@ -22,10 +22,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from sqlalchemy import case, delete, func, insert, select, update
+from sqlalchemy import case, delete, func, insert, literal_column, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agora_cli.store.clock import Clock, SystemClock
+from agora_cli.store.engine import dialect_name
 from agora_cli.store.errors import Conflict, InvalidInput
 from agora_cli.store.schema import budget as b
 from agora_cli.store.schema import token_usage as u
@@ -408,6 +409,7 @@ def evaluate_budgets(
         func.coalesce(func.sum(cost), 0),
         func.count() - func.count(u.c.cost_usd),
     )
+    padded = dialect_name(conn) == "mysql"
     for (kind, period), members in groups.items():
         start, end = period_window(period, at_ms)
         window = u.c.created_at.between(start, min(end, at_ms))
@@ -418,9 +420,22 @@ def evaluate_budgets(
         column = u.c.actor_ref if kind == "actor" else u.c.tenant_ref
         refs = sorted({m.scope_ref for m in members})
         for chunk in (refs[i : i + 500] for i in range(0, len(refs), 500)):
-            q = select(column, *measures).where(window, column.in_(chunk)).group_by(column)
-            for ref, tokens, usd, unpriced in conn.execute(q):
-                if ref in chunk:  # exact: PAD SPACE may fold 'a ' into 'a' on MySQL
+            # Grouped by the value and its byte length too: MySQL's PAD SPACE collation puts
+            # 'a' and 'a ' in one group (and may return either spelling for it), so a group is
+            # known by its value without trailing spaces and its length.
+            exact = {(ref.rstrip(" "), len(ref.encode())): ref for ref in chunk}
+            # MySQL's LENGTH counts bytes; elsewhere the value itself is exact.
+            size = func.length(column) if padded else literal_column("0")
+            q = (
+                select(column, size, *measures)
+                .where(window, column.in_(chunk))
+                .group_by(column, *([size] if padded else []))
+            )
+            for value, nbytes, tokens, usd, unpriced in conn.execute(q):
+                key = str(value)
+                length = int(nbytes) if padded else len(key.encode())
+                ref = exact.get((key.rstrip(" "), length))
+                if ref is not None:
                     used[(kind, ref, period)] = (int(tokens), float(usd), int(unpriced))
     out = []
     for budget in budgets:
