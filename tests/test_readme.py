@@ -72,7 +72,12 @@ def _steps() -> list[tuple[dict[str, str], list[str], int]]:
             words = shlex.split(line)
             at = words.index("agora")
             env = dict(w.split("=", 1) for w in words[5:at])
-            steps.append((env, words[at + 1 :], 0))
+            argv = words[at + 1 :]
+            for cut, word in enumerate(argv):  # the shell's part (>, ||, |, &&, ;) is not agora's
+                if word in (">", ">>", "||", "|", "&&", ";"):
+                    argv = argv[:cut]
+                    break
+            steps.append((env, argv, 0))
     return steps
 
 
