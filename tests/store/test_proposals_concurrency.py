@@ -331,3 +331,43 @@ def test_a_backfill_racing_decisions_never_overwrites_them(engine: Any, db_url: 
             "pending",
             4,
         )
+
+
+BATCH_WORKER = (
+    PRELUDE
+    + r"""
+from agora_cli.store.proposals import Settlement
+claimed, lost = [], 0
+batch = store.claim_next(sys.argv[2], 600_000, limit=int(sys.argv[3]))
+while batch:
+    claimed += [c.work.id for c in batch]
+    done = [Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded", {"ok": True})
+            for c in batch]
+    lost += sum(r.outcome == "lost" for r in store.settle_many(done))
+    batch = store.claim_next(sys.argv[2], 600_000, limit=int(sys.argv[3]))
+print(json.dumps({"claimed": claimed, "lost": lost}), flush=True)
+"""
+)
+
+
+def test_eight_workers_claiming_batches_of_seven_run_each_proposal_once(
+    engine: Any, db_url: str
+) -> None:
+    add_thread(engine)
+    with engine.begin() as conn:
+        conn.execute(action_proposal.insert(), queued_rows(2000))
+    workers = [start(BATCH_WORKER, db_url, f"w{i}", "7") for i in range(8)]
+    go(workers)
+    results = [finish(w) for w in workers]
+    counts = Counter(pid for r in results for pid in r["claimed"])
+    assert sum(counts.values()) == 2000 and len(counts) == 2000
+    assert max(counts.values()) == 1
+    assert sum(r["lost"] for r in results) == 0
+    assert sum(1 for r in results if r["claimed"]) >= 2
+    with engine.connect() as conn:
+        states = conn.execute(
+            select(
+                action_proposal.c.execution_state, action_proposal.c.generation, func.count()
+            ).group_by(action_proposal.c.execution_state, action_proposal.c.generation)
+        ).all()
+    assert [tuple(s) for s in states] == [("succeeded", 1, 2000)]

@@ -39,9 +39,12 @@ from agora_cli.store.proposals.decisions import (
 from agora_cli.store.proposals.delivery import deliver_outcome, list_undelivered_outcomes
 from agora_cli.store.proposals.leases import (
     claim_next_proposal,
+    claim_next_proposals,
     claim_proposal,
     renew_lease,
+    settle_and_claim_next,
     settle_proposal,
+    settle_proposals,
 )
 from agora_cli.store.proposals.model import (
     DECISIONS,
@@ -64,6 +67,8 @@ from agora_cli.store.proposals.model import (
     RenewOutcome,
     RenewResult,
     Scope,
+    SettledState,
+    Settlement,
     SettleOutcome,
     SettleResult,
     Work,
@@ -98,10 +103,13 @@ __all__ = [
     "Scope",
     "SettleOutcome",
     "SettleResult",
+    "SettledState",
+    "Settlement",
     "Work",
     "backfill_discovery_index",
     "check_identity",
     "claim_next_proposal",
+    "claim_next_proposals",
     "claim_proposal",
     "count_legacy_proposals",
     "create_proposal",
@@ -115,6 +123,8 @@ __all__ = [
     "list_undelivered_outcomes",
     "proposal_id",
     "renew_lease",
+    "settle_and_claim_next",
     "settle_proposal",
+    "settle_proposals",
     "utf16_units",
 ]

@@ -13,28 +13,42 @@ Every statement here is one of ``queries.worker_sql``'s, run on the driver's cur
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agora_cli.store.clock import Clock
 from agora_cli.store.engine import dialect_name, run_on_driver, supports_skip_locked
+from agora_cli.store.errors import InvalidInput
 from agora_cli.store.proposals.decisions import find_proposal
 from agora_cli.store.proposals.model import (
     FENCE_ROUNDS,
+    MAX_CLAIM_BATCH,
     ClaimOutcome,
     ClaimResult,
     Lease,
     Proposal,
     RenewResult,
     Scope,
+    Settlement,
     SettleResult,
     Work,
     check_lease,
+    check_limit,
     check_settle,
     clock_or_system,
     raced_too_often,
     token_hash,
 )
-from agora_cli.store.proposals.queries import Due, worker_sql
+from agora_cli.store.proposals.queries import (
+    SETTLE_MANY_PG,
+    Due,
+    claim_many_pg,
+    holders_mysql,
+    next_due_many,
+    settle_many_mysql,
+    take_leases_mysql,
+    worker_sql,
+)
 from agora_cli.store.values import check_identity, check_lease_ms, dump_json
 
 if TYPE_CHECKING:
@@ -42,9 +56,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "claim_next_proposal",
+    "claim_next_proposals",
     "claim_proposal",
     "renew_lease",
+    "settle_and_claim_next",
     "settle_proposal",
+    "settle_proposals",
 ]
 
 
@@ -233,3 +250,192 @@ def _claim_next_in_one_statement(
     *work, generation, prior_state = rows[0]
     kind: ClaimOutcome = "recovered" if prior_state == "running" else "claimed"
     return ClaimResult(kind, Lease(token, generation, expires), Work(*work))
+
+
+# --- batches: k leases in one claim, n outcomes in one settle -----------------------------------
+
+
+def _work(row: Due, attempts: int) -> Work:
+    return Work(
+        id=row.id,
+        idempotency_key=row.idempotency_key,
+        tenant_ref=row.tenant_ref,
+        actor_ref=row.actor_ref,
+        thread_id=row.thread_id,
+        run_id=row.run_id,
+        tool_call_id=row.tool_call_id,
+        tool_name=row.tool_name,
+        input=row.input,
+        attempts=attempts,
+    )
+
+
+def claim_next_proposals(
+    conn: Connection, *, worker_id: str, lease_ms: int, limit: int, clock: Clock | None = None
+) -> list[ClaimResult]:
+    """Claim up to ``limit`` (1–1000) of the most overdue work across all scopes.
+
+    Each lease has its own token and generation, exactly as ``claim_next_proposal`` issues them;
+    an empty list means nothing is due. PostgreSQL: one statement (the two locking reads take up
+    to ``limit`` rows of each state, and one fenced UPDATE takes the oldest ``limit``).
+    MySQL/MariaDB with SKIP LOCKED: one locking read and one UPDATE of the rows it locked.
+    Elsewhere (SQLite, older servers): a fenced loop over candidates, in the caller's
+    transaction. Privileged: worker infrastructure only.
+    """
+    check_identity("worker_id", worker_id)
+    check_lease_ms(lease_ms)
+    check_limit(limit, MAX_CLAIM_BATCH)
+    now = clock_or_system(clock).now_ms()
+    expires = now + lease_ms
+    dialect = dialect_name(conn)
+    locked = _skip_locked(conn)
+    tokens = [secrets.token_urlsafe(32) for _ in range(limit)]
+    if locked and dialect == "postgresql":
+        hashes = [token_hash(t) for t in tokens]
+        pg_args: tuple[Any, ...] = (now, now, worker_id, hashes, expires, expires, now)
+        claimed = []
+        for *work, generation, prior_state, n in run_on_driver(
+            conn, claim_many_pg(limit), pg_args
+        ).rows:
+            kind: ClaimOutcome = "recovered" if prior_state == "running" else "claimed"
+            claimed.append(
+                (n, ClaimResult(kind, Lease(tokens[n - 1], generation, expires), Work(*work)))
+            )
+        return [result for _, result in sorted(claimed, key=lambda pair: pair[0])]
+    if locked:
+        read = next_due_many(dialect, limit, locked=True)
+        rows = sorted(
+            (Due(*row) for row in run_on_driver(conn, read, (now, now)).rows),
+            key=lambda r: (r.discovery_at, r.id),
+        )[:limit]
+        if not rows:
+            return []
+        pairs = [
+            value
+            for row, token in zip(rows, tokens, strict=False)
+            for value in (row.id, token_hash(token))
+        ]
+        args: tuple[Any, ...] = (worker_id, *pairs, expires, expires, now, *(r.id for r in rows))
+        # These rows are locked by the read above: the update cannot lose a fence.
+        run_on_driver(conn, take_leases_mysql(len(rows)), args)
+        return [
+            ClaimResult(
+                "recovered" if row.discovery_state == "running" else "claimed",
+                Lease(token, row.generation + 1, expires),
+                _work(row, row.attempts + 1),
+            )
+            for row, token in zip(rows, tokens, strict=False)
+        ]
+    results: list[ClaimResult] = []
+    read = next_due_many(dialect, limit, locked=False)
+    for _ in range(FENCE_ROUNDS):
+        candidates = sorted(
+            (Due(*row) for row in run_on_driver(conn, read, (now, now)).rows),
+            key=lambda r: (r.discovery_at, r.id),
+        )
+        taken_before = len(results)
+        for row in candidates:
+            if len(results) == limit:
+                return results
+            kind = "recovered" if row.discovery_state == "running" else "claimed"
+            result = _take_lease(conn, row, kind, worker_id, lease_ms, now)
+            if result is not None:
+                results.append(result)
+        if len(results) == limit or len(results) == taken_before or len(candidates) < limit:
+            break
+    return results
+
+
+def settle_proposals(
+    conn: Connection, settlements: Sequence[Settlement], *, clock: Clock | None = None
+) -> list[SettleResult]:
+    """Record many outcomes, each fenced exactly as ``settle_proposal`` is; one result each.
+
+    A lost lease (wrong token or generation, expired, settled already) is ``lost`` and never
+    blocks the others. PostgreSQL: one UPDATE over the arrays of the batch. MySQL/MariaDB: one
+    locking read of the live leases and one UPDATE of those that hold. SQLite: one fenced
+    UPDATE each, in the caller's transaction. At most 1,000 settlements, distinct proposals.
+    """
+    if not 1 <= len(settlements) <= MAX_CLAIM_BATCH:
+        raise InvalidInput(
+            f"settle between 1 and {MAX_CLAIM_BATCH} outcomes at once, not {len(settlements)}",
+            param="settlements",
+        )
+    results_text: list[str | None] = []
+    for item in settlements:
+        if not isinstance(item, Settlement):
+            raise InvalidInput("each settlement must be a Settlement", param="settlements")
+        check_identity("id", item.proposal_id)
+        check_lease(item.token, item.generation)
+        check_settle(item.outcome, item.error)
+        results_text.append(None if item.result is None else dump_json("result", item.result))
+    ids = [item.proposal_id for item in settlements]
+    if len(set(ids)) != len(ids):
+        raise InvalidInput("a proposal appears twice in one batch of settlements")
+    now = clock_or_system(clock).now_ms()
+    hashes = [token_hash(item.token) for item in settlements]
+    dialect = dialect_name(conn)
+    if dialect == "postgresql":
+        args: tuple[Any, ...] = (
+            now,
+            now,
+            ids,
+            hashes,
+            [item.generation for item in settlements],
+            [item.outcome for item in settlements],
+            results_text,
+            [item.error for item in settlements],
+            now,
+        )
+        settled = {row[0] for row in run_on_driver(conn, SETTLE_MANY_PG, args).rows}
+    elif dialect == "mysql":
+        live = run_on_driver(conn, holders_mysql(len(ids)), (*ids, now)).rows
+        held = {(pid, hashed, int(gen)) for pid, hashed, gen in live}
+        holding = [
+            n
+            for n, item in enumerate(settlements)
+            if (item.proposal_id, hashes[n], item.generation) in held
+        ]
+        if holding:
+            values = [
+                value
+                for n in holding
+                for value in (ids[n], settlements[n].outcome, results_text[n], settlements[n].error)
+            ]
+            run_on_driver(conn, settle_many_mysql(len(holding)), (*values, now, now))
+        settled = {ids[n] for n in holding}
+    else:
+        sql = worker_sql(dialect).settle
+        settled = set()
+        for n, item in enumerate(settlements):
+            args = (
+                item.outcome,
+                results_text[n],
+                item.error,
+                now,
+                now,
+                ids[n],
+                hashes[n],
+                item.generation,
+                now,
+            )
+            if run_on_driver(conn, sql, args).rowcount == 1:
+                settled.add(ids[n])
+    return [SettleResult("settled" if pid in settled else "lost") for pid in ids]
+
+
+def settle_and_claim_next(
+    conn: Connection,
+    settlement: Settlement,
+    *,
+    worker_id: str,
+    lease_ms: int,
+    limit: int = 1,
+    clock: Clock | None = None,
+) -> tuple[SettleResult, list[ClaimResult]]:
+    """Settle one job and claim the next ``limit`` in the caller's transaction (a worker's step)."""
+    settled = settle_proposals(conn, [settlement], clock=clock)[0]
+    claimed = claim_next_proposals(
+        conn, worker_id=worker_id, lease_ms=lease_ms, limit=limit, clock=clock
+    )
+    return settled, claimed

@@ -45,6 +45,8 @@ __all__ = [
     "Scope",
     "SettleOutcome",
     "SettleResult",
+    "SettledState",
+    "Settlement",
     "Work",
     "default_idempotency_key",
     "proposal_id",
@@ -67,6 +69,7 @@ DECISIONS: tuple[Decision, ...] = get_args(Decision)
 SETTLED_STATES: tuple[SettledState, ...] = get_args(SettledState)
 MAX_LIST = 1000
 MAX_BACKFILL_BATCH = 10_000
+MAX_CLAIM_BATCH = 1000  # leases per batched claim, settlements per batched settle
 # A fenced update loses only to a writer that changed the row; after a few rounds the row has
 # left the state being raced for, so this bound is never reached in practice.
 FENCE_ROUNDS = 16
@@ -240,6 +243,18 @@ class DeliveryResult:
 
     outcome: DeliveryOutcome
     message_id: str | None
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """One outcome to record under a lease, for ``settle_proposals`` (a batched settle)."""
+
+    proposal_id: str
+    token: str
+    generation: int
+    outcome: SettledState
+    result: Any = None
+    error: str | None = None
 
 
 @dataclass(frozen=True)

@@ -232,3 +232,104 @@ def worker_sql(dialect: str) -> WorkerSql:
         renew=_render(dialect, renew),
         settle=_render(dialect, settle),
     )
+
+
+# --- batches: k claims, n settlements -----------------------------------------------------------
+
+
+@functools.cache
+def claim_many_pg(k: int) -> str:
+    """PostgreSQL: claim up to ``k`` due rows in one UPDATE, each with its own token.
+
+    The two locking reads take up to ``k`` rows of each state; ``row_number`` numbers the
+    ``k`` oldest of them, and row ``n`` takes the ``n``-th token hash of the array parameter, so
+    every lease has its own token. Parameters: now, now, owner, token hashes (text[]), lease
+    expiry, lease expiry, now.
+    """
+    reads = _union_of_due_reads(_DUE_KEY, derived=True, per_state=k)
+    return (
+        "WITH due AS (SELECT id, version, discovery_state, "
+        "row_number() OVER (ORDER BY discovery_at, id) AS n "
+        f"FROM ({reads}) AS d ORDER BY discovery_at, id LIMIT {k}) "
+        f"UPDATE {_T} AS a SET execution_state = 'running', lease_owner = %s, "
+        "lease_token_hash = (%s::text[])[due.n], lease_expires_at = %s, "
+        "generation = a.generation + 1, attempts = a.attempts + 1, "
+        "discovery_state = 'running', discovery_at = %s, updated_at = %s, "
+        "version = a.version + 1 "
+        "FROM due WHERE a.id = due.id AND a.version = due.version "
+        f"RETURNING {', '.join('a.' + name for name in WORK_FIELDS)}, a.generation, "
+        "due.discovery_state, due.n"
+    )
+
+
+@functools.cache
+def next_due_many(dialect: str, k: int, *, locked: bool) -> str:
+    """Up to ``k`` due rows of each state (``Due`` columns): locking, or candidates to fence.
+
+    Parameters: now, now.
+    """
+    reads = _union_of_due_reads(
+        Due._fields, derived=dialect != "mysql" or not locked, per_state=k, locked=locked
+    )
+    return _render(dialect, reads)
+
+
+@functools.cache
+def take_leases_mysql(m: int) -> str:
+    """MySQL/MariaDB: take the leases of ``m`` rows this transaction has locked, one UPDATE.
+
+    Parameters: owner, (id, token hash) × m, lease expiry, lease expiry, now, id × m.
+    """
+    cases = " ".join("WHEN %s THEN %s" for _ in range(m))
+    ids = ", ".join("%s" for _ in range(m))
+    return (
+        f"UPDATE {_T} SET execution_state = 'running', lease_owner = %s, "
+        f"lease_token_hash = CASE id {cases} END, lease_expires_at = %s, "
+        "generation = generation + 1, attempts = attempts + 1, discovery_state = 'running', "
+        f"discovery_at = %s, updated_at = %s, version = version + 1 WHERE id IN ({ids})"
+    )
+
+
+SETTLE_MANY_PG = (
+    f"UPDATE {_T} AS a SET execution_state = v.state, result = v.result, error = v.error, "
+    "settled_at = %s, lease_token_hash = NULL, lease_expires_at = NULL, "
+    "discovery_state = 'done', discovery_at = NULL, updated_at = %s, version = a.version + 1 "
+    "FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[]) "
+    "AS v(id, hash, gen, state, result, error) "
+    "WHERE a.id = v.id AND a.lease_token_hash = v.hash AND a.generation = v.gen "
+    "AND a.execution_state = 'running' AND a.lease_expires_at > %s "
+    "RETURNING a.id"
+)
+"""PostgreSQL: settle many leases in one UPDATE, each fenced as ``settle`` is.
+
+Parameters: now, now, ids, token hashes, generations, states, results, errors (arrays), now."""
+
+
+@functools.cache
+def holders_mysql(n: int) -> str:
+    """MySQL/MariaDB: lock the live leases among ``n`` ids (their token hash and generation).
+
+    Parameters: id × n, now.
+    """
+    ids = ", ".join("%s" for _ in range(n))
+    return (
+        f"SELECT id, lease_token_hash, generation FROM {_T} WHERE id IN ({ids}) "
+        "AND execution_state = 'running' AND lease_expires_at > %s FOR UPDATE"
+    )
+
+
+@functools.cache
+def settle_many_mysql(m: int) -> str:
+    """MySQL/MariaDB: settle ``m`` leases this transaction holds locked, one UPDATE.
+
+    Parameters: (id, state, result, error) × m, now, now.
+    """
+    first = "SELECT %s AS id, %s AS state, %s AS result, %s AS error"
+    rows = " UNION ALL ".join([first, *("SELECT %s, %s, %s, %s" for _ in range(m - 1))])
+    return (
+        f"UPDATE {_T} AS a JOIN ({rows}) AS v ON a.id = v.id "
+        "SET a.execution_state = v.state, a.result = v.result, a.error = v.error, "
+        "a.settled_at = %s, a.lease_token_hash = NULL, a.lease_expires_at = NULL, "
+        "a.discovery_state = 'done', a.discovery_at = NULL, a.updated_at = %s, "
+        "a.version = a.version + 1"
+    )

@@ -8,8 +8,8 @@ transaction, the clock and the bounded retry of deadlocks and serialization fail
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from agora_cli.store.clock import Clock
 from agora_cli.store.engine import retry_transient
@@ -25,9 +25,12 @@ from agora_cli.store.proposals.decisions import (
 from agora_cli.store.proposals.delivery import deliver_outcome, list_undelivered_outcomes
 from agora_cli.store.proposals.leases import (
     claim_next_proposal,
+    claim_next_proposals,
     claim_proposal,
     renew_lease,
+    settle_and_claim_next,
     settle_proposal,
+    settle_proposals,
 )
 from agora_cli.store.proposals.model import (
     BackfillResult,
@@ -39,6 +42,7 @@ from agora_cli.store.proposals.model import (
     Proposal,
     RenewResult,
     Scope,
+    Settlement,
     SettleResult,
     clock_or_system,
 )
@@ -59,6 +63,8 @@ class ActionProposalStore:
     def __init__(self, engine: Engine, clock: Clock | None = None) -> None:
         self.engine = engine
         self.clock: Clock = clock_or_system(clock)
+        self._postgresql = engine.dialect.name == "postgresql"
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     def _write(
         self, fn: Callable[Concatenate[Connection, P], R], *args: P.args, **kwargs: P.kwargs
@@ -68,6 +74,21 @@ class ActionProposalStore:
                 return fn(conn, *args, **kwargs)
 
         return retry_transient(attempt)
+
+    def _single(
+        self, fn: Callable[Concatenate[Connection, P], R], *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        """A worker's statement that is atomic on its own: on PostgreSQL it runs without a
+        surrounding transaction (autocommit: no BEGIN and COMMIT round trips; a fenced update
+        proves each step whatever the isolation), elsewhere in a short transaction."""
+        if self._postgresql:
+
+            def attempt() -> R:
+                with self._autocommit.connect() as conn:
+                    return fn(conn, *args, **kwargs)
+
+            return retry_transient(attempt)
+        return self._write(fn, *args, **kwargs)
 
     def _read(
         self, fn: Callable[Concatenate[Connection, P], R], *args: P.args, **kwargs: P.kwargs
@@ -129,7 +150,7 @@ class ActionProposalStore:
 
     def renew(self, proposal_id: str, token: str, generation: int, lease_ms: int) -> RenewResult:
         """Extend a live lease: ``renewed`` or ``lost``."""
-        return self._write(
+        return self._single(
             renew_lease,
             proposal_id,
             token=token,
@@ -148,7 +169,7 @@ class ActionProposalStore:
         error: str | None = None,
     ) -> SettleResult:
         """Record the outcome under a live lease: ``settled`` or ``lost``."""
-        return self._write(
+        return self._single(
             settle_proposal,
             proposal_id,
             token=token,
@@ -159,10 +180,46 @@ class ActionProposalStore:
             clock=self.clock,
         )
 
-    def claim_next(self, worker_id: str, lease_ms: int) -> ClaimResult:
-        """Claim the most overdue work across scopes (privileged), or outcome ``none``."""
+    @overload
+    def claim_next(self, worker_id: str, lease_ms: int, limit: None = None) -> ClaimResult: ...
+
+    @overload
+    def claim_next(
+        self, worker_id: str, lease_ms: int, limit: int
+    ) -> builtins.list[ClaimResult]: ...
+
+    def claim_next(
+        self, worker_id: str, lease_ms: int, limit: int | None = None
+    ) -> ClaimResult | builtins.list[ClaimResult]:
+        """Claim the most overdue work across scopes (privileged): one claim (outcome ``none``
+        when nothing is due), or with ``limit`` a list of up to ``limit`` claims."""
+        if limit is None:
+            return self._single(
+                claim_next_proposal, worker_id=worker_id, lease_ms=lease_ms, clock=self.clock
+            )
+        return self._single(
+            claim_next_proposals,
+            worker_id=worker_id,
+            lease_ms=lease_ms,
+            limit=limit,
+            clock=self.clock,
+        )
+
+    def settle_many(self, settlements: Sequence[Settlement]) -> builtins.list[SettleResult]:
+        """Record many outcomes at once, each fenced as ``settle``: one result per item."""
+        return self._single(settle_proposals, settlements, clock=self.clock)
+
+    def settle_and_claim_next(
+        self, settlement: Settlement, worker_id: str, lease_ms: int, limit: int = 1
+    ) -> tuple[SettleResult, builtins.list[ClaimResult]]:
+        """Settle one job and claim the next ``limit`` in one short transaction."""
         return self._write(
-            claim_next_proposal, worker_id=worker_id, lease_ms=lease_ms, clock=self.clock
+            settle_and_claim_next,
+            settlement,
+            worker_id=worker_id,
+            lease_ms=lease_ms,
+            limit=limit,
+            clock=self.clock,
         )
 
     def expire(self, limit: int = 100) -> int:

@@ -1,0 +1,178 @@
+"""Batched claims and settles (issue 15) on every dialect: the guarantees of a single lease."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from agora_cli.store.clock import ManualClock
+from agora_cli.store.errors import InvalidInput
+from agora_cli.store.proposals import (
+    ActionProposalStore,
+    NewProposal,
+    Scope,
+    Settlement,
+    claim_next_proposals,
+)
+from agora_cli.store.schema import action_proposal, thread
+
+T0 = 1_767_225_600_000
+ALICE = Scope(None, "alice", "t1")
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def store(engine: Any, clock: ManualClock) -> ActionProposalStore:
+    with engine.begin() as conn:
+        conn.execute(
+            thread.insert().values(
+                id="t1", actor_ref="alice", title="t", created_at=0, updated_at=0
+            )
+        )
+    return ActionProposalStore(engine, clock)
+
+
+def queue(store: ActionProposalStore, clock: ManualClock, n: int) -> list[str]:
+    ids = []
+    for i in range(n):
+        pid = store.create(
+            NewProposal(ALICE, "refund", {"order": i}, run_id="r", tool_call_id=f"c{i:03d}")
+        ).proposal.id
+        assert store.decide(pid, ALICE, "approved", "bob").outcome == "applied"
+        clock.advance(1)  # queued one after the other: discovery order is creation order
+        ids.append(pid)
+    return ids
+
+
+def test_a_batch_claims_the_oldest_with_a_lease_each(
+    store: ActionProposalStore, clock: ManualClock
+) -> None:
+    ids = queue(store, clock, 5)
+    batch = store.claim_next("w1", 60_000, limit=3)
+    assert [c.work.id for c in batch if c.work] == ids[:3]
+    assert all(c.outcome == "claimed" and c.lease for c in batch)
+    tokens = {c.lease.token for c in batch if c.lease}
+    assert len(tokens) == 3 and all(c.lease and c.lease.generation == 1 for c in batch)
+    assert all(c.work and c.work.attempts == 1 and c.work.input_value for c in batch)
+    rest = store.claim_next("w2", 60_000, limit=10)
+    assert [c.work.id for c in rest if c.work] == ids[3:]
+    assert store.claim_next("w3", 60_000, limit=10) == []
+    # Every lease works on its own: renew one, settle them all.
+    first = batch[0]
+    assert first.lease and first.work
+    assert store.renew(first.work.id, first.lease.token, 1, 60_000).outcome == "renewed"
+    done = [
+        Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded", {"n": i})
+        for i, c in enumerate(batch + rest)
+        if c.work and c.lease
+    ]
+    assert [r.outcome for r in store.settle_many(done)] == ["settled"] * 5
+    assert [r.outcome for r in store.settle_many(done)] == ["lost"] * 5  # settled already
+
+
+def test_stale_leases_inside_a_batch_settle_are_lost_and_block_nothing(
+    store: ActionProposalStore, clock: ManualClock, engine: Any
+) -> None:
+    queue(store, clock, 4)
+    a, b, c, d = store.claim_next("w1", 60_000, limit=4)
+    assert a.lease and a.work and b.lease and b.work and c.lease and c.work and d.lease and d.work
+    results = store.settle_many(
+        [
+            Settlement(a.work.id, a.lease.token, a.lease.generation, "succeeded"),
+            Settlement(b.work.id, "not-the-token", b.lease.generation, "succeeded"),
+            Settlement(c.work.id, c.lease.token, c.lease.generation + 1, "failed", None, "x"),
+            Settlement(d.work.id, d.lease.token, d.lease.generation, "failed", None, "boom"),
+        ]
+    )
+    assert [r.outcome for r in results] == ["settled", "lost", "lost", "settled"]
+    with engine.connect() as conn:
+        states = dict(
+            conn.execute(select(action_proposal.c.id, action_proposal.c.execution_state)).all()
+        )
+    assert (states[a.work.id], states[b.work.id], states[c.work.id], states[d.work.id]) == (
+        "succeeded",
+        "running",
+        "running",
+        "failed",
+    )
+
+
+def test_a_batch_that_half_expires_is_recovered_with_new_generations(
+    store: ActionProposalStore, clock: ManualClock
+) -> None:
+    queue(store, clock, 4)
+    first = store.claim_next("w1", 10_000, limit=2)
+    clock.advance(5_000)
+    second = store.claim_next("w2", 60_000, limit=2)
+    clock.advance(6_000)  # the first batch's leases have expired; the second's have not
+    again = store.claim_next("w3", 60_000, limit=4)
+    assert [c.outcome for c in again] == ["recovered", "recovered"]
+    assert {c.work.id for c in again if c.work} == {c.work.id for c in first if c.work}
+    assert all(c.lease and c.lease.generation == 2 for c in again)
+    assert all(c.work and c.work.attempts == 2 for c in again)
+    keys = {c.work.idempotency_key for c in first if c.work}
+    assert {c.work.idempotency_key for c in again if c.work} == keys  # same key across attempts
+    stale = [
+        Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded")
+        for c in first
+        if c.work and c.lease
+    ]
+    assert [r.outcome for r in store.settle_many(stale)] == ["lost", "lost"]
+    fresh = [
+        Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded")
+        for c in [*again, *second]
+        if c.work and c.lease
+    ]
+    assert [r.outcome for r in store.settle_many(fresh)] == ["settled"] * 4
+
+
+def test_settle_and_claim_next_is_one_step(store: ActionProposalStore, clock: ManualClock) -> None:
+    ids = queue(store, clock, 3)
+    (one,) = store.claim_next("w1", 60_000, limit=1)
+    assert one.lease and one.work
+    settled, following = store.settle_and_claim_next(
+        Settlement(one.work.id, one.lease.token, one.lease.generation, "succeeded"), "w1", 60_000, 2
+    )
+    assert settled.outcome == "settled"
+    assert [c.work.id for c in following if c.work] == ids[1:]
+
+
+def test_bad_batches_are_refused_before_any_sql(
+    store: ActionProposalStore, clock: ManualClock, engine: Any
+) -> None:
+    queue(store, clock, 1)
+    for limit in (0, 1001, True):
+        with pytest.raises(InvalidInput):
+            store.claim_next("w", 1_000, limit=limit)  # type: ignore[arg-type]
+    ok = Settlement("p", "t", 1, "succeeded")
+    for bad in ([], [ok] * 1001, [ok, ok], [Settlement("p", "t", 0, "succeeded")]):
+        with pytest.raises(InvalidInput):
+            store.settle_many(bad)
+    with pytest.raises(InvalidInput):
+        store.settle_many([Settlement("p", "t", 1, "done")])  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput):
+        store.settle_many([Settlement("p", "t", 1, "succeeded", {"x": float("nan")})])
+    with engine.connect() as conn:
+        assert (
+            conn.execute(
+                select(func.count()).where(action_proposal.c.execution_state == "running")
+            ).scalar()
+            == 0
+        )
+
+
+def test_the_library_function_in_the_callers_transaction(
+    store: ActionProposalStore, clock: ManualClock, engine: Any
+) -> None:
+    queue(store, clock, 3)
+    with engine.begin() as conn:
+        got = claim_next_proposals(conn, worker_id="w", lease_ms=1_000, limit=2, clock=clock)
+        assert len(got) == 2
+        conn.rollback()  # the caller owns the transaction: nothing is claimed
+    assert len(store.claim_next("w", 1_000, limit=5)) == 3
