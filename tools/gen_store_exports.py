@@ -7,6 +7,8 @@ Run after adding a public name or a module: ``.venv/bin/python tools/gen_store_e
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -30,6 +32,8 @@ MODULES = (
     "pricing",
     "catalog",
     "ledger",
+    "windows",
+    "budgets",
     "frames",
     "proposals",
     "demo",
@@ -110,6 +114,10 @@ def main() -> None:
     out.append("]")
     target = Path(__file__).resolve().parents[1] / "agora_cli" / "store" / "__init__.py"
     target.write_text("\n".join(out) + FOOTER)
+    # ruff orders names as CI checks them (isort-style, case-insensitive within a kind).
+    ruff = Path(sys.executable).with_name("ruff")
+    subprocess.run([str(ruff), "check", "--fix", "-q", str(target)], check=True)
+    subprocess.run([str(ruff), "format", "-q", str(target)], check=True)
 
 
 if __name__ == "__main__":
