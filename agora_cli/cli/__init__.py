@@ -56,7 +56,7 @@ def root(
 
 app.add_typer(db.app, name="db")
 app.add_typer(prices.app, name="prices")
-app.command("spend")(spend.spend)
+app.add_typer(spend.app, name="spend")
 app.command("quota")(quota.quota)
 app.add_typer(budgets.app, name="budgets")
 app.add_typer(frames.app, name="frames")

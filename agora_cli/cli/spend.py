@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 import shlex
 from datetime import date, timedelta
 from typing import TYPE_CHECKING, Annotated, Any
@@ -17,17 +18,20 @@ from agora_cli.cli.output import (
     finish,
     money,
     out_console,
+    progress,
     render_table,
     safe_text,
 )
-from agora_cli.store.clock import SystemClock, ms_to_date
+from agora_cli.store.clock import SystemClock, ms_to_date, parse_day
 from agora_cli.store.errors import InvalidInput
-from agora_cli.store.windows import SPEND_GROUPINGS, SPEND_ORDERS, report_window
+from agora_cli.store.windows import SPEND_GROUPINGS, SPEND_ORDERS, parse_bound, report_window
 
 if TYPE_CHECKING:
     from agora_cli.store.ledger import SpendReport, SpendRow
 
-__all__ = ["spend", "usd"]
+__all__ = ["app", "spend", "usd"]
+
+app = typer.Typer(invoke_without_command=True)
 
 SpendBy = enum.StrEnum("SpendBy", {g.replace(",", "_"): g for g in SPEND_GROUPINGS})  # type: ignore[misc]
 SpendOrder = enum.StrEnum("SpendOrder", {o: o for o in SPEND_ORDERS})  # type: ignore[misc]
@@ -67,7 +71,9 @@ def row_doc(row: SpendRow) -> dict[str, Any]:
     }
 
 
+@app.callback()
 def spend(
+    ctx: typer.Context,
     by: Annotated[
         SpendBy,
         typer.Option(
@@ -129,6 +135,12 @@ def spend(
             "--provider-cost-only", help="Count provider-reported costs only, not estimates."
         ),
     ] = False,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw", help="Read the ledger alone, bypassing the daily fold (agora spend fold)."
+        ),
+    ] = False,
     chart: Annotated[
         bool,
         typer.Option(
@@ -146,8 +158,14 @@ def spend(
     unknown: they are never summed as free, and each unpriced model is named under the table
     with the command that would price it. Weeks start on Monday and are keyed by that day.
 
+    Whole days folded by `agora spend fold` are read from the daily fold and the rest from the
+    ledger (the figures are the same; --raw reads the ledger alone; the JSON says how many days
+    came from the fold in `folded_days`).
+
     Example: agora spend --by day,model --last 7d --order tokens
     """
+    if ctx.invoked_subcommand is not None:
+        return
     from agora_cli.store.ledger import list_unpriced_models
     from agora_cli.store.ledger import spend as spend_report
 
@@ -165,9 +183,12 @@ def spend(
             by=grouping,
             from_day=start,
             to_day=end,
+            actor=actor,
+            tenant=tenant,
+            model=model,
             provider_cost_only=provider_cost_only,
             order=None if order is None else str(order.value),
-            **filters,
+            raw=raw,
         )
         unpriced: list[tuple[str, int]] = []
         if report.total.unpriced_turns and not (as_json or csv):
@@ -207,6 +228,7 @@ def _document(report: SpendReport) -> dict[str, Any]:
         "to": report.to_day.isoformat(),
         "rows": rows,
         "total": row_doc(report.total),
+        "folded_days": report.folded_days,
     }
 
 
@@ -485,3 +507,152 @@ def _pricing_hint(model_id: str) -> str:
     if "/" in model_id and not model_id.startswith("arn:"):
         return f" → agora prices seed {quoted}  (or {manual})"
     return f" → agora prices seed --missing  (or {manual})"
+
+
+# --- agora spend fold ------------------------------------------------------------------------
+
+_DURATION_RE = re.compile(r"^(\d{1,6})([smhd])$")
+_UNIT_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _duration_ms(text: str, what: str) -> int:
+    match = _DURATION_RE.match(text.strip()) if text.strip() != "0" else None
+    if text.strip() == "0":
+        return 0
+    if match is None:
+        raise InvalidInput(f"{what} {text!r} is not a duration such as 90m, 2h or 1d")
+    return int(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
+def _day_range(text: str, what: str) -> tuple[date, date]:
+    first, sep, last = text.partition("..")
+    if not sep:
+        raise InvalidInput(f"{what} {text!r} is not a range FROM..TO (2026-11-01..2026-11-30)")
+    return (
+        parse_bound(first, what=what, end=False),
+        parse_bound(last, what=what, end=True),
+    )
+
+
+@app.command("fold")
+def fold(
+    through: Annotated[
+        str | None,
+        typer.Option(
+            "--through",
+            metavar="YYYY-MM-DD",
+            help="Fold closed days up to this day, inclusive (default: the last closed day).",
+            show_default=False,
+        ),
+    ] = None,
+    refold: Annotated[
+        str | None,
+        typer.Option(
+            "--refold",
+            metavar="FROM..TO",
+            help="Fold these days again (they are marked dirty first).",
+            show_default=False,
+        ),
+    ] = None,
+    grace: Annotated[
+        str,
+        typer.Option(
+            "--grace",
+            metavar="DURATION",
+            help="A day is closed this long after its end (30m, 2h, 1d; at most 7 days).",
+        ),
+    ] = "2h",
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify",
+            help="Instead of folding: compare folded days with the ledger and mark those that "
+            "differ dirty (late rows from other writers). Weekly from cron.",
+        ),
+    ] = False,
+    days: Annotated[
+        str | None,
+        typer.Option(
+            "--days",
+            metavar="FROM..TO",
+            help="With --verify: only these days (default: every folded day).",
+            show_default=False,
+        ),
+    ] = None,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Fold closed UTC days of the ledger into the daily fold, dirty days first (for cron).
+
+    Each day is one transaction that replaces the day's folded rows: idempotent, resumable after
+    a kill, and safe from several processes at once (one folds a day, the others skip it).
+    Reports read folded clean days from the fold, so a year of spend costs milliseconds. What
+    agora changes in the past (reprice, threads delete, demo --force) marks its days dirty;
+    rows other writers add to a folded day are found by --verify.
+
+    Example: agora spend fold --grace 2h --json   # nightly; add --verify weekly
+    """
+    from agora_cli.store import fold as folding
+
+    if days is not None and not verify:
+        raise InvalidInput("--days goes with --verify (to fold again, use --refold)")
+    if verify and (through is not None or refold is not None):
+        raise InvalidInput("--verify compares folded days; it does not take --through/--refold")
+    grace_ms = _duration_ms(grace, "--grace")
+    through_day = parse_day(through, what="--through") if through is not None else None
+    refold_days = _day_range(refold, "--refold") if refold is not None else None
+    verify_days = _day_range(days, "--days") if days is not None else None
+    engine = open_db(db)
+    if verify:
+        with progress("verifying", None) as advance:
+            checked = folding.verify(
+                engine,
+                from_day=verify_days[0] if verify_days else None,
+                to_day=verify_days[1] if verify_days else None,
+                progress=lambda done, total: advance(1),
+            )
+        bad = [d.isoformat() for d in checked.mismatched]
+        finish(
+            {"days_checked": checked.days_checked, "mismatched": bad},
+            as_json=as_json,
+            show=f"Checked {checked.days_checked:,} folded day(s): "
+            + (
+                f"{len(bad)} differ from the ledger and are now dirty: {', '.join(bad)}; "
+                "the next `agora spend fold` refolds them."
+                if bad
+                else "all match the ledger."
+            ),
+            exit_code=0,
+        )
+        return
+    with progress("folding", None) as advance:
+        result = folding.fold(
+            engine,
+            through=through_day,
+            refold=refold_days,
+            grace_ms=grace_ms,
+            progress=lambda done, total: advance(1),
+        )
+    finish(
+        {
+            "folded_days": result.folded,
+            "refolded_days": result.refolded,
+            "skipped_days": result.skipped,
+            "unfoldable_days": result.unfoldable,
+            "rows": result.rows,
+            "through": None if result.through is None else result.through.isoformat(),
+        },
+        as_json=as_json,
+        show=(
+            f"Folded {result.folded:,} day(s) ({result.refolded:,} dirty ones again) "
+            f"holding {result.rows:,} ledger row(s), through "
+            f"{'—' if result.through is None else result.through.isoformat()}"
+            + (f"; {result.skipped} being folded by another process" if result.skipped else "")
+            + (
+                f"; {result.unfoldable} left raw (identities that differ only by trailing spaces)"
+                if result.unfoldable
+                else ""
+            )
+            + "."
+        ),
+    )

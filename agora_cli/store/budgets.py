@@ -28,8 +28,10 @@ from sqlalchemy.exc import IntegrityError
 from agora_cli.store.clock import Clock, SystemClock
 from agora_cli.store.engine import dialect_name
 from agora_cli.store.errors import Conflict, InvalidInput
+from agora_cli.store.fold import fold_filter, raw_filter, window_parts
 from agora_cli.store.schema import budget as b
 from agora_cli.store.schema import token_usage as u
+from agora_cli.store.schema import usage_daily as d
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.values import (
     BIGINT_MAX,
@@ -298,6 +300,127 @@ def remove_budgets(
 # --- periods and usage --------------------------------------------------------------------------
 
 
+Sums = tuple[int, float, int]  # tokens (input + output), known USD, unpriced rows
+
+
+def _sums(
+    conn: Connection,
+    *,
+    source: str,
+    kind: str,
+    refs: list[str],
+    where: ColumnElement[bool],
+    provider_cost_only: bool,
+) -> dict[str, Sums]:
+    """Sums per scope ref over the ledger (``source="raw"``) or the daily fold (``"fold"``).
+
+    One ref: a SUM over the scope's index. Several: one statement per 500 refs grouped by the
+    ref, and by its byte length too on MySQL, whose PAD SPACE collation puts 'a' and 'a ' in one
+    group (and may return either spelling for it).
+    """
+    if source == "raw":
+        cost: ColumnElement[Any] = u.c.cost_usd
+        if provider_cost_only:
+            cost = case((u.c.cost_source == "provider", u.c.cost_usd))
+        measures = (
+            func.coalesce(func.sum(u.c.input_tokens + u.c.output_tokens), 0),
+            func.coalesce(func.sum(cost), 0),
+            func.count() - func.count(u.c.cost_usd),
+        )
+        columns = {"actor": u.c.actor_ref, "tenant": u.c.tenant_ref}
+    else:
+        measures = (
+            func.coalesce(func.sum(d.c.input_tokens + d.c.output_tokens), 0),
+            func.coalesce(func.sum(d.c.cost_usd), 0),
+            func.coalesce(func.sum(d.c.unpriced_turns), 0),
+        )
+        columns = {"actor": d.c.actor_ref, "tenant": d.c.tenant_key}
+    if kind == "global":
+        tokens, usd, unpriced = conn.execute(select(*measures).where(where)).one()
+        return {"": (int(tokens), float(usd), int(unpriced))}
+    column = columns[kind]
+    if len(refs) == 1:
+        q = select(*measures).where(where, exact_eq(column, refs[0]))
+        tokens, usd, unpriced = conn.execute(q).one()
+        return {refs[0]: (int(tokens), float(usd), int(unpriced))}
+    out: dict[str, Sums] = {}
+    padded = dialect_name(conn) == "mysql"
+    for chunk in (refs[i : i + 500] for i in range(0, len(refs), 500)):
+        exact = {(ref.rstrip(" "), len(ref.encode())): ref for ref in chunk}
+        size = func.length(column) if padded else literal_column("0")  # MySQL: bytes
+        q = (
+            select(column, size, *measures)
+            .where(where, column.in_(chunk))
+            .group_by(column, *([size] if padded else []))
+        )
+        for value, nbytes, tokens, usd, unpriced in conn.execute(q):
+            key = str(value)
+            length = int(nbytes) if padded else len(key.encode())
+            ref = exact.get((key.rstrip(" "), length))
+            if ref is not None:
+                out[ref] = (int(tokens), float(usd), int(unpriced))
+    return out
+
+
+def _window_sums(
+    conn: Connection,
+    *,
+    kind: str,
+    refs: list[str],
+    from_ms: int,
+    to_ms: int,
+    provider_cost_only: bool,
+    raw: bool,
+) -> dict[str, Sums]:
+    """Sums per ref over ``[from_ms, to_ms]``: folded clean days from the fold, the rest raw.
+
+    The fold's state is read before and after (see ``ledger._groups``); a provider-only sum, or
+    ``raw``, reads the ledger alone.
+    """
+    if not raw and not provider_cost_only:
+        for _ in range(3):
+            parts = window_parts(conn, from_ms, to_ms)
+            if not parts.fold_days:
+                break
+            total: dict[str, Sums] = {}
+            found = [
+                _sums(
+                    conn,
+                    source="fold",
+                    kind=kind,
+                    refs=refs,
+                    where=fold_filter(parts),
+                    provider_cost_only=False,
+                ),
+            ]
+            if parts.raw:
+                found.append(
+                    _sums(
+                        conn,
+                        source="raw",
+                        kind=kind,
+                        refs=refs,
+                        where=raw_filter(parts),
+                        provider_cost_only=False,
+                    )
+                )
+            for sums in found:
+                for ref, (tokens, usd, unpriced) in sums.items():
+                    t, p, n = total.get(ref, (0, 0.0, 0))
+                    total[ref] = (t + tokens, p + usd, n + unpriced)
+            if window_parts(conn, from_ms, to_ms) == parts:
+                return total
+    window = u.c.created_at.between(from_ms, to_ms)
+    return _sums(
+        conn,
+        source="raw",
+        kind=kind,
+        refs=refs,
+        where=window,
+        provider_cost_only=provider_cost_only,
+    )
+
+
 def sum_scope_usage(
     conn: Connection,
     *,
@@ -306,23 +429,21 @@ def sum_scope_usage(
     from_ms: int,
     to_ms: int,
     provider_cost_only: bool = False,
-) -> tuple[int, float, int]:
-    """(tokens, known USD, unpriced rows) of a scope in ``[from_ms, to_ms]``: one indexed SUM."""
+    raw: bool = False,
+) -> Sums:
+    """(tokens, known USD, unpriced rows) of a scope in ``[from_ms, to_ms]``: an indexed SUM
+    of the ledger, and of the daily fold for whole folded days."""
     kind, ref = _scope(scope_kind, scope_ref)
-    cost = (
-        case((u.c.cost_source == "provider", u.c.cost_usd)) if provider_cost_only else u.c.cost_usd
+    sums = _window_sums(
+        conn,
+        kind=kind,
+        refs=[ref],
+        from_ms=from_ms,
+        to_ms=to_ms,
+        provider_cost_only=provider_cost_only,
+        raw=raw,
     )
-    q = select(
-        func.coalesce(func.sum(u.c.input_tokens + u.c.output_tokens), 0),
-        func.coalesce(func.sum(cost), 0),
-        func.count() - func.count(u.c.cost_usd),
-    ).where(u.c.created_at.between(from_ms, to_ms))
-    if kind == "actor":
-        q = q.where(exact_eq(u.c.actor_ref, ref))
-    elif kind == "tenant":
-        q = q.where(exact_eq(u.c.tenant_ref, ref))
-    tokens, usd, unpriced = conn.execute(q).one()
-    return int(tokens), float(usd), int(unpriced)
+    return sums.get(ref, (0, 0.0, 0))
 
 
 def _state(budget: Budget, tokens: int, usd: float) -> tuple[float, BudgetState]:
@@ -397,46 +518,24 @@ def evaluate_budgets(
             evaluate_budget(conn, budget, at_ms=at_ms, provider_cost_only=provider_cost_only)
             for budget in budgets
         ]
-    used: dict[tuple[str, str, str], tuple[int, float, int]] = {}
+    used: dict[tuple[str, str, str], Sums] = {}
     groups: dict[tuple[str, str], list[Budget]] = {}
     for budget in budgets:
         groups.setdefault((budget.scope_kind, budget.period), []).append(budget)
-    cost = (
-        case((u.c.cost_source == "provider", u.c.cost_usd)) if provider_cost_only else u.c.cost_usd
-    )
-    measures = (
-        func.coalesce(func.sum(u.c.input_tokens + u.c.output_tokens), 0),
-        func.coalesce(func.sum(cost), 0),
-        func.count() - func.count(u.c.cost_usd),
-    )
-    padded = dialect_name(conn) == "mysql"
     for (kind, period), members in groups.items():
         start, end = period_window(period, at_ms)
-        window = u.c.created_at.between(start, min(end, at_ms))
-        if kind == "global":
-            tokens, usd, unpriced = conn.execute(select(*measures).where(window)).one()
-            used[(kind, "", period)] = (int(tokens), float(usd), int(unpriced))
-            continue
-        column = u.c.actor_ref if kind == "actor" else u.c.tenant_ref
         refs = sorted({m.scope_ref for m in members})
-        for chunk in (refs[i : i + 500] for i in range(0, len(refs), 500)):
-            # Grouped by the value and its byte length too: MySQL's PAD SPACE collation puts
-            # 'a' and 'a ' in one group (and may return either spelling for it), so a group is
-            # known by its value without trailing spaces and its length.
-            exact = {(ref.rstrip(" "), len(ref.encode())): ref for ref in chunk}
-            # MySQL's LENGTH counts bytes; elsewhere the value itself is exact.
-            size = func.length(column) if padded else literal_column("0")
-            q = (
-                select(column, size, *measures)
-                .where(window, column.in_(chunk))
-                .group_by(column, *([size] if padded else []))
-            )
-            for value, nbytes, tokens, usd, unpriced in conn.execute(q):
-                key = str(value)
-                length = int(nbytes) if padded else len(key.encode())
-                ref = exact.get((key.rstrip(" "), length))
-                if ref is not None:
-                    used[(kind, ref, period)] = (int(tokens), float(usd), int(unpriced))
+        sums = _window_sums(
+            conn,
+            kind=kind,
+            refs=refs,
+            from_ms=start,
+            to_ms=min(end, at_ms),
+            provider_cost_only=provider_cost_only,
+            raw=False,
+        )
+        for ref, value in sums.items():
+            used[(kind, ref, period)] = value
     out = []
     for budget in budgets:
         start, end = period_window(budget.period, at_ms)

