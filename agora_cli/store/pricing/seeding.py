@@ -1,15 +1,17 @@
 """Seeding prices from the models.dev catalog: named models, or every model the ledger has seen.
 
 ``seed_prices_from_models_dev`` prices ``provider/model`` names all or nothing;
-``seed_missing_prices`` prices every ledger model id that resolves to no price, never
+``seed_missing_prices`` prices every ledger model id that needs a price — none yet, or only a
+borrowed one where the catalog lists the id's more specific spelling at its own price — never
 overwriting one, by the choice rules of pricing-and-ledger.md ("Pricing what the ledger has
-seen"), and reports what it could not price and why.
+seen"), and reports what it could not price and why. Every price seeded records its provider:
+``source='models.dev:<provider>'``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from difflib import get_close_matches
 from typing import TYPE_CHECKING, Any
 
@@ -17,15 +19,18 @@ from agora_cli.store.clock import Clock
 from agora_cli.store.errors import InvalidInput, ModelNotInCatalog
 from agora_cli.store.pricing.rules import (
     ARN_RE,
-    BEDROCK_FIRST_PARTY,
     FIRST_PARTY_PROVIDERS,
+    HYPERSCALERS,
+    ROUTE_ALIASES,
     ModelPrice,
+    Resolution,
+    is_bedrock_id,
     is_govcloud,
     price_from_catalog,
+    resolution_candidates,
     resolve_model_price,
     route_forms,
     split_model_name,
-    strip_date_suffix,
 )
 from agora_cli.store.pricing.table import PriceChange, current_prices, write_prices
 
@@ -56,12 +61,27 @@ class SkippedModel:
 
 @dataclass(frozen=True)
 class CatalogMatch:
-    """The catalog price chosen for a ledger id, and the id it is stored under."""
+    """The catalog price chosen for a ledger id, the spelling it is stored under, and whose it is.
+
+    ``provider`` is the provider whose listing was taken (also in ``price.source`` as
+    ``models.dev:<provider>``); ``choice`` says why: ``route`` (the ledger id's route named the
+    provider), ``only`` (the one provider listing the spelling), ``first-party``,
+    ``hyperscaler`` or ``agreement`` (every provider listing it charges the same); ``agreeing``
+    names the providers that rule stood on. ``rule`` is how the ledger id reaches the spelling
+    (``exact``, ``prefix``, ``date``, ``prefix+date``). ``passed_over`` names more specific
+    spellings that only resellers list (``302ai/gpt-5.4-mini-2026-03-17``), not taken because a
+    first-party or hyperscaler lists a less specific one.
+    """
 
     ledger_id: str
     model_id: str
     catalog_id: str
     price: ModelPrice
+    provider: str = ""
+    choice: str = "only"
+    agreeing: tuple[str, ...] = ()
+    rule: str = "exact"
+    passed_over: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,7 +119,7 @@ def seed_prices_from_models_dev(
         if entry is None:
             problems.append(_not_found_message(catalog, provider, model))
             continue
-        price = price_from_catalog(entry, model)
+        price = price_from_catalog(entry, model, provider)
         if price is None:
             what = "no price" if entry.get("cost") is None else "no usable price"
             problems.append(
@@ -141,59 +161,115 @@ def _not_found_message(catalog: ModelCatalog, provider: str, model: str) -> str:
 def match_catalog_price(model_id: str, catalog: ModelCatalog) -> CatalogMatch | SkippedModel:
     """Choose the catalog price for a ledger model id by the rules of ``seed --missing``.
 
-    A route segment naming a catalog provider selects it; otherwise the providers listing the most
-    route-stripped form (then a date-stripped form) must agree to 1e-9 relative, or a first-party
-    provider decides; otherwise the id is ambiguous. GovCloud ids are never priced from here.
+    1. A route naming a catalog provider (directly, through ``ROUTE_ALIASES``, or a Bedrock ARN
+       for ``amazon-bedrock``) selects it: only its listings count.
+    2. The spellings are tried from the most specific to the least (the id as written, then the
+       resolution rules' forms in their order); the first one listed with a price is priced,
+       under that spelling — except that a spelling only resellers list gives way to a less
+       specific one a first-party provider or a hyperscaler lists (a reseller's dated listing
+       must not displace the maker's price).
+    3. Among the providers listing that spelling: the first party's listing; else the
+       hyperscalers' when they agree; else the price every provider agrees on (to 1e-9
+       relative); else ``ambiguous``. A spelling one provider lists is priced from it.
+    GovCloud ids are never priced from here.
     """
     if is_govcloud(model_id):
         return SkippedModel(model_id, "govcloud")
-    forms = route_forms(model_id)
-    chosen: str | None = None
-    for i, form in enumerate(forms[:-1]):
-        if "/" in form and not ARN_RE.match(form):
-            head = form.split("/", 1)[0]
-            if head in catalog.providers:
-                chosen, forms = head, forms[i + 1 :]
-                break
-    order = list(reversed(forms))
-    order += [u for f in reversed(forms) if (u := strip_date_suffix(f)) is not None]
-    order = list(dict.fromkeys(order))
+    chosen = _route_provider(model_id, catalog)
+    spellings = resolution_candidates(model_id)
     unpriced: list[str] = []
-    for form in order:
-        providers = [chosen] if chosen else catalog.providers_listing(form)
+    fallback: tuple[str, str, list[tuple[str, ModelPrice]]] | None = None
+    passed: list[str] = []
+    for spelling, rule in spellings:
+        providers = [chosen] if chosen else catalog.providers_listing(spelling)
         listed: list[tuple[str, ModelPrice]] = []
         for provider in providers:
-            entry = catalog.entry(provider, form)
+            entry = catalog.entry(provider, spelling)
             if entry is None:
                 continue
-            price = price_from_catalog(entry, form)
+            price = price_from_catalog(entry, spelling, provider)
             if price is None:
-                unpriced.append(f"{provider}/{form}")
+                unpriced.append(f"{provider}/{spelling}")
             else:
                 listed.append((provider, price))
-        if listed:
-            return _decide(model_id, form, listed)
+        if not listed:
+            continue
+        if chosen:
+            provider, price = listed[0]
+            return CatalogMatch(
+                model_id,
+                spelling,
+                f"{provider}/{spelling}",
+                price,
+                provider,
+                "route",
+                (provider,),
+                rule,
+            )
+        if any(_authoritative(p, spelling) for p, _ in listed):
+            outcome = _decide(model_id, spelling, rule, listed)
+            if isinstance(outcome, CatalogMatch) and fallback is not None:
+                return replace(outcome, passed_over=tuple(passed))
+            return outcome
+        if fallback is None:
+            fallback = (spelling, rule, listed)
+        passed += [f"{p}/{spelling}" for p, _ in listed]
+    if fallback is not None:
+        return _decide(model_id, *fallback)
     if unpriced:
         return SkippedModel(model_id, "no_price", tuple(dict.fromkeys(unpriced)))
+    forms = route_forms(model_id)
     return SkippedModel(model_id, "not_in_catalog", _close_names(catalog, forms, chosen))
 
 
+def _route_provider(model_id: str, catalog: ModelCatalog) -> str | None:
+    """The catalog provider the ledger id's route names, if any (the outermost one wins)."""
+    for form in route_forms(model_id)[:-1]:
+        if ARN_RE.match(form):
+            name = "amazon-bedrock"
+        elif "/" in form:
+            head = form.split("/", 1)[0]
+            name = ROUTE_ALIASES.get(head, head)
+        else:
+            continue
+        if name in catalog.providers:
+            return name
+    return None
+
+
+def _first_party(provider: str, spelling: str) -> bool:
+    return provider in FIRST_PARTY_PROVIDERS or (
+        provider == "amazon-bedrock" and is_bedrock_id(spelling)
+    )
+
+
+def _authoritative(provider: str, spelling: str) -> bool:
+    return _first_party(provider, spelling) or provider in HYPERSCALERS
+
+
 def _decide(
-    ledger_id: str, form: str, listed: list[tuple[str, ModelPrice]]
+    ledger_id: str, spelling: str, rule: str, listed: list[tuple[str, ModelPrice]]
 ) -> CatalogMatch | SkippedModel:
-    first_party = [
-        (p, price)
-        for p, price in listed
-        if p in FIRST_PARTY_PROVIDERS
-        or (p == "amazon-bedrock" and form.startswith(BEDROCK_FIRST_PARTY))
-    ]
-    if all(price.same_rates(listed[0][1]) for _, price in listed):
-        provider, price = (first_party or listed)[0]
-        return CatalogMatch(ledger_id, form, f"{provider}/{form}", price)
-    if first_party and all(price.same_rates(first_party[0][1]) for _, price in first_party):
-        provider, price = first_party[0]
-        return CatalogMatch(ledger_id, form, f"{provider}/{form}", price)
-    return SkippedModel(ledger_id, "ambiguous", tuple(f"{p}/{form}" for p, _ in listed))
+    """Which listing of ``spelling`` prices it (``listed`` is sorted by provider)."""
+
+    def match(choice: str, group: list[tuple[str, ModelPrice]]) -> CatalogMatch:
+        provider, price = group[0]
+        agreeing = tuple(p for p, _ in group)
+        catalog_id = f"{provider}/{spelling}"
+        return CatalogMatch(
+            ledger_id, spelling, catalog_id, price, provider, choice, agreeing, rule
+        )
+
+    if len(listed) == 1:
+        return match("only", listed)
+    for choice, group in (
+        ("first-party", [(p, x) for p, x in listed if _first_party(p, spelling)]),
+        ("hyperscaler", [(p, x) for p, x in listed if p in HYPERSCALERS]),
+        ("agreement", listed),
+    ):
+        if group and all(price.same_rates(group[0][1]) for _, price in group):
+            return match(choice, group)
+    return SkippedModel(ledger_id, "ambiguous", tuple(f"{p}/{spelling}" for p, _ in listed))
 
 
 def _close_names(
@@ -224,10 +300,15 @@ def seed_missing_prices(
     dry_run: bool = False,
     clock: Clock | None = None,
 ) -> SeedResult:
-    """Price every ledger model id that resolves to no price, never overwriting a price.
+    """Price every ledger model id that needs a price, never overwriting a price.
 
-    Ids the rules cannot price are returned in ``skipped`` with a reason (``govcloud``,
-    ``not_in_catalog``, ``no_price``, ``ambiguous``, ``already_priced``) and candidates.
+    An id needs one when it resolves to no price, or when it resolves only through a dropped
+    route or date while the catalog lists a more specific spelling of it at a different price
+    (``eu.anthropic.…`` at $3.30 beside the base's $3; ``gpt-4o-2024-05-13`` at $5 beside
+    ``gpt-4o``'s $2.50): that spelling is priced, and the id resolves to it from then on.
+    Unresolved ids the rules cannot price are returned in ``skipped`` with a reason
+    (``govcloud``, ``not_in_catalog``, ``no_price``, ``ambiguous``, ``already_priced``) and
+    candidates. Estimates already written keep their cost until ``recompute_estimates``.
     """
     from sqlalchemy import func, select
 
@@ -242,18 +323,25 @@ def seed_missing_prices(
     ledger_ids = sorted(conn.execute(select(u.c.model_id).group_by(*keys)).scalars())
     prices = current_prices(conn)
     skipped: list[SkippedModel] = []
-    wanted: dict[str, tuple[str, ModelPrice]] = {}
+    wanted: dict[str, CatalogMatch] = {}
     for ledger_id in ledger_ids:
-        if resolve_model_price(ledger_id, prices).price is not None:
+        resolved = resolve_model_price(ledger_id, prices)
+        if resolved.price is not None and resolved.rule == "exact":
             continue
         outcome = match_catalog_price(ledger_id, catalog)
+        if resolved.price is not None and not _more_specific(outcome, resolved):
+            continue
         if isinstance(outcome, SkippedModel):
             skipped.append(outcome)
         elif outcome.model_id in prices:
             skipped.append(SkippedModel(ledger_id, "already_priced", (outcome.model_id,)))
-        else:
-            wanted.setdefault(outcome.model_id, (outcome.catalog_id, outcome.price))
-    ordered = [wanted[model_id] for model_id in sorted(wanted)]
+        elif (earlier := wanted.get(outcome.model_id)) is None:
+            wanted[outcome.model_id] = outcome
+        elif not earlier.price.same_rates(outcome.price):
+            # two ledger ids, two providers, one spelling: the first (in id order) is priced
+            both = (earlier.catalog_id, outcome.catalog_id)
+            skipped.append(SkippedModel(ledger_id, "ambiguous", both))
+    ordered = [(m.catalog_id, m.price) for _, m in sorted(wanted.items())]
     changes = write_prices(conn, ordered, overwrite=False, dry_run=dry_run, clock=clock)
     written = []
     for change in changes:
@@ -264,3 +352,14 @@ def seed_missing_prices(
     return SeedResult(
         catalog=catalog.source, prices=tuple(written), skipped=tuple(skipped), dry_run=dry_run
     )
+
+
+def _more_specific(outcome: CatalogMatch | SkippedModel, resolved: Resolution) -> bool:
+    """Whether the catalog prices a spelling more specific than the one the id resolves to,
+    at a different price (only then does an id that has a price need another)."""
+    if not isinstance(outcome, CatalogMatch) or resolved.price is None:
+        return False
+    order = [spelling for spelling, _rule in resolution_candidates(resolved.model_id)]
+    if order.index(outcome.model_id) >= order.index(str(resolved.matched)):
+        return False
+    return not outcome.price.same_rates(resolved.price)
