@@ -177,6 +177,7 @@ if TYPE_CHECKING:
         is_govcloud,
         list_prices,
         match_catalog_price,
+        needs_catalog_price,
         price_from_catalog,
         resolution_candidates,
         resolve_current_price,
@@ -519,6 +520,7 @@ _EXPORTS: dict[str, str] = {
     "match_catalog_price": "pricing",
     "metadata": "schema",
     "month_window": "clock",
+    "needs_catalog_price": "pricing",
     "normalize_url": "engine",
     "open_engine": "engine",
     "parse_catalog": "catalog",
@@ -776,6 +778,7 @@ __all__ = [
     "match_catalog_price",
     "metadata",
     "month_window",
+    "needs_catalog_price",
     "normalize_url",
     "open_engine",
     "parse_catalog",
@@ -832,6 +835,7 @@ __all__ = [
     "utf16_units",
     "write_demo_data",
 ]
+
 
 def __getattr__(name: str) -> Any:
     module_name = _EXPORTS.get(name)

@@ -38,6 +38,7 @@ from agora_cli.store.pricing.seeding import (
     SeedResult,
     SkippedModel,
     match_catalog_price,
+    needs_catalog_price,
     seed_missing_prices,
     seed_prices_from_models_dev,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "is_govcloud",
     "list_prices",
     "match_catalog_price",
+    "needs_catalog_price",
     "price_from_catalog",
     "resolution_candidates",
     "resolve_current_price",

@@ -45,6 +45,7 @@ __all__ = [
     "SeedResult",
     "SkippedModel",
     "match_catalog_price",
+    "needs_catalog_price",
     "seed_missing_prices",
     "seed_prices_from_models_dev",
 ]
@@ -86,12 +87,17 @@ class CatalogMatch:
 
 @dataclass(frozen=True)
 class SeedResult:
-    """The outcome of a seed: the catalog read, each price written (or not), and skipped ids."""
+    """The outcome of a seed: the catalog read, each price written (or not), and skipped ids.
+
+    ``matches`` (``seed --missing`` only): the catalog match behind each price in ``prices``,
+    in the same order — whose listing it is, why, and for which ledger id.
+    """
 
     catalog: str
     prices: tuple[PriceChange, ...]
     skipped: tuple[SkippedModel, ...] = ()
     dry_run: bool = False
+    matches: tuple[CatalogMatch, ...] = ()
 
 
 def seed_prices_from_models_dev(
@@ -329,7 +335,7 @@ def seed_missing_prices(
         if resolved.price is not None and resolved.rule == "exact":
             continue
         outcome = match_catalog_price(ledger_id, catalog)
-        if resolved.price is not None and not _more_specific(outcome, resolved):
+        if resolved.price is not None and not needs_catalog_price(resolved, outcome):
             continue
         if isinstance(outcome, SkippedModel):
             skipped.append(outcome)
@@ -343,23 +349,36 @@ def seed_missing_prices(
             skipped.append(SkippedModel(ledger_id, "ambiguous", both))
     ordered = [(m.catalog_id, m.price) for _, m in sorted(wanted.items())]
     changes = write_prices(conn, ordered, overwrite=False, dry_run=dry_run, clock=clock)
-    written = []
+    written: list[PriceChange] = []
     for change in changes:
         if change.action == "unchanged":  # priced meanwhile by someone else: never overwrite
             skipped.append(SkippedModel(change.model, "already_priced", (change.model,)))
         else:
             written.append(change)
     return SeedResult(
-        catalog=catalog.source, prices=tuple(written), skipped=tuple(skipped), dry_run=dry_run
+        catalog=catalog.source,
+        prices=tuple(written),
+        skipped=tuple(skipped),
+        dry_run=dry_run,
+        matches=tuple(wanted[change.model] for change in written),
     )
 
 
-def _more_specific(outcome: CatalogMatch | SkippedModel, resolved: Resolution) -> bool:
-    """Whether the catalog prices a spelling more specific than the one the id resolves to,
-    at a different price (only then does an id that has a price need another)."""
-    if not isinstance(outcome, CatalogMatch) or resolved.price is None:
+def needs_catalog_price(resolved: Resolution, outcome: CatalogMatch | SkippedModel) -> bool:
+    """Whether ``seed --missing`` would price the catalog's match for a ledger id.
+
+    Yes when the id resolves to no price; when it resolves through a dropped route or date, only
+    if the catalog's spelling is more specific than the one it resolves to and priced
+    differently (``gpt-4o-2024-05-13`` at $5 beside ``gpt-4o``'s $2.50); never when it
+    resolves as written.
+    """
+    if not isinstance(outcome, CatalogMatch):
+        return False
+    if resolved.price is None:
+        return True
+    if resolved.rule == "exact" or resolved.matched is None:
         return False
     order = [spelling for spelling, _rule in resolution_candidates(resolved.model_id)]
-    if order.index(outcome.model_id) >= order.index(str(resolved.matched)):
+    if order.index(outcome.model_id) >= order.index(resolved.matched):
         return False
     return not outcome.price.same_rates(resolved.price)
