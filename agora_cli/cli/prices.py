@@ -186,6 +186,8 @@ _REASONS = {
     "no_price": "listed without a price",
     "ambiguous": "providers disagree on the price: seed one by name",
     "already_priced": "already has a price (never overwritten)",
+    "spelling_conflict": "its catalog price would also reprice another ledger id that resolves to "
+    "the same spelling: set this id's own price by hand",
 }
 
 

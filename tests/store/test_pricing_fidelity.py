@@ -431,3 +431,54 @@ def test_6_recompute_respects_the_window(engine: Any, thread: str) -> None:
         costs = dict(conn.execute(select(u.c.id, u.c.cost_usd)).all())
     assert costs[early.id] == pytest.approx(1.1)
     assert costs[late.id] == pytest.approx(2.1)
+
+
+def test_5_a_spelling_priced_for_one_id_never_reprices_another(
+    engine: Any, catalog: ModelCatalog, thread: str
+) -> None:
+    # Prices are keyed by spelling. OpenRouter lists deepseek/deepseek-chat (no cache rate);
+    # stored for openrouter/deepseek/deepseek-chat, it would be what the ledger's own
+    # deepseek/deepseek-chat (DeepSeek direct) resolves to. An id priced as written claims its
+    # spelling first (gpt-4o from OpenAI, not from the Azure route sorted before it).
+    for ledger_id in (
+        "azure/gpt-4o",
+        "gpt-4o",
+        "deepseek/deepseek-chat",
+        "openrouter/deepseek/deepseek-chat",
+    ):
+        record(engine, ledger_id)
+    result = seed_missing(engine, catalog)
+    assert sorted((c.model, c.catalog_id) for c in result.prices) == [
+        ("deepseek-chat", "deepseek/deepseek-chat"),
+        ("gpt-4o", "openai/gpt-4o"),
+    ]
+    assert [(s.model_id, s.reason, s.candidates) for s in result.skipped] == [
+        (
+            "openrouter/deepseek/deepseek-chat",
+            "spelling_conflict",
+            ("openrouter/deepseek/deepseek-chat", "deepseek/deepseek-chat"),
+        )
+    ]
+    with engine.connect() as conn:
+        direct = resolve_current_price(conn, "deepseek/deepseek-chat")
+    assert (direct.matched, direct.provider) == ("deepseek-chat", "deepseek")
+    assert seed_missing(engine, catalog).prices == ()
+
+
+def test_5_a_resellers_own_spelling_is_not_passed_over(catalog: ModelCatalog) -> None:
+    # Fireworks' own id: dropping its "accounts/…/" route would reach DeepSeek's listing, but the
+    # id as written is what Fireworks bills. Only a dated spelling gives way to its undated one.
+    m = match_catalog_price("accounts/fireworks/models/deepseek-v4-flash", catalog)
+    assert isinstance(m, CatalogMatch)
+    assert (m.catalog_id, m.choice, m.passed_over) == (
+        "fireworks-ai/accounts/fireworks/models/deepseek-v4-flash",
+        "only",
+        (),
+    )
+    m = match_catalog_price("gpt-5.4-mini-2026-03-17", catalog)
+    assert isinstance(m, CatalogMatch)
+    assert (m.catalog_id, m.rule, m.passed_over) == (
+        "openai/gpt-5.4-mini",
+        "date",
+        ("302ai/gpt-5.4-mini-2026-03-17",),
+    )

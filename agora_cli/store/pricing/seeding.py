@@ -31,6 +31,7 @@ from agora_cli.store.pricing.rules import (
     resolve_model_price,
     route_forms,
     split_model_name,
+    strip_date_suffix,
 )
 from agora_cli.store.pricing.table import PriceChange, current_prices, write_prices
 
@@ -171,9 +172,9 @@ def match_catalog_price(model_id: str, catalog: ModelCatalog) -> CatalogMatch | 
        for ``amazon-bedrock``) selects it: only its listings count.
     2. The spellings are tried from the most specific to the least (the id as written, then the
        resolution rules' forms in their order); the first one listed with a price is priced,
-       under that spelling — except that a spelling only resellers list gives way to a less
-       specific one a first-party provider or a hyperscaler lists (a reseller's dated listing
-       must not displace the maker's price).
+       under that spelling — except that a dated spelling only resellers list gives way to its
+       undated spelling when a first-party provider or a hyperscaler lists that (a reseller's
+       dated listing must not displace the maker's price).
     3. Among the providers listing that spelling: the first party's listing; else the
        hyperscalers' when they agree; else the price every provider agrees on (to 1e-9
        relative); else ``ambiguous``. A spelling one provider lists is priced from it.
@@ -182,14 +183,12 @@ def match_catalog_price(model_id: str, catalog: ModelCatalog) -> CatalogMatch | 
     if is_govcloud(model_id):
         return SkippedModel(model_id, "govcloud")
     chosen = _route_provider(model_id, catalog)
-    spellings = resolution_candidates(model_id)
+    rules = dict(resolution_candidates(model_id))
     unpriced: list[str] = []
-    fallback: tuple[str, str, list[tuple[str, ModelPrice]]] | None = None
-    passed: list[str] = []
-    for spelling, rule in spellings:
-        providers = [chosen] if chosen else catalog.providers_listing(spelling)
-        listed: list[tuple[str, ModelPrice]] = []
-        for provider in providers:
+
+    def listings(spelling: str) -> list[tuple[str, ModelPrice]]:
+        listed = []
+        for provider in [chosen] if chosen else catalog.providers_listing(spelling):
             entry = catalog.entry(provider, spelling)
             if entry is None:
                 continue
@@ -198,30 +197,30 @@ def match_catalog_price(model_id: str, catalog: ModelCatalog) -> CatalogMatch | 
                 unpriced.append(f"{provider}/{spelling}")
             else:
                 listed.append((provider, price))
+        return listed
+
+    for spelling, rule in rules.items():
+        listed = listings(spelling)
         if not listed:
             continue
         if chosen:
             provider, price = listed[0]
+            catalog_id = f"{provider}/{spelling}"
             return CatalogMatch(
-                model_id,
-                spelling,
-                f"{provider}/{spelling}",
-                price,
-                provider,
-                "route",
-                (provider,),
-                rule,
+                model_id, spelling, catalog_id, price, provider, "route", (provider,), rule
             )
-        if any(_authoritative(p, spelling) for p, _ in listed):
-            outcome = _decide(model_id, spelling, rule, listed)
-            if isinstance(outcome, CatalogMatch) and fallback is not None:
-                return replace(outcome, passed_over=tuple(passed))
-            return outcome
-        if fallback is None:
-            fallback = (spelling, rule, listed)
-        passed += [f"{p}/{spelling}" for p, _ in listed]
-    if fallback is not None:
-        return _decide(model_id, *fallback)
+        if not any(_authoritative(p, spelling) for p, _ in listed):
+            # Only resellers list this spelling. If it is a dated snapshot whose undated
+            # spelling the maker or a cloud lists, that price wins (a reseller's listing of
+            # gpt-5.4-mini-2026-03-17 without cache rates must not displace OpenAI's).
+            undated = strip_date_suffix(spelling)
+            base = listings(undated) if undated in rules else []
+            if undated is not None and any(_authoritative(p, undated) for p, _ in base):
+                outcome = _decide(model_id, undated, rules[undated], base)
+                if isinstance(outcome, CatalogMatch):
+                    passed = tuple(f"{p}/{spelling}" for p, _ in listed)
+                    return replace(outcome, passed_over=passed)
+        return _decide(model_id, spelling, rule, listed)
     if unpriced:
         return SkippedModel(model_id, "no_price", tuple(dict.fromkeys(unpriced)))
     forms = route_forms(model_id)
@@ -313,8 +312,9 @@ def seed_missing_prices(
     (``eu.anthropic.…`` at $3.30 beside the base's $3; ``gpt-4o-2024-05-13`` at $5 beside
     ``gpt-4o``'s $2.50): that spelling is priced, and the id resolves to it from then on.
     Unresolved ids the rules cannot price are returned in ``skipped`` with a reason
-    (``govcloud``, ``not_in_catalog``, ``no_price``, ``ambiguous``, ``already_priced``) and
-    candidates. Estimates already written keep their cost until ``recompute_estimates``.
+    (``govcloud``, ``not_in_catalog``, ``no_price``, ``ambiguous``, ``already_priced``,
+    ``spelling_conflict``) and candidates. Estimates already written keep their cost until
+    ``recompute_estimates``.
     """
     from sqlalchemy import func, select
 
@@ -329,11 +329,16 @@ def seed_missing_prices(
     ledger_ids = sorted(conn.execute(select(u.c.model_id).group_by(*keys)).scalars())
     prices = current_prices(conn)
     skipped: list[SkippedModel] = []
-    wanted: dict[str, CatalogMatch] = {}
+    claims: list[CatalogMatch] = []
+    # What each ledger id must still cost once the new prices exist: its catalog match's price
+    # (ids being priced) or the price it resolves to now (ids left alone).
+    expected: dict[str, ModelPrice] = {}
     for ledger_id in ledger_ids:
         resolved = resolve_model_price(ledger_id, prices)
-        if resolved.price is not None and resolved.rule == "exact":
-            continue
+        if resolved.price is not None:
+            expected[ledger_id] = resolved.price
+            if resolved.rule == "exact":
+                continue
         outcome = match_catalog_price(ledger_id, catalog)
         if resolved.price is not None and not needs_catalog_price(resolved, outcome):
             continue
@@ -341,12 +346,10 @@ def seed_missing_prices(
             skipped.append(outcome)
         elif outcome.model_id in prices:
             skipped.append(SkippedModel(ledger_id, "already_priced", (outcome.model_id,)))
-        elif (earlier := wanted.get(outcome.model_id)) is None:
-            wanted[outcome.model_id] = outcome
-        elif not earlier.price.same_rates(outcome.price):
-            # two ledger ids, two providers, one spelling: the first (in id order) is priced
-            both = (earlier.catalog_id, outcome.catalog_id)
-            skipped.append(SkippedModel(ledger_id, "ambiguous", both))
+        else:
+            claims.append(outcome)
+            expected[ledger_id] = outcome.price
+    wanted = _settle_claims(claims, ledger_ids, prices, expected, skipped)
     ordered = [(m.catalog_id, m.price) for _, m in sorted(wanted.items())]
     changes = write_prices(conn, ordered, overwrite=False, dry_run=dry_run, clock=clock)
     written: list[PriceChange] = []
@@ -362,6 +365,53 @@ def seed_missing_prices(
         dry_run=dry_run,
         matches=tuple(wanted[change.model] for change in written),
     )
+
+
+def _settle_claims(
+    claims: list[CatalogMatch],
+    ledger_ids: list[str],
+    prices: dict[str, ModelPrice],
+    expected: dict[str, ModelPrice],
+    skipped: list[SkippedModel],
+) -> dict[str, CatalogMatch]:
+    """The prices to write: one per spelling, none that would reprice another ledger id.
+
+    Prices are keyed by spelling, not by provider, so two ledger ids can want one spelling from
+    two providers (``gpt-4o`` from OpenAI, ``azure/gpt-4o`` from Azure), and a spelling priced
+    for one id can capture another that resolves to it (the spelling ``deepseek/deepseek-chat``
+    priced from OpenRouter for ``openrouter/deepseek/deepseek-chat`` would be what the ledger's
+    ``deepseek/deepseek-chat`` resolves to). An id priced under its own spelling claims it first;
+    a claim that would leave any ledger id at a price other than its own is not written, and its
+    id is reported as ``spelling_conflict`` (price it by hand, under its own id).
+    """
+    by_spelling: dict[str, list[CatalogMatch]] = {}
+    for claim in sorted(claims, key=lambda m: (m.ledger_id != m.model_id, m.ledger_id)):
+        holders = by_spelling.setdefault(claim.model_id, [])
+        if holders and not holders[0].price.same_rates(claim.price):
+            both = (holders[0].catalog_id, claim.catalog_id)
+            skipped.append(SkippedModel(claim.ledger_id, "spelling_conflict", both))
+            expected.pop(claim.ledger_id, None)  # it takes what it resolves to
+        else:
+            holders.append(claim)
+    while True:
+        table = {**prices, **{spelling: ms[0].price for spelling, ms in by_spelling.items()}}
+        culprit = None
+        for ledger_id in ledger_ids:
+            res = resolve_model_price(ledger_id, table)
+            own = expected.get(ledger_id)
+            if own is None or res.price is None or res.price.same_rates(own):
+                continue
+            holders = by_spelling.get(str(res.matched), [])
+            if holders and all(m.ledger_id != ledger_id for m in holders):
+                culprit = (str(res.matched), ledger_id)
+                break
+        if culprit is None:
+            return {spelling: ms[0] for spelling, ms in by_spelling.items()}
+        spelling, victim = culprit
+        for claim in by_spelling.pop(spelling):
+            conflict = (claim.catalog_id, victim)
+            skipped.append(SkippedModel(claim.ledger_id, "spelling_conflict", conflict))
+            expected.pop(claim.ledger_id, None)
 
 
 def needs_catalog_price(resolved: Resolution, outcome: CatalogMatch | SkippedModel) -> bool:
