@@ -16,6 +16,7 @@ from agora_cli.store.catalog import Catalog, fetch_catalog
 from agora_cli.store.errors import InvalidInput
 from agora_cli.store.pricing import (
     HYPERSCALERS,
+    MAX_PRICE_PER_1M,
     ROUTE_ALIASES,
     CatalogMatch,
     ModelPrice,
@@ -155,6 +156,8 @@ def test_tier_rates_scale_the_base_cache_rates() -> None:
     assert tier_rates(price("m", 2.5, 15.0), tier) == tier  # no base cache rate: none
     free = price("m", 0.0, 0.0, cache_read_per_1m=0.0)
     assert tier_rates(free, tier).cache_read_per_1m is None  # no ratio from a zero input rate
+    tiny = price("m", 1e-300, 0.0, cache_read_per_1m=1.0)
+    assert tier_rates(tiny, tier).cache_read_per_1m == MAX_PRICE_PER_1M  # bounded like any rate
     tiered = price("m", 2.5, 15.0, cache_read_per_1m=0.25, tiers=(tier,))
     assert applicable_rates(tiered, 272_000) == PriceTier(0, 2.5, 15.0, 0.25, None)
     assert applicable_rates(tiered, 272_001) == PriceTier(272_000, 5.0, 22.5, 0.5, None)

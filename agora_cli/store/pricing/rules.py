@@ -176,10 +176,11 @@ class ModelPrice:
         )
 
     def tier_for(self, input_tokens: int) -> PriceTier | None:
-        """The highest tier whose size ``input_tokens`` exceeds, if any."""
+        """The highest tier whose size ``input_tokens`` exceeds, if any (of tiers of one size,
+        the last: the SQL of ``reprice`` tests them in that order too)."""
         chosen = None
         for tier in self.tiers:
-            if input_tokens > tier.size and (chosen is None or tier.size > chosen.size):
+            if input_tokens > tier.size and (chosen is None or tier.size >= chosen.size):
                 chosen = tier
         return chosen
 
@@ -373,6 +374,7 @@ def tier_rates(price: ModelPrice, tier: PriceTier) -> PriceTier:
     Base $2.50 input / $0.25 cache-read, tier $5 input without a cache rate → $0.50, as the
     providers charge. Only when the base has no such rate either (or its input rate is 0, where
     there is no ratio) does the rate stay None, which the estimate reads as the tier's input rate.
+    A scaled rate is at most ``MAX_PRICE_PER_1M``, like every stored rate.
     """
 
     def scaled(own: float | None, base: float | None) -> float | None:
@@ -380,7 +382,9 @@ def tier_rates(price: ModelPrice, tier: PriceTier) -> PriceTier:
             return own
         if base is None or price.input_per_1m == 0:
             return None
-        return base * (tier.input_per_1m / price.input_per_1m)
+        # Bounded like any stored rate, so no estimate can overflow (a tiny base input rate
+        # would otherwise make the ratio, and the rate, astronomical).
+        return min(base * (tier.input_per_1m / price.input_per_1m), MAX_PRICE_PER_1M)
 
     return PriceTier(
         tier.size,
