@@ -6,14 +6,32 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import DbOpt, JsonOpt, open_db
-from agora_cli.cli.output import Col, emit_json, money, out_console, render_table, safe_text, say
+from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db
+from agora_cli.cli.output import (
+    Col,
+    emit_csv,
+    emit_json,
+    finish,
+    money,
+    out_console,
+    progress,
+    render_table,
+    safe_text,
+    say,
+)
 from agora_cli.store.clock import SystemClock, day_window, iso_ms, parse_day
 from agora_cli.store.errors import InvalidInput
 
 if TYPE_CHECKING:
     from agora_cli.store.catalog import ModelCatalog
-    from agora_cli.store.pricing import ModelPrice, PriceChange, SeedResult
+    from agora_cli.store.pricing import (
+        CatalogMatch,
+        ModelPrice,
+        PriceChange,
+        Resolution,
+        SeedResult,
+        SkippedModel,
+    )
 
 __all__ = ["app"]
 
@@ -24,6 +42,21 @@ app = typer.Typer(
 
 DryRunOpt = Annotated[
     bool, typer.Option("--dry-run", help="Report what would change; write nothing.")
+]
+TimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--timeout",
+        metavar="S",
+        help="Give up on the catalog fetch after S seconds, retries included (at most 600).",
+    ),
+]
+OfflineOpt = Annotated[
+    bool,
+    typer.Option(
+        "--offline",
+        help="Use the cached copy of the catalog URL; no network (exit 3 if there is none).",
+    ),
 ]
 _RATES = (
     ("input_per_1m", "input"),
@@ -75,6 +108,57 @@ def _rate(value: float | None) -> str:
     return "—" if value is None else f"{value:.6g}"
 
 
+def _source(source: str | None) -> str:
+    """A price's source for people; ``models.dev`` alone predates recording the provider."""
+    if source == "models.dev":
+        return "models.dev (provider not recorded)"
+    return source or "—"
+
+
+_CHOICES = {
+    "route": "named by the id's route",
+    "only": "the only provider listing it",
+    "first-party": "first party",
+    "hyperscaler": "hyperscaler",
+    "agreement": "providers agree",
+}
+
+
+def _choice(match: CatalogMatch) -> str:
+    """Whose listing a catalog match took, and why, for people."""
+    why = _CHOICES.get(match.choice, match.choice)
+    if match.choice == "agreement":
+        why = f"{why}: {', '.join(match.agreeing)}"
+    elif match.choice == "hyperscaler" and len(match.agreeing) > 1:
+        why = f"{why}s agree: {', '.join(match.agreeing)}"
+    return f"{match.provider}, {why}"
+
+
+def _explain(res: Resolution) -> str:
+    """One sentence: how a ledger id reached its price, saying plainly what was dropped."""
+    if res.price is None or res.matched is None:
+        return f"{res.model_id} has no price: its ledger rows have no cost."
+    if res.rule == "exact":
+        how = f"{res.model_id} is priced as written"
+    else:
+        dropped = []
+        if res.route:
+            dropped.append(f"the route {res.route!r} was dropped")
+        if res.date:
+            dropped.append(f"the date {res.date!r} was dropped")
+        how = f"{res.model_id} is priced as {res.matched} ({' and '.join(dropped)})"
+    provider = res.provider
+    if provider is not None:
+        whose = f"the price is {provider}'s (models.dev)"
+    elif res.price.source == "models.dev":
+        whose = "the price is from models.dev (provider not recorded)"
+    elif res.price.source == "manual":
+        whose = "the price was set by hand"
+    else:
+        whose = f"the price's source is {res.price.source or 'not recorded'}"
+    return f"{how}; {whose}."
+
+
 def _describe(change: PriceChange) -> str:
     """The rates for people: all of them when inserted, old → new for those an update changed."""
     new, old = change.price, change.previous
@@ -102,6 +186,8 @@ _REASONS = {
     "no_price": "listed without a price",
     "ambiguous": "providers disagree on the price: seed one by name",
     "already_priced": "already has a price (never overwritten)",
+    "spelling_conflict": "its catalog price would also reprice another ledger id that resolves to "
+    "the same spelling: set this id's own price by hand",
 }
 
 
@@ -147,9 +233,14 @@ def _stale_warning(catalog: ModelCatalog, now: int) -> None:
 
 def _render_seed(result: SeedResult, *, missing: bool) -> None:
     console = out_console()
+    matches = {m.model_id: m for m in result.matches}
     for c in result.prices:
-        where = f" ({safe_text(c.catalog_id)})" if c.catalog_id else ""
+        match = matches.get(c.model)
+        whose = f"; {_choice(match)}" if match is not None else ""
+        where = f" ({safe_text(c.catalog_id)}{safe_text(whose)})" if c.catalog_id else ""
         console.print(f"{c.action:<9} {safe_text(c.model)}{where}: {_describe(c)}", markup=False)
+        if match is not None and match.ledger_id != c.model:
+            console.print(f"{'':<9} for the ledger's {safe_text(match.ledger_id)}", markup=False)
     if missing:
         for s in result.skipped:
             shown = ", ".join(safe_text(c) for c in s.candidates)
@@ -165,6 +256,12 @@ def _render_seed(result: SeedResult, *, missing: bool) -> None:
                 style="yellow",
             )
     changed = sum(1 for c in result.prices if c.action != "unchanged")
+    if missing and changed and not result.dry_run:
+        say(
+            "rows estimated before keep their cost: agora prices reprice --estimates "
+            "recomputes them from the prices now current",
+            style="yellow",
+        )
     if result.dry_run:
         say(f"dry run: {changed} price(s) would be written; nothing was written.")
     elif not result.prices and not missing:
@@ -179,7 +276,7 @@ def _price_rows(prices: list[ModelPrice]) -> list[dict[str, Any]]:
         {
             "model": p.model_id,
             **{key: _rate(getattr(p, key)) for key, _label in _RATES},
-            "source": f"{p.source or '—'}{', tiered' if p.tiers else ''}",
+            "source": f"{_source(p.source)}{', tiered' if p.tiers else ''}",
             "effective_from": (iso_ms(p.effective_from) or "")[:16].replace("T", " "),
             "current": "yes" if p.is_current else "",
         }
@@ -220,21 +317,8 @@ def seed(
             show_default=False,
         ),
     ] = None,
-    timeout: Annotated[
-        float,
-        typer.Option(
-            "--timeout",
-            metavar="S",
-            help="Give up on the catalog fetch after S seconds, retries included (at most 600).",
-        ),
-    ] = 10.0,
-    offline: Annotated[
-        bool,
-        typer.Option(
-            "--offline",
-            help="Use the cached copy of the catalog URL; no network (exit 3 if there is none).",
-        ),
-    ] = False,
+    timeout: TimeoutOpt = 10.0,
+    offline: OfflineOpt = False,
     dry_run: DryRunOpt = False,
     db: DbOpt = None,
     as_json: JsonOpt = False,
@@ -242,9 +326,11 @@ def seed(
     """Price models from the models.dev catalog, all or nothing, and show what changed.
 
     Prices are stored under the model id the provider publishes (openai/gpt-4o-mini is stored as
-    gpt-4o-mini) with source models.dev; the ledger finds them through the resolution rules.
-    --missing prices every ledger model id that resolves to no price and never overwrites one.
-    When the fetch fails and a copy of that catalog is cached, the copy is used, with a warning.
+    gpt-4o-mini) with source models.dev:<provider>; the ledger finds them through the resolution
+    rules. --missing prices every ledger model id that has no price, or only one borrowed from a
+    less specific spelling the catalog prices differently (eu. profiles, dated snapshots), and
+    never overwrites a price. When the fetch fails and a copy of that catalog is cached, the
+    copy is used, with a warning.
 
     Example: agora prices seed openai/gpt-4o-mini anthropic/claude-sonnet-4-5 --dry-run
     """
@@ -352,6 +438,28 @@ def set_(
     out_console().print(f"{shown}: {change.action} — {_describe(change)}.", markup=False)
 
 
+_CSV_COLS = [
+    Col("model"),
+    Col("input_per_1m"),
+    Col("output_per_1m"),
+    Col("cache_read_per_1m"),
+    Col("cache_write_per_1m"),
+    Col("tiers"),
+    Col("source"),
+    Col("effective_from"),
+    Col("is_current"),
+]
+
+
+def _csv_row(price: ModelPrice) -> dict[str, Any]:
+    import json
+
+    doc = _price_doc(price)
+    doc["tiers"] = None if doc["tiers"] is None else json.dumps(doc["tiers"])
+    doc["is_current"] = int(price.is_current)
+    return doc
+
+
 @app.command("list")
 def list_(
     model: Annotated[
@@ -362,70 +470,191 @@ def list_(
     ] = False,
     db: DbOpt = None,
     as_json: JsonOpt = False,
+    csv: CsvOpt = False,
 ) -> None:
     """List current prices (with --history, retired ones too), in USD per 1M tokens.
+
+    Source says whose price it is: models.dev:<provider> (the catalog provider whose listing was
+    taken), manual, or models.dev alone for prices seeded before the provider was recorded.
+    --csv prints every column, tiers as JSON.
 
     Example: agora prices list --model gpt-4o-mini --history
     """
     from agora_cli.store.pricing import list_prices
 
+    if as_json and csv:
+        raise InvalidInput("choose one of --json and --csv")
     engine = open_db(db, readonly=True)
     with engine.connect() as conn:
         prices = list_prices(conn, model_id=model, history=history)
-    if as_json:
-        emit_json({"prices": [_price_doc(p) for p in prices]})
+    if csv:
+        emit_csv([_csv_row(p) for p in prices], _CSV_COLS)
         return
     cols = _PRICE_COLS
     if history:
         cols = [*_PRICE_COLS, Col("effective_from", "Since (UTC)"), Col("current", "Current")]
-    render_table(
-        _price_rows(prices),
-        cols,
-        title="Prices, USD per 1M tokens",
-        empty="no prices yet: agora prices seed openai/gpt-4o-mini, or agora prices set …",
+    finish(
+        {"prices": [_price_doc(p) for p in prices]},
+        as_json=as_json,
+        show=lambda: render_table(
+            _price_rows(prices),
+            cols,
+            title="Prices, USD per 1M tokens",
+            empty="no prices yet: agora prices seed openai/gpt-4o-mini, or agora prices set …",
+        ),
     )
+
+
+_CATALOG_PRICE_KEYS = (
+    "model",
+    "input_per_1m",
+    "output_per_1m",
+    "cache_read_per_1m",
+    "cache_write_per_1m",
+    "tiers",
+    "source",
+)
+
+
+def _resolution_doc(res: Resolution) -> dict[str, Any]:
+    return {
+        "model_id": res.model_id,
+        "matched": res.matched,
+        "rule": res.rule,
+        "price": None if res.price is None else _price_doc(res.price),
+        "provider": res.provider,
+        "route": res.route,
+        "date": res.date,
+        "explanation": _explain(res),
+    }
+
+
+def _catalog_doc(outcome: CatalogMatch | SkippedModel, *, more_specific: bool) -> dict[str, Any]:
+    from agora_cli.store.pricing import CatalogMatch
+
+    if not isinstance(outcome, CatalogMatch):
+        return {
+            "matched": None,
+            "skipped": outcome.reason,
+            "candidates": list(outcome.candidates),
+        }
+    return {
+        "matched": outcome.model_id,
+        "catalog_id": outcome.catalog_id,
+        "rule": outcome.rule,
+        "provider": outcome.provider,
+        "choice": outcome.choice,
+        "agreeing": list(outcome.agreeing),
+        "passed_over": list(outcome.passed_over),
+        "price": {k: v for k, v in _price_doc(outcome.price).items() if k in _CATALOG_PRICE_KEYS},
+        "seed_missing_would_price": more_specific,
+    }
+
+
+def _show_catalog(
+    outcome: CatalogMatch | SkippedModel, *, more_specific: bool, priced: bool
+) -> None:
+    from agora_cli.store.pricing import CatalogMatch
+
+    console = out_console()
+    if not isinstance(outcome, CatalogMatch):
+        shown = ", ".join(outcome.candidates)
+        hint = f" (candidates: {shown})" if shown else ""
+        reason = _REASONS.get(outcome.reason, outcome.reason)
+        console.print(safe_text(f"the catalog: {reason}{hint}"), markup=False)
+        return
+    console.print(
+        safe_text(f"the catalog: {outcome.catalog_id} (rule: {outcome.rule}; {_choice(outcome)})"),
+        markup=False,
+    )
+    if outcome.passed_over:
+        passed = ", ".join(outcome.passed_over)
+        console.print(
+            safe_text(f"  not taken: {passed} (only resellers list that spelling)"), markup=False
+        )
+    render_table(_price_rows([outcome.price]), _PRICE_COLS, title="The catalog's price")
+    if more_specific:
+        then = "reprice --estimates corrects" if priced else "reprice fills"
+        _talk(
+            f"agora prices seed --missing would price {outcome.model_id} from "
+            f"{outcome.catalog_id} (then agora prices {then} its past rows)",
+            style="yellow",
+        )
 
 
 @app.command("resolve")
 def resolve(
     model_id: Annotated[str, typer.Argument(help="A model id as the ledger records it.")],
+    catalog: Annotated[
+        str | None,
+        typer.Option(
+            "--catalog",
+            metavar="URL|PATH",
+            help="Also show what the catalog says (URL or file; 'default': $AGORA_MODELS_DEV_URL"
+            " or models.dev).",
+            show_default=False,
+        ),
+    ] = None,
+    timeout: TimeoutOpt = 10.0,
+    offline: OfflineOpt = False,
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Show which price a ledger model id resolves to, and by which rule (exit 0 either way).
+    """Show which price a ledger model id resolves to, by which rule, and whose price it is.
 
     Rules, in order: exact id; route prefixes dropped (openrouter/openai/gpt-4o-mini → gpt-4o-mini,
-    Bedrock ARNs and us./eu./apac./global. profiles); one trailing calendar date dropped.
+    Bedrock ARNs and us./eu./apac./jp./au./global. profiles); one trailing calendar date dropped.
+    When a route or a date was dropped it says so ("priced as gpt-4o"). With --catalog it also
+    shows the catalog's choice for the id: the spelling, the provider and why (first party,
+    hyperscaler, the providers that agree), and whether seed --missing would price it anew.
+    Exit 0 either way: it is a question.
 
     Example: agora prices resolve openrouter/openai/gpt-4o-mini-2024-07-18
     """
     from agora_cli.store.pricing import resolve_current_price
 
+    if catalog is not None:
+        from agora_cli.store.catalog import check_timeout
+
+        check_timeout(timeout, "--timeout")
     engine = open_db(db, readonly=True)
     with engine.connect() as conn:
         res = resolve_current_price(conn, model_id)
-    if as_json:
-        emit_json(
-            {
-                "model_id": res.model_id,
-                "matched": res.matched,
-                "rule": res.rule,
-                "price": None if res.price is None else _price_doc(res.price),
-            }
+    doc = _resolution_doc(res)
+    outcome: CatalogMatch | SkippedModel | None = None
+    more_specific = False
+    if catalog is not None:
+        from agora_cli.store.catalog import fetch_catalog
+        from agora_cli.store.pricing import match_catalog_price, needs_catalog_price
+
+        cat = fetch_catalog(
+            None if catalog == "default" else catalog, timeout=timeout, offline=offline
         )
-        return
-    console = out_console()
-    shown = safe_text(model_id)
-    if res.price is None:
-        console.print(f"{shown}: no price (unpriced; its ledger rows have no cost).", markup=False)
-        _talk(
-            f"price it: agora prices seed --missing, or agora prices set {model_id} "
-            "--input X --output Y",
-            style="yellow",
-        )
-        return
-    console.print(f"{shown} → {safe_text(res.matched)} (rule: {res.rule})", markup=False)
-    render_table(_price_rows([res.price]), _PRICE_COLS, title="USD per 1M tokens")
+        _stale_warning(cat, SystemClock().now_ms())
+        outcome = match_catalog_price(model_id, cat)
+        more_specific = needs_catalog_price(res, outcome)
+        doc["catalog"] = {
+            "source": cat.source,
+            **_catalog_doc(outcome, more_specific=more_specific),
+        }
+
+    def show() -> None:
+        console = out_console()
+        console.print(safe_text(_explain(res)), markup=False)
+        if res.price is None:
+            _talk(
+                f"price it: agora prices seed --missing, or agora prices set {model_id} "
+                "--input X --output Y",
+                style="yellow",
+            )
+        else:
+            rule = f"rule: {res.rule}; priced as {res.matched}"
+            title = safe_text(f"USD per 1M tokens ({rule})")
+            render_table(_price_rows([res.price]), _PRICE_COLS, title=title)
+        if outcome is not None:
+            _show_catalog(outcome, more_specific=more_specific, priced=res.price is not None)
+
+    finish(doc, as_json=as_json, show=show)
 
 
 @app.command("reprice")
@@ -438,6 +667,19 @@ def reprice(
         str | None,
         typer.Option("--to", metavar="D", help="Last UTC day (YYYY-MM-DD), inclusive."),
     ] = None,
+    estimates: Annotated[
+        bool,
+        typer.Option(
+            "--estimates",
+            help="Also recompute rows already estimated (never provider-reported ones).",
+        ),
+    ] = False,
+    batch: Annotated[
+        int,
+        typer.Option(
+            "--batch", min=1, max=10_000, metavar="N", help="--estimates: rows per transaction."
+        ),
+    ] = 1_000,
     dry_run: DryRunOpt = False,
     db: DbOpt = None,
     as_json: JsonOpt = False,
@@ -445,11 +687,15 @@ def reprice(
     """Fill unknown (NULL) ledger costs from the current prices, as estimates.
 
     Provider-reported costs are never touched. Reports the model ids that are still unpriced.
+    --estimates first recomputes the rows already estimated (after a price correction, or after
+    seed --missing priced a more specific spelling), in batches of --batch rows, each its own
+    transaction: an interrupted run is safe to repeat. It reports the rows whose cost changed
+    and the estimated total before and after.
 
-    Example: agora prices reprice --from 2026-11-01 --to 2026-11-30 --dry-run
+    Example: agora prices reprice --from 2026-11-01 --to 2026-11-30 --estimates --dry-run
     """
     from agora_cli.store.engine import retry_transient
-    from agora_cli.store.usage import RepriceResult
+    from agora_cli.store.usage import EstimateBatch, RepriceResult, recompute_estimates
     from agora_cli.store.usage import reprice as run_reprice
 
     start = None if from_ is None else day_window(parse_day(from_, what="--from"))[0]
@@ -457,41 +703,77 @@ def reprice(
     if start is not None and end is not None and start > end:
         raise InvalidInput(f"--from {from_} is after --to {to}")
     engine = open_db(db)
+    examined, recomputed, before, after = 0, 0, 0.0, 0.0
+    if estimates:
+        cursor: str | None = None
+        with progress("recomputing estimates", None) as advance:
+            while True:
+
+                def one(after_id: str | None = cursor) -> EstimateBatch:
+                    with engine.begin() as conn:
+                        return recompute_estimates(
+                            conn,
+                            from_ms=start,
+                            to_ms=end,
+                            after=after_id,
+                            limit=batch,
+                            dry_run=dry_run,
+                        )
+
+                done = retry_transient(one)
+                examined += done.examined
+                recomputed += done.recomputed
+                before += done.before_usd
+                after += done.after_usd
+                advance(done.examined)
+                if done.done:
+                    break
+                cursor = done.next_after
 
     def run() -> RepriceResult:
         with engine.begin() as conn:
             return run_reprice(conn, from_ms=start, to_ms=end, dry_run=dry_run)
 
     result = retry_transient(run)
-    if as_json:
-        emit_json(
-            {
-                "repriced": result.repriced,
-                "still_unpriced": result.still_unpriced,
-                "unpriced_models": [
-                    {"model_id": m.model_id, "rows": m.rows} for m in result.unpriced_models
+    doc: dict[str, Any] = {
+        "repriced": result.repriced,
+        "still_unpriced": result.still_unpriced,
+        "unpriced_models": [
+            {"model_id": m.model_id, "rows": m.rows} for m in result.unpriced_models
+        ],
+    }
+    if estimates:
+        doc.update(recomputed=recomputed, before_usd=money(before), after_usd=money(after))
+
+    def show() -> None:
+        would = "would be " if dry_run else ""
+        if estimates:
+            out_console().print(
+                f"{recomputed:,} of {examined:,} estimated row(s) {would}recomputed; "
+                f"their estimated total {before:,.4f} → {after:,.4f} USD.",
+                markup=False,
+            )
+        out_console().print(
+            f"{result.repriced:,} row(s) {would}repriced; {result.still_unpriced:,} still "
+            "unpriced.",
+            markup=False,
+        )
+        if result.unpriced_models:
+            render_table(
+                [
+                    {
+                        "model_id": m.model_id,
+                        "rows": m.rows,
+                        "fix": f"agora prices set {m.model_id} --input X --output Y",
+                    }
+                    for m in result.unpriced_models
                 ],
-            }
-        )
-        return
-    verb = "would be repriced" if dry_run else "repriced"
-    out_console().print(
-        f"{result.repriced:,} row(s) {verb}; {result.still_unpriced:,} still unpriced."
-    )
-    if result.unpriced_models:
-        render_table(
-            [
-                {
-                    "model_id": m.model_id,
-                    "rows": m.rows,
-                    "fix": f"agora prices set {m.model_id} --input X --output Y",
-                }
-                for m in result.unpriced_models
-            ],
-            [
-                Col("model_id", "Unpriced model id"),
-                Col("rows", "Rows", justify="right"),
-                Col("fix", "Price it with"),
-            ],
-        )
-        say("or try: agora prices seed --missing", style="yellow")
+                [
+                    Col("model_id", "Unpriced model id"),
+                    Col.number("rows", "Rows"),
+                    Col("fix", "Price it with"),
+                ],
+            )
+            say("or try: agora prices seed --missing", style="yellow")
+
+    finish(doc, as_json=as_json, show=show)

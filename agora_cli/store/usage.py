@@ -5,6 +5,8 @@ otherwise the estimate from the resolved current price (``'estimate'``); otherwi
 and ``cost_source`` stay NULL — unknown, never $0.00. ``reprice`` later fills NULL costs in a
 window from the prices now current, one set-based UPDATE per distinct model id, never touching a
 provider-reported row, and reports which model ids are still unpriced and how many rows each.
+``recompute_estimates`` recomputes rows already estimated (after a price correction), one
+bounded batch per call, with the same SQL; provider-reported rows are never touched.
 
 Every cost agora stores is a finite number from 0 to ``MAX_COST_USD`` (10^15 USD for one row):
 a provider-reported cost outside that range is refused (``InvalidInput``), and an estimate
@@ -25,16 +27,19 @@ from agora_cli.store.errors import InvalidInput, NotFound
 from agora_cli.store.pricing import (
     ModelPrice,
     PriceTier,
+    applicable_rates,
     current_prices,
     estimate_cost,
     resolve_current_price,
     resolve_model_price,
+    tier_rates,
 )
 from agora_cli.store.values import (
     check_count,
     check_finite,
     check_identity,
     check_instant,
+    check_int,
     check_optional_identity,
 )
 
@@ -44,9 +49,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_COST_USD",
+    "MAX_ESTIMATE_BATCH",
+    "EstimateBatch",
     "RepriceResult",
     "UnpricedRows",
     "UsageRecord",
+    "recompute_estimates",
     "record_usage",
     "reprice",
 ]
@@ -96,7 +104,26 @@ class RepriceResult:
     dry_run: bool = False
 
 
+@dataclass(frozen=True)
+class EstimateBatch:
+    """One batch of ``recompute_estimates``: rows read, rows whose cost changed (or would, on a
+    dry run), their total cost before and after, and where the next batch starts."""
+
+    examined: int
+    recomputed: int
+    before_usd: float
+    after_usd: float
+    next_after: str | None
+    done: bool
+    dry_run: bool = False
+
+
 MAX_COST_USD = 1e15
+MAX_ESTIMATE_BATCH = 10_000
+_CHUNK = 500
+# An estimate recomputed from an unchanged price is the same number; this only absorbs the last
+# bit of a double (a row is "changed" when its cost moves by more than one part in 10^12).
+_SAME_COST_REL = 1e-12
 
 
 def _usable_cost(cost: float) -> float | None:
@@ -278,16 +305,119 @@ def reprice(
     )
 
 
+def recompute_estimates(
+    conn: Connection,
+    *,
+    from_ms: int | None = None,
+    to_ms: int | None = None,
+    after: str | None = None,
+    limit: int = 1_000,
+    dry_run: bool = False,
+) -> EstimateBatch:
+    """Recompute one batch of estimated ledger costs from the prices now current.
+
+    Reads at most ``limit`` rows whose ``cost_source`` is ``estimate`` in ``[from_ms, to_ms]``
+    with an id after ``after`` (in id order), and gives each the estimate of the price its model
+    id resolves to now — the same SQL expression ``reprice`` writes, so the Python estimate and
+    the stored cost agree row for row. A row whose model now resolves to no price, or whose
+    estimate would not be a finite amount up to ``MAX_COST_USD``, keeps its cost. Provider-
+    reported and unknown (NULL) costs are never touched.
+
+    One batch runs in the caller's transaction and locks the rows it rewrites; to go through a
+    whole window, call again with ``after=batch.next_after`` (each call its own transaction)
+    until ``batch.done``. Repeating an interrupted run is safe: rows already recomputed are at
+    the current price and count as unchanged.
+    """
+    from sqlalchemy import select, update
+
+    from agora_cli.store.schema import token_usage as u
+
+    for name, bound in (("from_ms", from_ms), ("to_ms", to_ms)):
+        if bound is not None:
+            check_instant(name, bound)
+    if from_ms is not None and to_ms is not None and from_ms > to_ms:
+        raise InvalidInput("the window's start is after its end")
+    check_optional_identity("after", after)
+    check_int("limit", limit, low=1, high=MAX_ESTIMATE_BATCH)
+    estimated = u.c.cost_source == "estimate"
+    where: list[ColumnElement[bool]] = [estimated]
+    if from_ms is not None:
+        where.append(u.c.created_at >= from_ms)
+    if to_ms is not None:
+        where.append(u.c.created_at <= to_ms)
+    if after is not None:
+        where.append(u.c.id > after)  # the primary key: unique even under PAD SPACE
+    # One id more than the batch: whether this batch is the last is known without another.
+    page = select(u.c.id).where(*where).order_by(u.c.id).limit(limit + 1)
+    ids = [str(i) for i in conn.execute(page).scalars()]
+    done = len(ids) <= limit
+    ids = ids[:limit]
+    if not ids:
+        return EstimateBatch(0, 0, 0.0, 0.0, after, done=True, dry_run=dry_run)
+    # Lock exactly these rows (by primary key: no gap locks on MySQL), then read them.
+    old: dict[str, tuple[str, float | None]] = {}
+    for chunk in _chunks(ids):
+        q = select(u.c.id, u.c.model_id, u.c.cost_usd).where(u.c.id.in_(chunk), estimated)
+        if not dry_run:
+            q = q.with_for_update()
+        for row_id, model_id, cost in conn.execute(q):
+            old[str(row_id)] = (str(model_id), None if cost is None else float(cost))
+    by_model: dict[str, list[str]] = {}
+    for row_id, (model_id, _cost) in old.items():
+        by_model.setdefault(model_id, []).append(row_id)
+    before = sum(cost or 0.0 for _model, cost in old.values())
+    after_usd = before
+    changed = 0
+    for model_id in sorted(by_model):
+        price = resolve_current_price(conn, model_id).price
+        if price is None or not price.in_range():
+            continue
+        estimate = _estimate_sql(price)
+        moved: list[str] = []
+        for chunk in _chunks(by_model[model_id]):
+            for row_id, new in conn.execute(select(u.c.id, estimate).where(u.c.id.in_(chunk))):
+                was = old[str(row_id)][1]
+                usable = None if new is None else _usable_cost(float(new))
+                if usable is None or (
+                    was is not None and math.isclose(was, usable, rel_tol=_SAME_COST_REL)
+                ):
+                    continue
+                moved.append(str(row_id))
+                after_usd += usable - (was or 0.0)
+        changed += len(moved)
+        if dry_run:
+            continue
+        for chunk in _chunks(moved):
+            conn.execute(update(u).where(u.c.id.in_(chunk), estimated).values(cost_usd=estimate))
+    return EstimateBatch(
+        examined=len(ids),
+        recomputed=changed,
+        before_usd=before,
+        after_usd=after_usd,
+        next_after=ids[-1],
+        done=done,
+        dry_run=dry_run,
+    )
+
+
+def _chunks(items: list[str], size: int = _CHUNK) -> list[list[str]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
 def _estimate_sql(price: ModelPrice) -> ColumnElement[Any]:
-    """``estimate_cost`` as a SQL expression over the ledger row's columns."""
+    """``estimate_cost`` as a SQL expression over the ledger row's columns.
+
+    The rates are ``applicable_rates``/``tier_rates``, computed once in Python and sent as
+    literals, so a row costs the same here as in ``estimate_cost``.
+    """
     from sqlalchemy import case
 
     from agora_cli.store.schema import token_usage as u
 
-    expr = _rates_sql(price)
+    expr = _rates_sql(applicable_rates(price, 0))
     for tier in sorted(price.tiers, key=lambda t: t.size):
         # Built lowest tier first so the highest exceeded tier is the outermost test.
-        expr = case((u.c.input_tokens > tier.size, _rates_sql(tier)), else_=expr)
+        expr = case((u.c.input_tokens > tier.size, _rates_sql(tier_rates(price, tier))), else_=expr)
     return expr
 
 

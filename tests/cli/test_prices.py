@@ -35,6 +35,7 @@ SEED_KEYS = {
     "tiers",
     "action",
 }
+RESOLVE_KEYS = {"model_id", "matched", "rule", "price", "provider", "route", "date", "explanation"}
 PRICE_KEYS = {
     "model",
     "input_per_1m",
@@ -480,12 +481,12 @@ def test_seed_missing_json(cli: Any, db_url: str) -> None:
     doc = r.json()
     assert set(doc) == {"catalog", "prices", "skipped"}
     assert [(p["model"], p["catalog_id"], p["action"]) for p in doc["prices"]] == [
+        ("gpt-4o-mini", "openai/gpt-4o-mini", "inserted"),
         (
-            "anthropic.claude-haiku-4-5-20251001-v1:0",
-            "amazon-bedrock/anthropic.claude-haiku-4-5-20251001-v1:0",
+            "us.anthropic.claude-haiku-4-5-20251001-v1:0",
+            "amazon-bedrock/us.anthropic.claude-haiku-4-5-20251001-v1:0",
             "inserted",
         ),
-        ("gpt-4o-mini", "openai/gpt-4o-mini", "inserted"),
     ]
     assert all(set(p) == SEED_KEYS for p in doc["prices"])
     assert doc["skipped"] == [
@@ -604,11 +605,21 @@ def test_resolve_json_exit_0_either_way(cli: Any, db_url: str) -> None:
     )
     assert r.exit_code == 0, r.stderr
     doc = r.json()
-    assert set(doc) == {"model_id", "matched", "rule", "price"}
+    assert set(doc) == RESOLVE_KEYS
     assert (doc["model_id"], doc["matched"], doc["rule"]) == (
         "openrouter/openai/gpt-4o-mini-2024-07-18",
         "gpt-4o-mini",
         "prefix+date",
+    )
+    assert (doc["route"], doc["date"], doc["provider"]) == (
+        "openrouter/openai/",
+        "-2024-07-18",
+        None,
+    )
+    assert doc["explanation"] == (
+        "openrouter/openai/gpt-4o-mini-2024-07-18 is priced as gpt-4o-mini (the route "
+        "'openrouter/openai/' was dropped and the date '-2024-07-18' was dropped); the price was "
+        "set by hand."
     )
     assert set(doc["price"]) == PRICE_KEYS and doc["price"]["input_per_1m"] == 0.15
     r = cli("prices", "resolve", "gpt-4o-mini-latest", "--db", db_url, "--json")
@@ -618,9 +629,105 @@ def test_resolve_json_exit_0_either_way(cli: Any, db_url: str) -> None:
         "matched": None,
         "rule": None,
         "price": None,
+        "provider": None,
+        "route": None,
+        "date": None,
+        "explanation": "gpt-4o-mini-latest has no price: its ledger rows have no cost.",
     }
     r = cli("prices", "resolve", "gpt-4o-mini-latest", "--db", db_url)
     assert r.exit_code == 0 and "no price" in r.stdout and "agora prices" in r.stderr
+
+
+def test_resolve_says_plainly_what_was_dropped_and_whose_price_it_is(
+    cli: Any, db_url: str, server: Server
+) -> None:
+    assert cli("prices", "seed", "openai/gpt-4o", "--db", db_url).exit_code == 0
+    r = cli("prices", "resolve", "gpt-4o-2024-05-13", "--db", db_url)
+    assert r.exit_code == 0, r.stderr
+    said = " ".join(r.stdout.split())
+    assert "gpt-4o-2024-05-13 is priced as gpt-4o (the date '-2024-05-13' was dropped)" in said
+    assert "the price is openai's (models.dev)" in said
+    assert "models.dev:openai" in said
+    # --catalog: what the catalog says, and that seed --missing would price the dated id itself
+    catalog = ("--catalog", server.url())
+    r = cli("prices", "resolve", "gpt-4o-2024-05-13", *catalog, "--db", db_url, "--json")
+    assert r.exit_code == 0, r.stderr
+    assert r.json()["catalog"] == {
+        "source": server.url(),
+        "matched": "gpt-4o-2024-05-13",
+        "catalog_id": "openai/gpt-4o-2024-05-13",
+        "rule": "exact",
+        "provider": "openai",
+        "choice": "only",
+        "agreeing": ["openai"],
+        "passed_over": [],
+        "price": {
+            "model": "gpt-4o-2024-05-13",
+            "input_per_1m": 5.0,
+            "output_per_1m": 15.0,
+            "cache_read_per_1m": None,
+            "cache_write_per_1m": None,
+            "tiers": None,
+            "source": "models.dev:openai",
+        },
+        "seed_missing_would_price": True,
+    }
+    r = cli("prices", "resolve", "gpt-4o-2024-05-13", *catalog, "--db", db_url)
+    assert "agora prices seed --missing would price gpt-4o-2024-05-13" in " ".join(r.stderr.split())
+    # under (c) every agreeing provider is named; a reseller passed over is named too
+    r = cli("prices", "resolve", "claude-3-5-haiku-20241022", *catalog, "--db", db_url)
+    assert "providers agree: 302ai, nano-gpt" in " ".join(r.stdout.split())
+    r = cli("prices", "resolve", "gpt-5.4-mini-2026-03-17", *catalog, "--db", db_url, "--json")
+    assert r.json()["catalog"]["passed_over"] == ["302ai/gpt-5.4-mini-2026-03-17"]
+    assert r.json()["catalog"]["choice"] == "first-party"
+    r = cli("prices", "resolve", "gpt-4o", *catalog, "--db", db_url, "--json")
+    assert r.json()["catalog"]["seed_missing_would_price"] is False
+    r = cli("prices", "resolve", "x", "--catalog", server.url("/down.json"), "--db", db_url)
+    assert_error(r, 3, "could not fetch the models.dev catalog")
+
+
+def test_list_shows_whose_price_it_is_and_prints_csv(cli: Any, db_url: str) -> None:
+    assert cli("prices", "seed", "google/gemini-2.5-pro", "--db", db_url).exit_code == 0
+    assert (
+        cli("prices", "set", "=cmd", "--input", "1", "--output", "2", "--db", db_url).exit_code == 0
+    )
+    engine = open_engine(db_url)
+    with engine.begin() as conn:  # a price seeded before the provider was recorded
+        conn.execute(
+            schema.model_pricing.insert().values(
+                id="old",
+                model_id="old-model",
+                input_price_per_1m=1.0,
+                output_price_per_1m=2.0,
+                source="models.dev",
+                effective_from=0,
+                is_current=1,
+            )
+        )
+    engine.dispose()
+    r = cli("prices", "list", "--db", db_url)
+    assert r.exit_code == 0, r.stderr
+    assert "models.dev:google, tiered" in r.stdout
+    assert "models.dev (provider not recorded)" in r.stdout
+    r = cli("prices", "list", "--db", db_url, "--json")
+    assert [p["source"] for p in r.json()["prices"]] == [
+        "manual",
+        "models.dev:google",
+        "models.dev",
+    ]
+    r = cli("prices", "list", "--db", db_url, "--csv")
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == (
+        "model,input_per_1m,output_per_1m,cache_read_per_1m,cache_write_per_1m,tiers,source,"
+        "effective_from,is_current"
+    )
+    assert lines[1].startswith("'=cmd,1.0,2.0,,,,manual,")  # a formula cell is neutralised
+    gemini = next(line for line in lines if line.startswith("gemini-2.5-pro,"))
+    assert gemini.startswith('gemini-2.5-pro,1.25,10.0,0.125,,"[{""input"": 2.5')
+    assert gemini.endswith(",1") and "models.dev:google" in gemini
+    r = cli("prices", "list", "--db", db_url, "--csv", "--json")
+    assert_error(r, 2, "choose one of --json and --csv")
 
 
 def test_list_model_is_exact(cli: Any, db_url: str) -> None:
@@ -652,7 +759,7 @@ def test_model_ids_from_the_database_are_shown_escaped(cli: Any, db_url: str) ->
     assert_harmless(cli("prices", "list", "--db", db_url))
     assert_harmless(cli("prices", "list", "--history", "--model", EVIL, "--db", db_url))
     r = cli("prices", "resolve", f"openrouter/{EVIL}", "--db", db_url)
-    assert r.exit_code == 0 and "(rule: prefix)" in r.stdout
+    assert r.exit_code == 0 and "(rule: prefix; priced as" in r.stdout
     assert_harmless(r)
     r = cli("prices", "resolve", f"{EVIL}-latest", "--db", db_url)
     assert r.exit_code == 0 and "no price" in r.stdout
@@ -742,6 +849,78 @@ def test_reprice_json(cli: Any, db_url: str) -> None:
         )
     engine.dispose()
     assert costs == {"u0": pytest.approx(0.45), "u1": 0.77, "u2": None, "u3": pytest.approx(0.45)}
+
+
+def test_reprice_estimates_json(cli: Any, db_url: str) -> None:
+    nov_30 = 1_796_083_199_999  # 2026-11-30T23:59:59.999Z
+    add_ledger(
+        db_url,
+        [
+            ("gpt-4o-2024-05-13", nov_30, 2.5 * 1.0 + 10.0 * 0.5, "estimate"),  # 1M in, 0.5M out
+            ("gpt-4o-2024-05-13", nov_30, 7.5, "estimate"),
+            ("gpt-4o-2024-05-13", nov_30 - 86_400_000, 7.5, "estimate"),  # 2026-11-29
+            ("gpt-4o-2024-05-13", nov_30, 0.5, "provider"),
+            ("gpt-4o", nov_30, 7.5, "estimate"),
+            ("gpt-4o-2024-05-13", nov_30, None, None),
+        ],
+    )
+    seed = ("prices", "seed", "openai/gpt-4o", "openai/gpt-4o-2024-05-13", "--db", db_url)
+    assert cli(*seed).exit_code == 0
+    window = ["--from", "2026-11-30", "--to", "2026-11-30"]
+    reprice = ("prices", "reprice", *window, "--estimates", "--batch", "1", "--db", db_url)
+    r = cli(*reprice, "--dry-run", "--json")
+    assert r.exit_code == 0, r.stderr
+    expected = {
+        "repriced": 1,
+        "still_unpriced": 0,
+        "unpriced_models": [],
+        "recomputed": 2,  # two $7.50 estimates at $5 + $7.50 = $12.50 each
+        "before_usd": 22.5,
+        "after_usd": 32.5,
+    }
+    assert r.json() == expected
+    r = cli(*reprice, "--json")
+    assert r.json() == expected
+    r = cli(*reprice, "--json")
+    # again: nothing left to do; the window's estimates now total $45 (u5 was filled above)
+    assert r.json() == {
+        **expected,
+        "repriced": 0,
+        "recomputed": 0,
+        "before_usd": 45.0,
+        "after_usd": 45.0,
+    }
+    engine = open_engine(db_url)
+    with engine.connect() as conn:
+        costs = dict(
+            conn.execute(select(schema.token_usage.c.id, schema.token_usage.c.cost_usd)).all()
+        )
+    engine.dispose()
+    assert costs == {"u0": 12.5, "u1": 12.5, "u2": 7.5, "u3": 0.5, "u4": 7.5, "u5": 12.5}
+    r = cli("prices", "reprice", "--estimates", "--db", db_url)
+    assert r.exit_code == 0, r.stderr
+    said = " ".join(r.stdout.split())
+    # 29 November's row, the only one left
+    assert "1 of 5 estimated row(s) recomputed; their estimated total 52.5000 → 57.5000" in said
+    r = cli("prices", "reprice", "--estimates", "--batch", "0", "--db", db_url)
+    assert r.exit_code == 2
+
+
+def test_seed_missing_names_whose_price_and_for_which_ledger_id(cli: Any, db_url: str) -> None:
+    add_ledger(
+        db_url,
+        [
+            ("gpt-5.4-mini-2026-03-17", 1, None, None),
+            ("together_ai/meta-llama/Llama-3.3-70B-Instruct-Turbo", 2, None, None),
+        ],
+    )
+    r = cli("prices", "seed", "--missing", "--db", db_url)
+    assert r.exit_code == 0, r.stderr
+    said = " ".join(r.stdout.split())
+    assert "gpt-5.4-mini (openai/gpt-5.4-mini; openai, first party)" in said
+    assert "for the ledger's gpt-5.4-mini-2026-03-17" in said
+    assert "togetherai, named by the id's route" in said
+    assert "agora prices reprice --estimates" in r.stderr
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,7 @@ def test_seed_gpt_4o_mini(engine: Any, catalog: Catalog) -> None:
     assert row["cache_write_price_per_1m"] is None
     assert row["tiers"] is None
     assert (row["source"], row["is_current"], row["effective_from"]) == (
-        "models.dev",
+        "models.dev:openai",
         1,
         1_767_225_600_000,
     )
@@ -165,9 +165,9 @@ def test_reseeding_after_a_manual_change_updates_and_keeps_history(
     assert change.previous is not None and change.previous.source == "manual"
     rows = price_rows(engine)
     assert [(r["source"], r["is_current"], r["effective_from"]) for r in rows] == [
-        ("models.dev", 0, 1_000),
+        ("models.dev:openai", 0, 1_000),
         ("manual", 0, 2_000),
-        ("models.dev", 1, 3_000),
+        ("models.dev:openai", 1, 3_000),
     ]
     with engine.connect() as conn:
         history = list_prices(conn, model_id="gpt-4o-mini", history=True)
@@ -351,13 +351,10 @@ def test_seed_missing_prices_the_ledger_and_skips_with_reasons(
         set_price(conn, "gpt-4o", input_per_1m=9.99, output_per_1m=19.99)
     with engine.begin() as conn:
         result = seed_missing_prices(conn, catalog=catalog)
+    # the catalog lists the us. profile itself: it is priced under that spelling
     assert [(c.model, c.catalog_id, c.action) for c in result.prices] == [
-        (
-            "anthropic.claude-haiku-4-5-20251001-v1:0",
-            "amazon-bedrock/anthropic.claude-haiku-4-5-20251001-v1:0",
-            "inserted",
-        ),
         ("gpt-4o-mini", "openai/gpt-4o-mini", "inserted"),
+        (PROFILE, f"amazon-bedrock/{PROFILE}", "inserted"),
     ]
     skipped = {s.model_id: (s.reason, s.candidates) for s in result.skipped}
     assert skipped[GOV] == ("govcloud", ())
@@ -369,7 +366,7 @@ def test_seed_missing_prices_the_ledger_and_skips_with_reasons(
         prices = current_prices(conn)
         assert prices["gpt-4o"].input_per_1m == 9.99  # already priced: untouched
         assert prices["gpt-4o"].source == "manual"
-        assert resolve_current_price(conn, PROFILE).rule == "prefix"
+        assert resolve_current_price(conn, PROFILE).rule == "exact"
         assert resolve_current_price(conn, "gpt-4o-mini-2024-07-18").rule == "date"
         assert resolve_current_price(conn, GOV).price is None
     assert len(price_rows(engine)) == 3

@@ -15,18 +15,25 @@ from hypothesis import strategies as st
 from agora_cli.store.catalog import Catalog, fetch_catalog
 from agora_cli.store.errors import InvalidInput
 from agora_cli.store.pricing import (
+    HYPERSCALERS,
+    MAX_PRICE_PER_1M,
+    ROUTE_ALIASES,
     CatalogMatch,
     ModelPrice,
     PriceTier,
     SkippedModel,
+    applicable_rates,
     estimate_cost,
+    is_bedrock_id,
     is_govcloud,
     match_catalog_price,
     price_from_catalog,
     resolve_model_price,
     route_forms,
+    source_provider,
     split_model_name,
     strip_date_suffix,
+    tier_rates,
 )
 
 
@@ -103,6 +110,85 @@ def test_resolution_rules(model_id: str, matched: str | None, rule: str | None) 
     assert (res.matched, res.rule) == (matched, rule)
     assert res.price is (None if matched is None else PRICES[matched])
     assert res.model_id == model_id
+
+
+@pytest.mark.parametrize(
+    ("model_id", "route", "date"),
+    [
+        ("gpt-4o-mini", None, None),
+        ("gpt-4o-mini-2024-07-18", None, "-2024-07-18"),
+        ("openrouter/openai/gpt-4o-mini", "openrouter/openai/", None),
+        ("openrouter/openai/gpt-4o-mini-2024-07-18", "openrouter/openai/", "-2024-07-18"),
+        ("jp.anthropic.claude-haiku-4-5-20251001-v1:0", "jp.", None),
+        ("au.anthropic.claude-haiku-4-5-20251001-v1:0", "au.", None),
+        (
+            "arn:aws:bedrock:eu-west-1:1:inference-profile/eu.anthropic.claude-haiku-4-5-20251001-v1:0",
+            "arn:aws:bedrock:eu-west-1:1:inference-profile/eu.",
+            None,
+        ),
+    ],
+)
+def test_a_resolution_says_what_it_dropped(
+    model_id: str, route: str | None, date: str | None
+) -> None:
+    res = resolve_model_price(model_id, PRICES)
+    assert (res.route, res.date) == (route, date)
+    assert res.matched is not None
+    assert model_id == (route or "") + res.matched + (date or "")
+
+
+def test_the_provider_of_a_source() -> None:
+    assert source_provider("models.dev:amazon-bedrock") == "amazon-bedrock"
+    for legacy in ("models.dev", "manual", "demo", None, "models.dev:"):
+        assert source_provider(legacy) is None
+    res = resolve_model_price(
+        "gpt-4o-mini", {"gpt-4o-mini": price("gpt-4o-mini", source="models.dev:openai")}
+    )
+    assert res.provider == "openai"
+
+
+def test_tier_rates_scale_the_base_cache_rates() -> None:
+    base = price("m", 2.5, 15.0, cache_read_per_1m=0.25, cache_write_per_1m=3.0)
+    tier = PriceTier(272_000, 5.0, 22.5)
+    assert tier_rates(base, tier) == PriceTier(272_000, 5.0, 22.5, 0.5, 6.0)
+    own = PriceTier(272_000, 5.0, 22.5, cache_read_per_1m=0.4)
+    assert tier_rates(base, own) == PriceTier(272_000, 5.0, 22.5, 0.4, 6.0)
+    assert tier_rates(price("m", 2.5, 15.0), tier) == tier  # no base cache rate: none
+    free = price("m", 0.0, 0.0, cache_read_per_1m=0.0)
+    assert tier_rates(free, tier).cache_read_per_1m is None  # no ratio from a zero input rate
+    tiny = price("m", 1e-300, 0.0, cache_read_per_1m=1.0)
+    assert tier_rates(tiny, tier).cache_read_per_1m == MAX_PRICE_PER_1M  # bounded like any rate
+    tiered = price("m", 2.5, 15.0, cache_read_per_1m=0.25, tiers=(tier,))
+    assert applicable_rates(tiered, 272_000) == PriceTier(0, 2.5, 15.0, 0.25, None)
+    assert applicable_rates(tiered, 272_001) == PriceTier(272_000, 5.0, 22.5, 0.5, None)
+
+
+def test_the_spec_tier_check() -> None:
+    # base 1 / 0.10, tier above 200k at 2 with no cache rate; 300k in, 200k of it cache-read
+    p = price("m", 1.0, 4.0, cache_read_per_1m=0.10, tiers=(PriceTier(200_000, 2.0, 8.0),))
+    cost = estimate_cost(p, input_tokens=300_000, output_tokens=0, cache_read_tokens=200_000)
+    assert cost == pytest.approx(0.24)
+
+
+def test_bedrock_ids() -> None:
+    for spelling in (
+        "anthropic.claude-haiku-4-5-20251001-v1:0",
+        "eu.anthropic.claude-haiku-4-5-20251001-v1:0",
+        "jp.anthropic.claude-sonnet-4-5-20250929-v1:0",
+        "us-gov.anthropic.claude-3-5-sonnet-20240620-v1:0",
+        "amazon.nova-pro-v1:0",
+        "meta.llama3-3-70b-instruct-v1:0",
+        "deepseek.r1-v1:0",
+    ):
+        assert is_bedrock_id(spelling), spelling
+    for spelling in ("gpt-4o", "claude-3-5-sonnet", "openai/gpt-4o", "anthropic/claude-x", "x.y"):
+        assert not is_bedrock_id(spelling), spelling
+
+
+def test_route_aliases_name_catalog_providers(catalog: Catalog) -> None:
+    assert set(ROUTE_ALIASES.values()) <= set(catalog.providers)
+    assert not set(ROUTE_ALIASES) & set(catalog.providers)  # an alias is never a provider id
+    assert set(HYPERSCALERS) <= set(catalog.providers)
 
 
 def test_an_exact_price_beats_a_prefix_and_a_prefix_beats_a_date() -> None:
@@ -194,9 +280,15 @@ def test_estimate_applies_the_highest_exceeded_tier_to_the_whole_row() -> None:
     assert estimate_cost(
         tiered, input_tokens=300_000, output_tokens=100_000, cache_read_tokens=100_000
     ) == pytest.approx((200_000 * 6.0 + 100_000 * 0.6 + 100_000 * 22.5) / 1e6)
-    # the highest exceeded tier wins; a cache rate it lacks falls back to its input rate
+    # the highest exceeded tier wins; a cache rate it lacks is the base's scaled by the input
+    # ratio (0.3 × 10/3 = 1.0), as the providers charge
     assert estimate_cost(
         tiered, input_tokens=2_000_000, output_tokens=0, cache_read_tokens=1_000_000
+    ) == pytest.approx(11.0)
+    # with no base cache rate either, it falls back to the tier's input rate
+    bare = price("m", 3.0, 15.0, tiers=(PriceTier(1_000_000, 10.0, 30.0),))
+    assert estimate_cost(
+        bare, input_tokens=2_000_000, output_tokens=0, cache_read_tokens=1_000_000
     ) == pytest.approx(20.0)
 
 
@@ -276,7 +368,9 @@ def test_resolution_strips_one_real_date(base: str, suffix: str) -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(
-    route=st.sampled_from(["openrouter/", "openai/", "a/b/", "us.", "eu.", "global.", "apac."]),
+    route=st.sampled_from(
+        ["openrouter/", "openai/", "a/b/", "us.", "eu.", "global.", "apac.", "jp.", "au."]
+    ),
     base=_base,
     suffix=st.one_of(_date_suffix, _non_date_suffix, st.just("")),
     priced=st.sets(st.sampled_from(["exact", "undated"]), max_size=2),
@@ -311,6 +405,9 @@ def test_price_from_catalog_reads_cache_spellings_and_tiers(catalog: Catalog) ->
     assert mini is not None
     assert (mini.input_per_1m, mini.output_per_1m, mini.cache_read_per_1m) == (0.15, 0.6, 0.075)
     assert mini.cache_write_per_1m is None and mini.tiers == () and mini.source == "models.dev"
+    assert price_from_catalog(catalog.entry("openai", "gpt-4o"), "x", "openai").source == (  # type: ignore[union-attr]
+        "models.dev:openai"
+    )
     minimax = price_from_catalog(catalog.entry("minimax", "MiniMax-M2.1"), "MiniMax-M2.1")
     assert minimax is not None
     assert (minimax.cache_read_per_1m, minimax.cache_write_per_1m) == (0.03, 0.375)
@@ -405,13 +502,20 @@ def test_missing_matching_rules(catalog: Catalog) -> None:
         "openrouter/openai/gpt-4o-mini-2024-07-18",
     )
     assert _match("openai/gpt-4o-mini", catalog)[:2] == ("gpt-4o-mini", "openai/gpt-4o-mini")
-    # Bedrock profile and ARN: priced as the stripped id, from amazon-bedrock (first party)
+    # Bedrock profile and ARN: the catalog lists the us. profile itself, from amazon-bedrock
     haiku = "anthropic.claude-haiku-4-5-20251001-v1:0"
     for ledger_id in (
         f"us.{haiku}",
         f"arn:aws:bedrock:us-west-2:123456789012:inference-profile/us.{haiku}",
     ):
-        assert _match(ledger_id, catalog) == (haiku, f"amazon-bedrock/{haiku}", 1.0, 5.0)
+        assert _match(ledger_id, catalog) == (
+            f"us.{haiku}",
+            f"amazon-bedrock/us.{haiku}",
+            1.0,
+            5.0,
+        )
+    # a profile the catalog does not list is priced as its base id
+    assert _match(f"apac.{haiku}", catalog)[:2] == (haiku, f"amazon-bedrock/{haiku}")
     # an unknown route segment is dropped; every provider agreeing is enough
     assert _match("vertex/claude-3-5-sonnet-20241022", catalog)[:2] == (
         "claude-3-5-sonnet-20241022",

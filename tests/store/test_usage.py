@@ -6,6 +6,8 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import select
 
 from agora_cli.store import schema
@@ -362,3 +364,84 @@ def test_reprice_keeps_trailing_space_model_ids_apart(engine: Any, thread: str) 
     rows = ledger(engine)
     assert [rows[f"a-{i}"]["cost_usd"] for i in range(2)] == [2.0, 2.0]
     assert all(rows[f"a -{i}"]["cost_usd"] is None for i in range(3))
+
+
+# --- the SQL estimate and the Python estimate, row for row -------------------------------------
+
+_rate = st.floats(min_value=0, max_value=100, allow_nan=False, allow_infinity=False)
+_opt_rate = st.none() | _rate
+_tier = st.builds(
+    PriceTier,
+    size=st.integers(min_value=0, max_value=2_000_000),
+    input_per_1m=_rate,
+    output_per_1m=_rate,
+    cache_read_per_1m=_opt_rate,
+    cache_write_per_1m=_opt_rate,
+)
+
+
+@st.composite
+def _row(draw: st.DrawFn) -> dict[str, Any]:
+    inp = draw(st.integers(min_value=0, max_value=3_000_000))
+    read = draw(st.none() | st.integers(min_value=0, max_value=inp))
+    write = draw(st.none() | st.integers(min_value=0, max_value=inp - (read or 0)))
+    out = draw(st.integers(min_value=0, max_value=1_000_000))
+    return {
+        "input_tokens": inp,
+        "output_tokens": out,
+        "cache_read_tokens": read,
+        "cache_write_tokens": write,
+    }
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    rates=st.tuples(_rate, _rate, _opt_rate, _opt_rate),
+    tiers=st.lists(_tier, max_size=3),
+    rows=st.lists(_row(), min_size=1, max_size=6),
+)
+def test_reprice_sql_agrees_with_the_python_estimate_row_for_row(
+    engine: Any,
+    thread: str,
+    rates: tuple[float, float, float | None, float | None],
+    tiers: list[PriceTier],
+    rows: list[dict[str, Any]],
+) -> None:
+    # Tiers without cache rates (scaled from the base), tiers of one size, cache tokens unknown.
+    with engine.begin() as conn:
+        conn.execute(u.delete())
+        conn.execute(schema.model_pricing.delete())
+        set_price(
+            conn,
+            "m",
+            input_per_1m=rates[0],
+            output_per_1m=rates[1],
+            cache_read_per_1m=rates[2],
+            cache_write_per_1m=rates[3],
+            tiers=tiers,
+        )
+        price = current_prices(conn)["m"]
+        conn.execute(
+            u.insert(),
+            [
+                {
+                    "id": f"r{i}",
+                    "thread_id": "th-1",
+                    "actor_ref": "alice",
+                    "model_id": "m",
+                    "purpose": "chat",
+                    "created_at": 1,
+                    **row,
+                }
+                for i, row in enumerate(rows)
+            ],
+        )
+    with engine.begin() as conn:
+        assert reprice(conn).repriced == len(rows)  # every rate is bounded: so is every cost
+    costs = {k: r["cost_usd"] for k, r in ledger(engine).items()}
+    for i, row in enumerate(rows):
+        assert costs[f"r{i}"] == pytest.approx(estimate_cost(price, **row), rel=1e-12, abs=1e-15)

@@ -2,8 +2,13 @@
 
 Resolution (``resolve_model_price``) maps the id a provider reported to a price by the rules of
 pricing-and-ledger.md — exact, then route prefixes dropped, then one trailing calendar date — and
-says which rule matched. ``estimate_cost`` applies cache fall-backs and context tiers. Rates are
+says which rule matched and what it dropped. ``estimate_cost`` applies cache fall-backs and
+context tiers (``applicable_rates``: a tier without cache rates scales the base's). Rates are
 USD per 1M tokens.
+
+The data the catalog rules of ``seeding`` use live here too, as plain tables: ``ROUTE_ALIASES``
+(route spellings of LiteLLM and the cloud SDKs → catalog provider ids), ``FIRST_PARTY_PROVIDERS``,
+``HYPERSCALERS`` and the Bedrock id shapes.
 
 Numbers: every rate is a finite number from 0 to ``MAX_PRICE_PER_1M`` (USD 1,000,000 per 1M
 tokens: $1 a token, over 1,000 times the dearest model published today). With token counts
@@ -19,6 +24,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
+from types import MappingProxyType
 from typing import Any
 
 from agora_cli.store.errors import InvalidInput
@@ -30,25 +36,33 @@ from agora_cli.store.values import (
 
 __all__ = [
     "FIRST_PARTY_PROVIDERS",
+    "HYPERSCALERS",
     "MAX_PRICE_PER_1M",
+    "PROFILE_PREFIXES",
+    "ROUTE_ALIASES",
     "RULES",
     "ModelPrice",
     "PriceTier",
     "Resolution",
+    "applicable_rates",
     "check_price",
     "estimate_cost",
+    "is_bedrock_id",
     "is_govcloud",
     "price_from_catalog",
     "resolution_candidates",
     "resolve_model_price",
     "route_forms",
+    "source_provider",
     "split_model_name",
     "strip_date_suffix",
+    "tier_rates",
     "tiers_to_json",
 ]
 
 RULES = ("exact", "prefix", "date", "prefix+date")
 MAX_PRICE_PER_1M = 1_000_000.0
+# The catalog providers that make the models they list: their listing of a spelling wins.
 FIRST_PARTY_PROVIDERS = (
     "openai",
     "anthropic",
@@ -59,9 +73,53 @@ FIRST_PARTY_PROVIDERS = (
     "cohere",
     "meta",
 )
-BEDROCK_FIRST_PARTY = ("amazon.", "anthropic.")
-_PROFILE_PREFIXES = ("us.", "eu.", "apac.", "global.")
+# The clouds that bill for models others make: second in the choice order.
+HYPERSCALERS = ("amazon-bedrock", "google-vertex", "google-vertex-anthropic", "azure")
+# Route spellings used by LiteLLM and the cloud SDKs, and the catalog provider each one names
+# (a route that is itself a catalog provider id needs no entry). Documented in the README.
+ROUTE_ALIASES: Mapping[str, str] = MappingProxyType(
+    {
+        "together_ai": "togetherai",
+        "bedrock": "amazon-bedrock",
+        "bedrock_converse": "amazon-bedrock",
+        "vertex_ai": "google-vertex",
+        "gemini": "google",
+        "azure_ai": "azure",
+        "fireworks_ai": "fireworks-ai",
+        "mistralai": "mistral",
+        "x-ai": "xai",
+    }
+)
+# Bedrock's cross-region inference profiles: a route segment (``us.anthropic.…`` is billed as
+# ``anthropic.…`` unless the catalog lists the profile itself). ``us-gov.`` is not one of them.
+PROFILE_PREFIXES = ("us.", "eu.", "apac.", "jp.", "au.", "global.")
 _GOV_PREFIX = "us-gov."
+# Bedrock model ids are ``<vendor>.<model>``; for them amazon-bedrock is the first party.
+_BEDROCK_VENDORS = (
+    "ai21",
+    "amazon",
+    "anthropic",
+    "cohere",
+    "deepseek",
+    "google",
+    "luma",
+    "meta",
+    "minimax",
+    "mistral",
+    "moonshot",
+    "moonshotai",
+    "nvidia",
+    "openai",
+    "qwen",
+    "stability",
+    "twelvelabs",
+    "writer",
+    "xai",
+    "zai",
+)
+_BEDROCK_ID_RE = re.compile(
+    r"^(?:(?:us|eu|apac|jp|au|global|us-gov)\.)?(?:" + "|".join(_BEDROCK_VENDORS) + r")\.[^/]+$"
+)
 ARN_RE = re.compile(r"^arn:(?P<partition>aws[a-z-]*):bedrock:(?P<region>[a-z0-9-]*):")
 _DATE_RE = re.compile(r"-(?:(\d{4})-(\d{2})-(\d{2})|(\d{4})(\d{2})(\d{2}))$")
 _REL_TOL = 1e-9
@@ -118,22 +176,35 @@ class ModelPrice:
         )
 
     def tier_for(self, input_tokens: int) -> PriceTier | None:
-        """The highest tier whose size ``input_tokens`` exceeds, if any."""
+        """The highest tier whose size ``input_tokens`` exceeds, if any (of tiers of one size,
+        the last: the SQL of ``reprice`` tests them in that order too)."""
         chosen = None
         for tier in self.tiers:
-            if input_tokens > tier.size and (chosen is None or tier.size > chosen.size):
+            if input_tokens > tier.size and (chosen is None or tier.size >= chosen.size):
                 chosen = tier
         return chosen
 
 
 @dataclass(frozen=True)
 class Resolution:
-    """Which price a ledger model id resolves to, and by which rule (all None when unpriced)."""
+    """Which price a ledger model id resolves to, and by which rule (all None when unpriced).
+
+    ``route`` is the text the prefix rule dropped from the left (``openrouter/openai/``, a Bedrock
+    ARN up to its last ``/``, ``eu.``), ``date`` the suffix the date rule dropped
+    (``-2024-05-13``): with both None the id was priced as written.
+    """
 
     model_id: str
     matched: str | None = None
     rule: str | None = None
     price: ModelPrice | None = None
+    route: str | None = None
+    date: str | None = None
+
+    @property
+    def provider(self) -> str | None:
+        """The catalog provider whose price this is, when its source records one."""
+        return None if self.price is None else source_provider(self.price.source)
 
 
 def check_price(name: str, value: object) -> float:
@@ -192,7 +263,7 @@ def _strip_route(model_id: str, *, stop_at_gov: bool = True) -> str | None:
         return tail or None
     if "/" in model_id:
         return model_id.split("/", 1)[1] or None
-    for prefix in _PROFILE_PREFIXES:
+    for prefix in PROFILE_PREFIXES:
         if model_id.startswith(prefix) and len(model_id) > len(prefix):
             return model_id[len(prefix) :]
     return None
@@ -211,7 +282,8 @@ def route_forms(model_id: str) -> list[str]:
     """The id, then each form with one more route segment dropped (``a/b/c`` → ``b/c`` → ``c``).
 
     A Bedrock ARN counts as a route to the id after its last ``/``; a ``us.``/``eu.``/``apac.``/
-    ``global.`` inference-profile prefix as a route segment. ``us-gov.`` is never dropped.
+    ``jp.``/``au.``/``global.`` inference-profile prefix as a route segment. ``us-gov.`` is never
+    dropped.
     """
     return _route_chain(model_id)
 
@@ -231,30 +303,96 @@ def strip_date_suffix(model_id: str) -> str | None:
 
 def resolution_candidates(model_id: str) -> list[tuple[str, str]]:
     """The ids to look up for ``model_id``, in order, each with the rule it would match by."""
+    return [(spelling, rule) for spelling, rule, _form in _candidates(model_id)]
+
+
+def _candidates(model_id: str) -> list[tuple[str, str, str]]:
+    """``(spelling, rule, route-stripped form it comes from)``, most specific first."""
     forms = route_forms(model_id)
-    out: list[tuple[str, str]] = [(forms[0], "exact")]
-    out += [(form, "prefix") for form in forms[1:]]
+    out: list[tuple[str, str, str]] = [(forms[0], "exact", forms[0])]
+    out += [(form, "prefix", form) for form in forms[1:]]
     if not is_govcloud(model_id):
         for i, form in enumerate(forms):
             undated = strip_date_suffix(form)
             if undated is not None:
-                out.append((undated, "date" if i == 0 else "prefix+date"))
+                out.append((undated, "date" if i == 0 else "prefix+date", form))
     seen: set[str] = set()
     unique = []
-    for form, rule in out:
-        if form not in seen:
-            seen.add(form)
-            unique.append((form, rule))
+    for spelling, rule, form in out:
+        if spelling not in seen:
+            seen.add(spelling)
+            unique.append((spelling, rule, form))
     return unique
 
 
 def resolve_model_price(model_id: str, prices: Mapping[str, ModelPrice]) -> Resolution:
     """Resolve a ledger id against ``prices`` (model id → price): exact, then prefix, then date."""
-    for form, rule in resolution_candidates(model_id):
-        price = prices.get(form)
+    for spelling, rule, form in _candidates(model_id):
+        price = prices.get(spelling)
         if price is not None:
-            return Resolution(model_id, form, rule, price)
+            route = model_id[: len(model_id) - len(form)] or None
+            dropped = form[len(spelling) :] or None
+            return Resolution(model_id, spelling, rule, price, route=route, date=dropped)
     return Resolution(model_id)
+
+
+def is_bedrock_id(spelling: str) -> bool:
+    """Whether a spelling is a Bedrock model id (``anthropic.…``, ``amazon.…``, their profiles)."""
+    return _BEDROCK_ID_RE.match(spelling) is not None
+
+
+def source_provider(source: str | None) -> str | None:
+    """The catalog provider a price's ``source`` records (``models.dev:openai`` → ``openai``).
+
+    Prices seeded before the provider was recorded say just ``models.dev``: None.
+    """
+    if source is None or not source.startswith("models.dev:"):
+        return None
+    return source.removeprefix("models.dev:") or None
+
+
+def applicable_rates(price: ModelPrice, input_tokens: int) -> PriceTier:
+    """The rates that apply to a row with ``input_tokens``: the base, or the highest tier exceeded
+    with its cache rates completed by ``tier_rates``. The base's rates come back as a tier of
+    size 0. ``estimate_cost`` and the SQL of ``reprice`` both use these, so they agree row for
+    row."""
+    tier = price.tier_for(input_tokens)
+    if tier is None:
+        return PriceTier(
+            0,
+            price.input_per_1m,
+            price.output_per_1m,
+            price.cache_read_per_1m,
+            price.cache_write_per_1m,
+        )
+    return tier_rates(price, tier)
+
+
+def tier_rates(price: ModelPrice, tier: PriceTier) -> PriceTier:
+    """``tier`` with the cache rates it lacks taken from the base, scaled by the input ratio.
+
+    Base $2.50 input / $0.25 cache-read, tier $5 input without a cache rate → $0.50, as the
+    providers charge. Only when the base has no such rate either (or its input rate is 0, where
+    there is no ratio) does the rate stay None, which the estimate reads as the tier's input rate.
+    A scaled rate is at most ``MAX_PRICE_PER_1M``, like every stored rate.
+    """
+
+    def scaled(own: float | None, base: float | None) -> float | None:
+        if own is not None:
+            return own
+        if base is None or price.input_per_1m == 0:
+            return None
+        # Bounded like any stored rate, so no estimate can overflow (a tiny base input rate
+        # would otherwise make the ratio, and the rate, astronomical).
+        return min(base * (tier.input_per_1m / price.input_per_1m), MAX_PRICE_PER_1M)
+
+    return PriceTier(
+        tier.size,
+        tier.input_per_1m,
+        tier.output_per_1m,
+        scaled(tier.cache_read_per_1m, price.cache_read_per_1m),
+        scaled(tier.cache_write_per_1m, price.cache_write_per_1m),
+    )
 
 
 def estimate_cost(
@@ -267,11 +405,11 @@ def estimate_cost(
 ) -> float:
     """Estimate one usage row's cost in USD: uncached, cache-write, cache-read and output tokens.
 
-    Cache rates fall back to the input rate; when ``input_tokens`` exceeds a tier's size, that
-    tier's rates (the highest such tier) replace the base rates for the whole row.
+    When ``input_tokens`` exceeds a tier's size, that tier's rates (the highest such tier)
+    replace the base rates for the whole row (``applicable_rates``); a cache rate still missing
+    falls back to the input rate.
     """
-    tier = price.tier_for(input_tokens)
-    rates: PriceTier | ModelPrice = tier if tier is not None else price
+    rates = applicable_rates(price, input_tokens)
     written = cache_write_tokens or 0
     read = cache_read_tokens or 0
     uncached = max(input_tokens - written - read, 0)
@@ -377,8 +515,12 @@ def _parse_tiers(items: list[Any]) -> tuple[PriceTier, ...] | None:
     return tuple(sorted(tiers, key=lambda t: t.size))
 
 
-def price_from_catalog(entry: Mapping[str, Any], model_id: str) -> ModelPrice | None:
+def price_from_catalog(
+    entry: Mapping[str, Any], model_id: str, provider: str | None = None
+) -> ModelPrice | None:
     """The price of a catalog entry, stored under ``model_id``; None when it has no usable cost.
+
+    Its ``source`` is ``models.dev:<provider>`` (just ``models.dev`` when no provider is given).
 
     Unusable: no ``cost``, no input or output rate, a malformed tier, or any rate that is not a
     finite number from 0 to ``MAX_PRICE_PER_1M`` (negative, NaN, absurd): never stored.
@@ -402,6 +544,6 @@ def price_from_catalog(entry: Mapping[str, Any], model_id: str) -> ModelPrice | 
         cache_read_per_1m=_first_rate(cost, _CACHE_READ_KEYS),
         cache_write_per_1m=_first_rate(cost, _CACHE_WRITE_KEYS),
         tiers=tiers,
-        source="models.dev",
+        source=f"models.dev:{provider}" if provider else "models.dev",
     )
     return price if price.in_range() else None
