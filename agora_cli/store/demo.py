@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
 from agora_cli.store.clock import DAY_MS, Clock, ManualClock, SystemClock, day_start_ms
@@ -154,6 +154,7 @@ def write_demo_data(
     Each thread is one transaction, so an interrupted demo leaves whole threads behind.
     """
     from agora_cli.store.errors import InvalidInput
+    from agora_cli.store.fold import day_number, mark_range_dirty
     from agora_cli.store.provision import ensure_agent_tables
 
     if not 1 <= days <= 365:
@@ -179,14 +180,21 @@ def write_demo_data(
         first_day=_day(first), last_day=today.isoformat(), sample_actor=ACTORS[0][0]
     )
 
+    # The demo writes into past days: any of them already folded must be refolded.
+    with engine.begin() as conn:
+        mark_range_dirty(conn, day_number(_date(first)), day_number(today))
     _write_prices(engine, demo_clock, summary)
     _write_threads(engine, rng, demo_clock, first, days, now, summary)
     _write_frames(engine, demo_clock, now, summary)
     return summary
 
 
+def _date(ms: int) -> date:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).date()
+
+
 def _day(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).date().isoformat()
+    return _date(ms).isoformat()
 
 
 def _write_prices(engine: Engine, clock: ManualClock, summary: DemoSummary) -> None:

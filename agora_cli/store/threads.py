@@ -27,6 +27,7 @@ from sqlalchemy import case, delete, func, insert, select, update
 from agora_cli.store.clock import Clock, SystemClock
 from agora_cli.store.engine import dialect_name
 from agora_cli.store.errors import InvalidInput, NotFound
+from agora_cli.store.fold import mark_days_dirty
 from agora_cli.store.schema import (
     action_proposal,
     confirm_token,
@@ -606,6 +607,8 @@ def delete_thread(conn: Connection, thread_id: str) -> ThreadDeletion:
     the database cascades (SQLite with its ``foreign_keys`` pragma off).
     """
     _lock_thread(conn, thread_id)
+    # Folded days holding this thread's ledger rows no longer match the ledger: refold them.
+    mark_days_dirty(conn, token_usage.c.thread_id == thread_id)
     deleted: dict[str, int] = {}
     deleted[tool_call.name] = _delete_tool_calls_of_messages(conn, message.c.thread_id == thread_id)
     children: Sequence[Table] = (

@@ -251,9 +251,10 @@ def reprice(
     rates are out of range (written around the library) counts as no price. Both are reported
     with the still-unpriced rows.
     """
-    from sqlalchemy import func, select, update
+    from sqlalchemy import and_, func, select, update
 
     from agora_cli.store.engine import dialect_name
+    from agora_cli.store.fold import mark_days_dirty
     from agora_cli.store.schema import token_usage as u
     from agora_cli.store.sqlexpr import exact_eq
 
@@ -291,6 +292,8 @@ def reprice(
                     conn.execute(select(func.count()).select_from(u).where(*rows)).scalar_one()
                 )
             else:
+                # Folded days these rows fall on no longer match the ledger: refold them.
+                mark_days_dirty(conn, and_(*rows))
                 stmt = update(u).where(*rows).values(cost_usd=estimate, cost_source="estimate")
                 done = int(conn.execute(stmt).rowcount)
         repriced += done
@@ -330,6 +333,7 @@ def recompute_estimates(
     """
     from sqlalchemy import select, update
 
+    from agora_cli.store.fold import mark_days_dirty
     from agora_cli.store.schema import token_usage as u
 
     for name, bound in (("from_ms", from_ms), ("to_ms", to_ms)):
@@ -388,6 +392,7 @@ def recompute_estimates(
         if dry_run:
             continue
         for chunk in _chunks(moved):
+            mark_days_dirty(conn, u.c.id.in_(chunk))
             conn.execute(update(u).where(u.c.id.in_(chunk), estimated).values(cost_usd=estimate))
     return EstimateBatch(
         examined=len(ids),

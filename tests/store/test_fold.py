@@ -19,7 +19,10 @@ from agora_cli.store.budgets import sum_scope_usage
 from agora_cli.store.clock import DAY_MS, ManualClock, parse_instant
 from agora_cli.store.fold import fold, mark_days_dirty, verify, window_parts
 from agora_cli.store.ledger import spend
+from agora_cli.store.pricing import set_price
 from agora_cli.store.schema import thread, token_usage, usage_daily, usage_fold
+from agora_cli.store.threads import delete_thread
+from agora_cli.store.usage import recompute_estimates, reprice
 
 D0 = date(2026, 3, 1)
 T0 = parse_instant("2026-03-01T00:00:00Z")
@@ -215,6 +218,46 @@ def test_refold_replaces_a_days_rows(engine: Any) -> None:
     assert result.refolded == 1
     with engine.connect() as conn:
         assert conn.execute(select(func.sum(usage_daily.c.input_tokens))).scalar() == 99
+
+
+def _raw_equals_folded(engine: Any, last: int) -> Any:
+    with engine.connect() as conn:
+        args = {"by": "day,model", "from_day": D0, "to_day": D0 + timedelta(days=last)}
+        folded = spend(conn, **args)
+        raw = spend(conn, **args, raw=True)
+    same(folded, raw)
+    return folded
+
+
+def test_reprice_marks_the_days_it_prices_dirty(engine: Any) -> None:
+    reset(engine)
+    write(engine, [_row(at=T0 + n * DAY_MS, cost=None, model=f"m{n % 2}") for n in range(4)])
+    fold(engine, clock=NOW)
+    with engine.begin() as conn:
+        set_price(conn, "m1", input_per_1m=1_000.0, output_per_1m=0.0, clock=NOW)
+        assert reprice(conn).repriced == 2
+    report = _raw_equals_folded(engine, 3)
+    assert report.total.cost_usd == pytest.approx(0.2) and report.folded_days == 2
+    assert verify(engine).mismatched == []
+    assert fold(engine, clock=NOW).refolded == 2
+    assert _raw_equals_folded(engine, 3).folded_days == 4
+
+
+def test_recomputed_estimates_and_deleted_threads_mark_their_days_dirty(engine: Any) -> None:
+    reset(engine)
+    write(engine, [_row(at=T0 + n * DAY_MS, model=f"m{n % 2}") for n in range(4)])
+    fold(engine, clock=NOW)
+    with engine.begin() as conn:
+        set_price(conn, "m0", input_per_1m=1_000.0, output_per_1m=0.0, clock=NOW)
+        assert recompute_estimates(conn).recomputed == 2
+    report = _raw_equals_folded(engine, 3)
+    assert report.total.cost_usd == pytest.approx(0.2 + 2 * 0.25) and report.folded_days == 2
+    assert fold(engine, clock=NOW).refolded == 2
+    with engine.begin() as conn:
+        delete_thread(conn, "t")
+    report = _raw_equals_folded(engine, 3)
+    assert report.total.turns == 0 and report.folded_days == 0
+    assert verify(engine).mismatched == []
 
 
 FOLDER = r"""
