@@ -570,12 +570,20 @@ def fold(
             "differ dirty (late rows from other writers). Weekly from cron.",
         ),
     ] = False,
+    window: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="FROM..TO",
+            help="With --verify: only these days (default: every folded day).",
+            show_default=False,
+        ),
+    ] = None,
     days: Annotated[
         str | None,
         typer.Option(
             "--days",
             metavar="FROM..TO",
-            help="With --verify: only these days (default: every folded day).",
+            help="The same as FROM..TO after --verify.",
             show_default=False,
         ),
     ] = None,
@@ -590,12 +598,18 @@ def fold(
     agora changes in the past (reprice, threads delete, demo --force) marks its days dirty;
     rows other writers add to a folded day are found by --verify.
 
-    Example: agora spend fold --grace 2h --json   # nightly; add --verify weekly
+    Nightly: agora spend fold. Weekly: agora spend fold --verify (every folded day), or
+    agora spend fold --verify 2026-11-01..2026-11-30 for a range.
+
+    Example: agora spend fold --grace 2h --json
     """
     from agora_cli.store import fold as folding
 
+    if window is not None and days is not None and window != days:
+        raise InvalidInput("give the days to verify once (FROM..TO or --days)")
+    days = days if window is None else window
     if days is not None and not verify:
-        raise InvalidInput("--days goes with --verify (to fold again, use --refold)")
+        raise InvalidInput("FROM..TO goes with --verify (to fold days again, use --refold)")
     if verify and (through is not None or refold is not None):
         raise InvalidInput("--verify compares folded days; it does not take --through/--refold")
     grace_ms = _duration_ms(grace, "--grace")

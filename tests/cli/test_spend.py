@@ -369,3 +369,80 @@ def test_spend_through_the_installed_command(db_url: str, sample: None) -> None:
     )
     assert r.exit_code == 0, r.stderr
     assert [row["key"] for row in r.json()["rows"]] == ["2026-03", "2026-04"]
+
+
+# --- agora spend fold (issue 16) --------------------------------------------------------------
+
+
+def fold_json(cli: Any, db_url: str, *args: str) -> dict[str, Any]:
+    r = cli("spend", "fold", *args, "--db", db_url, "--json")
+    assert r.exit_code == 0, r.stderr
+    return dict(r.json())
+
+
+def test_spend_fold_then_reports_read_the_fold_and_equal_raw(
+    cli: Any, db_url: str, engine: Any, sample: None
+) -> None:
+    window = ("--from", "2026-03-01", "--to", "2026-04-30")
+
+    def report(*args: str) -> dict[str, Any]:
+        r = cli("spend", *window, *args, "--db", db_url, "--json")
+        assert r.exit_code == 0, r.stderr
+        return dict(r.json())
+
+    assert report()["folded_days"] == 0
+    doc = fold_json(cli, db_url, "--through", "2026-04-01")
+    assert doc == {
+        "folded_days": 23,  # 10 March (the ledger's first day) to 1 April, empty days too
+        "refolded_days": 0,
+        "skipped_days": 0,
+        "unfoldable_days": 0,
+        "rows": 5,
+        "through": "2026-04-01",
+    }
+    for by in ("model", "actor", "tenant", "day,model", "month,actor", "week"):
+        folded, raw = report("--by", by), report("--by", by, "--raw")
+        assert (folded.pop("folded_days"), raw.pop("folded_days")) == (23, 0)
+        assert folded == raw
+    assert fold_json(cli, db_url, "--through", "2026-04-01")["folded_days"] == 0  # idempotent
+    assert fold_json(cli, db_url, "--verify") == {"days_checked": 23, "mismatched": []}
+    # A late row from another writer for a folded day: --verify finds it, fold mends it.
+    insert(engine, {"at": MAR10 + 5, "model": "late", "cost": 1.0})
+    stale = report()
+    assert not any(r["key"] == "late" for r in stale["rows"])  # what --verify is for
+    checked = fold_json(cli, db_url, "--verify", "2026-03-01..2026-03-31")
+    assert checked == {"days_checked": 22, "mismatched": ["2026-03-10"]}
+    assert report()["folded_days"] == 22  # the dirty day is read raw at once
+    mended = fold_json(cli, db_url, "--through", "2026-04-01")
+    assert (mended["folded_days"], mended["refolded_days"]) == (1, 1)
+    assert (
+        fold_json(cli, db_url, "--verify", "--days", "2026-03-01..2026-04-30")["mismatched"] == []
+    )
+    folded, raw = report(), report("--raw")
+    assert (folded.pop("folded_days"), raw.pop("folded_days")) == (23, 0)
+    assert folded == raw and any(r["key"] == "late" for r in folded["rows"])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("2026-03-01..2026-03-31",),  # a range without --verify
+        ("--grace", "8d"),
+        ("--grace", "soon"),
+        ("--refold", "2026-03-31..2026-03-01"),
+        ("--refold", "2026-03-01"),
+        ("--verify", "--through", "2026-03-01"),
+        ("--through", "2026-02-30"),
+        ("--verify", "2026-03-01..2026-03-02", "--days", "2026-03-01..2026-03-05"),
+    ],
+)
+def test_spend_fold_refuses_bad_input_before_writing(
+    cli: Any, db_url: str, engine: Any, sample: None, args: tuple[str, ...]
+) -> None:
+    from agora_cli.store.schema import usage_fold
+
+    r = cli("spend", "fold", *args, "--db", db_url)
+    assert r.exit_code == 2, (r.stdout, r.stderr)
+    assert len(r.stderr.strip().splitlines()) == 1
+    with engine.connect() as conn:
+        assert conn.execute(usage_fold.select()).first() is None
