@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import case, delete, func, insert, select, update
+from sqlalchemy import case, delete, func, insert, or_, select, update
 
 from agora_cli.store.clock import Clock, SystemClock
 from agora_cli.store.engine import dialect_name
@@ -39,7 +39,13 @@ from agora_cli.store.schema import (
     tool_call,
 )
 from agora_cli.store.sqlexpr import exact_eq
-from agora_cli.store.values import check_identity, check_optional_identity, check_text, dump_json
+from agora_cli.store.values import (
+    check_identity,
+    check_int,
+    check_optional_identity,
+    check_text,
+    dump_json,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy import Table
@@ -56,6 +62,7 @@ __all__ = [
     "ThreadSummary",
     "ThreadTurn",
     "ThreadUsageRow",
+    "ThreadUsageTotals",
     "ToolCall",
     "Transcript",
     "TranscriptMessage",
@@ -76,8 +83,10 @@ __all__ = [
     "list_threads",
     "load_thread_for_turn",
     "record_tool_call",
+    "soft_delete_thread",
     "start_run",
     "truncate_from",
+    "usage_by_thread",
 ]
 
 RUN_TERMINAL_STATUSES = ("completed", "failed", "cancelled")
@@ -231,8 +240,20 @@ class Transcript:
 
 
 @dataclass(frozen=True)
+class ThreadUsageTotals:
+    """A thread's ledger rows summed: ``cost_usd`` sums the known costs (``None`` when no row has
+    one) and ``unpriced_turns`` counts the rows without a cost, never summed as free."""
+
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    unpriced_turns: int = 0
+
+
+@dataclass(frozen=True)
 class ThreadSummary:
-    """A thread as ``threads list`` shows it."""
+    """A thread as ``threads list`` shows it: soft-deleted and transient marks, ledger totals."""
 
     id: str
     actor_ref: str
@@ -240,6 +261,9 @@ class ThreadSummary:
     title: str
     messages: int
     updated_at: int
+    deleted_at: int | None = None
+    transient: bool = False
+    usage: ThreadUsageTotals = field(default_factory=ThreadUsageTotals)
 
 
 @dataclass(frozen=True)
@@ -253,10 +277,12 @@ class TruncateResult:
 
 @dataclass(frozen=True)
 class ThreadDeletion:
-    """What ``delete_thread`` removed, as rows per table name (``agent_message``: N, …)."""
+    """What ``delete_thread`` removed, as rows per table name (``agent_message``: N, …), and the
+    ledger rows that went with the thread, summed (their spend leaves every report)."""
 
     id: str
     deleted: dict[str, int]
+    ledger: ThreadUsageTotals = field(default_factory=ThreadUsageTotals)
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -407,11 +433,20 @@ def get_thread(conn: Connection, thread_id: str) -> Thread:
 
 
 def list_threads(
-    conn: Connection, *, actor_ref: str | None = None, limit: int = 50
+    conn: Connection,
+    *,
+    actor_ref: str | None = None,
+    limit: int = 50,
+    include_deleted: bool = False,
+    include_transient: bool = False,
 ) -> list[ThreadSummary]:
-    """List threads, newest activity first, with their message counts."""
-    if not 1 <= limit <= 1000:
-        raise InvalidInput(f"limit must be between 1 and 1000, not {limit}")
+    """List threads, newest activity first, with their message counts and ledger totals.
+
+    Threads the runtime soft-deleted (``deleted_at`` set) or marked ``transient`` are left out
+    unless asked for; the summaries carry both marks. The ledger totals of the page are one
+    grouped query over ``agent_token_usage_thread_idx`` (``usage_by_thread``), not one per thread.
+    """
+    check_int("limit", limit, low=1, high=1000)
     counts = (
         select(func.count())
         .where(message.c.thread_id == thread.c.id)
@@ -425,10 +460,19 @@ def list_threads(
         thread.c.title,
         counts.label("messages"),
         thread.c.updated_at,
+        thread.c.deleted_at,
+        thread.c.transient,
     )
     if actor_ref is not None:
         q = q.where(exact_eq(thread.c.actor_ref, check_identity("actor_ref", actor_ref)))
+    if not include_deleted:
+        q = q.where(thread.c.deleted_at.is_(None))
+    if not include_transient:
+        # A foreign writer may have left NULL in the 0/1 column: that is not transient.
+        q = q.where(or_(thread.c.transient.is_(None), thread.c.transient == 0))
     q = q.order_by(thread.c.updated_at.desc(), thread.c.id.desc()).limit(limit)
+    rows = conn.execute(q).mappings().all()
+    totals = usage_by_thread(conn, [r["id"] for r in rows])
     return [
         ThreadSummary(
             id=r["id"],
@@ -437,9 +481,74 @@ def list_threads(
             title=r["title"],
             messages=int(r["messages"]),
             updated_at=int(r["updated_at"]),
+            deleted_at=r["deleted_at"],
+            transient=bool(r["transient"]),
+            usage=totals.get(r["id"], ThreadUsageTotals()),
         )
-        for r in conn.execute(q).mappings()
+        for r in rows
     ]
+
+
+def usage_by_thread(conn: Connection, thread_ids: Sequence[str]) -> dict[str, ThreadUsageTotals]:
+    """The ledger totals of each thread in ``thread_ids`` (at most 1,000): one ``GROUP BY``.
+
+    Threads without ledger rows are absent from the result.
+    """
+    ids = list(dict.fromkeys(thread_ids))
+    if len(ids) > 1000:
+        raise InvalidInput("usage_by_thread takes at most 1,000 thread ids", param="thread_ids")
+    if not ids:
+        return {}
+    key = token_usage.c.thread_id
+    groups: list[ColumnElement[Any]] = [key]
+    if dialect_name(conn) == "mysql":
+        # PAD SPACE: IN and GROUP BY would take 't' and 't ' for one thread; the length keeps
+        # them apart, and only the ids asked for are kept.
+        groups.append(func.char_length(key))
+    q = select(key, *_usage_sums()).where(key.in_(ids)).group_by(*groups)
+    wanted = set(ids)
+    return {
+        r["thread_id"]: _usage_totals(r)
+        for r in conn.execute(q).mappings()
+        if r["thread_id"] in wanted
+    }
+
+
+def _usage_sums() -> tuple[ColumnElement[Any], ...]:
+    return (
+        func.count().label("turns"),
+        func.coalesce(func.sum(token_usage.c.input_tokens), 0).label("input_tokens"),
+        func.coalesce(func.sum(token_usage.c.output_tokens), 0).label("output_tokens"),
+        func.sum(token_usage.c.cost_usd).label("cost_usd"),
+        func.count(token_usage.c.cost_usd).label("priced"),
+    )
+
+
+def _usage_totals(row: Mapping[Any, Any]) -> ThreadUsageTotals:
+    turns = int(row["turns"])
+    priced = int(row["priced"])
+    return ThreadUsageTotals(
+        turns=turns,
+        input_tokens=int(row["input_tokens"]),
+        output_tokens=int(row["output_tokens"]),
+        cost_usd=None if not priced else float(row["cost_usd"]),
+        unpriced_turns=turns - priced,
+    )
+
+
+def soft_delete_thread(conn: Connection, thread_id: str, *, clock: Clock | None = None) -> Thread:
+    """Mark a thread deleted (``deleted_at``) as the runtime does, keeping every row.
+
+    The first mark wins: a thread already marked keeps its ``deleted_at``. ``threads list``
+    hides marked threads unless asked; ``delete_thread`` removes a thread for good.
+    """
+    _lock_thread(conn, thread_id)
+    conn.execute(
+        update(thread)
+        .where(thread.c.id == thread_id, thread.c.deleted_at.is_(None))
+        .values(deleted_at=_clock(clock).now_ms())
+    )
+    return get_thread(conn, thread_id)
 
 
 # --- messages ------------------------------------------------------------------------------
@@ -600,12 +709,15 @@ def truncate_from(
 
 
 def delete_thread(conn: Connection, thread_id: str) -> ThreadDeletion:
-    """Hard-delete a thread and everything that hangs off it; report rows removed per table.
+    """Hard-delete a thread and everything that hangs off it; report rows removed per table
+    and the ledger rows (with their recorded spend) that went with it.
 
     Children are deleted explicitly before the thread, so the result is the same whether or not
     the database cascades (SQLite with its ``foreign_keys`` pragma off).
     """
     _lock_thread(conn, thread_id)
+    sums = select(*_usage_sums()).where(exact_eq(token_usage.c.thread_id, thread_id))
+    ledger = _usage_totals(conn.execute(sums).mappings().one())
     deleted: dict[str, int] = {}
     deleted[tool_call.name] = _delete_tool_calls_of_messages(conn, message.c.thread_id == thread_id)
     children: Sequence[Table] = (
@@ -623,7 +735,7 @@ def delete_thread(conn: Connection, thread_id: str) -> ThreadDeletion:
     deleted[thread.name] = int(
         conn.execute(delete(thread).where(thread.c.id == thread_id)).rowcount
     )
-    return ThreadDeletion(id=thread_id, deleted=deleted)
+    return ThreadDeletion(id=thread_id, deleted=deleted, ledger=ledger)
 
 
 def get_transcript(conn: Connection, thread_id: str) -> Transcript:
