@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from agora_cli import __version__
-from agora_cli.cli import db, demo, frames, prices, proposals, spend, threads
+from agora_cli.cli import db, demo, frames, prices, proposals, runs, spend, threads, tools
 from agora_cli.cli.errors import AgoraGroup, set_debug
 
 __all__ = ["app", "main"]
@@ -61,6 +61,8 @@ app.command("quota")(spend.quota)
 app.add_typer(frames.app, name="frames")
 app.add_typer(proposals.app, name="proposals")
 app.add_typer(threads.app, name="threads")
+app.add_typer(runs.app, name="runs")
+app.add_typer(tools.app, name="tools")
 app.command("demo")(demo.demo)
 
 

@@ -358,6 +358,18 @@ def _window_doc(window: QuotaWindow) -> dict[str, Any]:
     }
 
 
+_QUOTA_CSV = [
+    Col(name)
+    for name in ("window", "from", "to", "tokens", "usd", "limit_tokens", "limit_usd", "exhausted")
+]
+
+
+def _window_csv(window: QuotaWindow) -> dict[str, Any]:
+    doc = _window_doc(window)
+    limits = doc.pop("limits")
+    return {**doc, "limit_tokens": limits["tokens"], "limit_usd": limits["usd"]}
+
+
 def quota(
     actor: Annotated[
         str, typer.Option("--actor", help="The actor whose windows to show.", show_default=False)
@@ -397,6 +409,7 @@ def quota(
     ] = False,
     db: DbOpt = None,
     as_json: JsonOpt = False,
+    csv: CsvOpt = False,
 ) -> None:
     """Show an actor's UTC day and calendar-month use; exit 1 when a given limit is reached.
 
@@ -407,6 +420,8 @@ def quota(
     """
     from agora_cli.store.ledger import quota as quota_report
 
+    if as_json and csv:
+        raise InvalidInput("choose one of --json and --csv")
     check_identity("--actor", actor)
     for flag, tokens in (("--day-tokens", day_tokens), ("--month-tokens", month_tokens)):
         if tokens is not None:
@@ -438,6 +453,14 @@ def quota(
                 "exhausted": report.exhausted,
                 "notes": _quota_notes(report),
             }
+        )
+    elif csv:
+        emit_csv(
+            [
+                {"window": name, **_window_csv(window)}
+                for name, window in (("day", report.day), ("month", report.month))
+            ],
+            _QUOTA_CSV,
         )
     else:
         _render_quota(report)

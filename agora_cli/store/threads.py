@@ -83,6 +83,7 @@ __all__ = [
     "list_threads",
     "load_thread_for_turn",
     "record_tool_call",
+    "set_tool_call_status",
     "soft_delete_thread",
     "start_run",
     "truncate_from",
@@ -840,6 +841,28 @@ def complete_tool_call(
             execution_ms=case(
                 (tool_call.c.created_at < now, now - tool_call.c.created_at), else_=0
             ),
+        )
+    )
+    conn.execute(stmt)
+    return get_tool_call(conn, tool_call_id)
+
+
+def set_tool_call_status(
+    conn: Connection, tool_call_id: str, *, status: str, error: str | None = None
+) -> ToolCall:
+    """Record a new status of a tool call that has not run (``rejected``, ``expired``…).
+
+    A call already completed keeps its outcome: this changes only calls without ``executed_at``.
+    """
+    stmt = (
+        update(tool_call)
+        .where(
+            exact_eq(tool_call.c.id, check_identity("tool_call_id", tool_call_id)),
+            tool_call.c.executed_at.is_(None),
+        )
+        .values(
+            status=_ident(status, "status"),
+            error=None if error is None else check_text("error", error),
         )
     )
     conn.execute(stmt)
