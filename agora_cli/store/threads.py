@@ -501,18 +501,18 @@ def usage_by_thread(conn: Connection, thread_ids: Sequence[str]) -> dict[str, Th
     if not ids:
         return {}
     key = token_usage.c.thread_id
-    groups: list[ColumnElement[Any]] = [key]
-    if dialect_name(conn) == "mysql":
-        # PAD SPACE: IN and GROUP BY would take 't' and 't ' for one thread; the length keeps
-        # them apart, and only the ids asked for are kept.
-        groups.append(func.char_length(key))
-    q = select(key, *_usage_sums()).where(key.in_(ids)).group_by(*groups)
-    wanted = set(ids)
-    return {
-        r["thread_id"]: _usage_totals(r)
-        for r in conn.execute(q).mappings()
-        if r["thread_id"] in wanted
-    }
+    q = select(key, *_usage_sums()).where(key.in_(ids)).group_by(key)
+    # MySQL's PAD SPACE: a ledger row may name its thread with trailing spaces (its foreign key
+    # still reaches the thread, and IN and GROUP BY take it for the thread); two thread ids that
+    # differ only so cannot both exist there, so stripping them names the thread.
+    pad = dialect_name(conn) == "mysql"
+    wanted = {(i.rstrip(" ") if pad else i): i for i in ids}
+    found: dict[str, ThreadUsageTotals] = {}
+    for r in conn.execute(q).mappings():
+        name = wanted.get(r["thread_id"].rstrip(" ") if pad else r["thread_id"])
+        if name is not None:
+            found[name] = _usage_totals(r)
+    return found
 
 
 def _usage_sums() -> tuple[ColumnElement[Any], ...]:
@@ -717,7 +717,8 @@ def delete_thread(conn: Connection, thread_id: str) -> ThreadDeletion:
     the database cascades (SQLite with its ``foreign_keys`` pragma off).
     """
     _lock_thread(conn, thread_id)
-    sums = select(*_usage_sums()).where(exact_eq(token_usage.c.thread_id, thread_id))
+    # the rows the deletions below remove, counted the same way
+    sums = select(*_usage_sums()).where(token_usage.c.thread_id == thread_id)
     ledger = _usage_totals(conn.execute(sums).mappings().one())
     deleted: dict[str, int] = {}
     deleted[tool_call.name] = _delete_tool_calls_of_messages(conn, message.c.thread_id == thread_id)
