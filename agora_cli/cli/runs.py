@@ -33,7 +33,7 @@ app = typer.Typer(
     help=(
         "List the agent's runs, newest first, and show one with its tool calls, usage, "
         "proposals and stream frames.\n\n"
-        "Example: agora runs list --status failed && agora runs show demo-run-03-2"
+        "Example: agora runs list --status failed && agora runs show demo-run-03-1"
     ),
     no_args_is_help=True,
 )
@@ -277,7 +277,7 @@ def show(
     ID may be any unique prefix of at least 8 characters; an ambiguous one is exit 2 and lists
     the runs it starts.
 
-    Example: agora runs show demo-run-03-2 --json
+    Example: agora runs show demo-run-03-1 --json
     """
     from agora_cli.store.runs import get_run_detail
     from agora_cli.store.short_ids import resolve_run_id
