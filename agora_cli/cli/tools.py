@@ -28,7 +28,7 @@ app = typer.Typer(
     help=(
         "Tool health: calls by outcome, execution-time percentiles, last failures; and run "
         "reliability per agent.\n\n"
-        "Example: agora tools stats --from 2026-11-01"
+        "Example: agora tools stats --tenant acme"
     ),
     no_args_is_help=True,
 )
