@@ -29,11 +29,12 @@ message's thread (two primary-key lookups a row) and a run directly.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, case, func, literal_column, select, text
+from sqlalchemy import and_, bindparam, case, func, literal_column, select, text
 
 from agora_cli.store.engine import dialect_name
 from agora_cli.store.errors import InvalidInput
@@ -175,53 +176,37 @@ def tool_call_statuses(conn: Connection) -> list[str]:
     return sorted(str(s) for s in conn.execute(text(sql)).scalars())
 
 
-def _calls_in_window(
-    conn: Connection, lo: int, hi: int, tenant_ref: str | None
-) -> Select[Any] | None:
-    """The window's calls (``None``: the table has none at all)."""
+def _tenant_of_call(q: Select[Any]) -> Select[Any]:
+    """``q`` over tool calls, narrowed to the calls of the tenant ``:tenant`` (via the thread)."""
+    return (
+        q.join(message, message.c.id == tool_call.c.message_id)
+        .join(thread, thread.c.id == message.c.thread_id)
+        .where(exact_eq(thread.c.tenant_ref, bindparam("tenant")))
+    )
+
+
+@functools.cache
+def _tool_stats_statement(postgres: bool, ranges: bool, tenant: bool) -> Select[Any]:
+    """The per-tool ``GROUP BY`` over the window ``:lo``–``:hi`` (statuses ``:statuses``), built
+    once per shape: SQLAlchemy then caches its SQL per dialect, as for a hand-written string."""
     tc = tool_call
-    statuses = tool_call_statuses(conn)
-    if not statuses:
-        return None
-    where: list[ColumnElement[bool]] = [tc.c.created_at >= lo, tc.c.created_at <= hi]
-    if len(statuses) <= MAX_STATUS_RANGES:
-        where.insert(0, tc.c.status.in_(statuses))
-    q = select(tc.c.tool_name, tc.c.status, tc.c.execution_ms, tc.c.created_at)
-    if tenant_ref is not None:
-        q = (
-            q.join(message, message.c.id == tc.c.message_id)
-            .join(thread, thread.c.id == message.c.thread_id)
-            .where(exact_eq(thread.c.tenant_ref, tenant_ref))
-        )
-    return q.where(*where)
-
-
-def stats_by_tool(
-    conn: Connection, *, from_ms: int, to_ms: int, tenant_ref: str | None = None
-) -> list[ToolStat]:
-    """Each tool's calls created in ``[from_ms, to_ms]`` (optionally one tenant's), by outcome,
-    with p50/p95 of ``execution_ms`` and the last failure; most calls first."""
-    lo, hi = _window(from_ms, to_ms)
-    check_optional_identity("tenant_ref", tenant_ref)
-    source = _calls_in_window(conn, lo, hi, tenant_ref)
-    if source is None:
-        return []
-    groups = TOOL_STATUS_GROUPS
-    postgres = dialect_name(conn) == "postgresql"
+    source = select(tc.c.tool_name, tc.c.status, tc.c.execution_ms, tc.c.created_at).where(
+        tc.c.created_at >= bindparam("lo"), tc.c.created_at <= bindparam("hi")
+    )
+    if ranges:
+        source = source.where(tc.c.status.in_(bindparam("statuses", expanding=True)))
+    if tenant:
+        source = _tenant_of_call(source)
     if not postgres:
-        timed = source.selected_columns.execution_ms.is_(None)
+        untimed = case((tc.c.execution_ms.is_(None), 1), else_=0)
         source = source.add_columns(
             func.row_number()
-            .over(
-                partition_by=(source.selected_columns.tool_name, case((timed, 1), else_=0)),
-                order_by=source.selected_columns.execution_ms,
-            )
+            .over(partition_by=(tc.c.tool_name, untimed), order_by=tc.c.execution_ms)
             .label("rank"),
-            func.count(source.selected_columns.execution_ms)
-            .over(partition_by=source.selected_columns.tool_name)
-            .label("size"),
+            func.count(tc.c.execution_ms).over(partition_by=tc.c.tool_name).label("size"),
         )
     w = source.subquery("w")
+    groups = TOOL_STATUS_GROUPS
     columns: list[ColumnElement[Any]] = [
         w.c.tool_name,
         func.count().label("calls"),
@@ -239,7 +224,28 @@ def stats_by_tool(
             # untimed calls rank in a partition of their own; their NULLs never win a MAX
             low, high = _percentile_bounds(w.c.execution_ms, w.c.rank, w.c.size, percent)
             columns += [low.label(f"p{percent}_low"), high.label(f"p{percent}_high")]
-    rows = conn.execute(select(*columns).group_by(w.c.tool_name)).mappings().all()
+    return select(*columns).group_by(w.c.tool_name)
+
+
+def stats_by_tool(
+    conn: Connection, *, from_ms: int, to_ms: int, tenant_ref: str | None = None
+) -> list[ToolStat]:
+    """Each tool's calls created in ``[from_ms, to_ms]`` (optionally one tenant's), by outcome,
+    with p50/p95 of ``execution_ms`` and the last failure; most calls first."""
+    lo, hi = _window(from_ms, to_ms)
+    check_optional_identity("tenant_ref", tenant_ref)
+    statuses = tool_call_statuses(conn)
+    if not statuses:
+        return []
+    postgres = dialect_name(conn) == "postgresql"
+    ranges = len(statuses) <= MAX_STATUS_RANGES
+    q = _tool_stats_statement(postgres, ranges, tenant_ref is not None)
+    params: dict[str, Any] = {"lo": lo, "hi": hi}
+    if ranges:
+        params["statuses"] = statuses
+    if tenant_ref is not None:
+        params["tenant"] = tenant_ref
+    rows = conn.execute(q, params).mappings().all()
     failures = _last_failures(conn, rows, tenant_ref)
     found = [_tool_stat(r, postgres, failures.get(r["tool_name"])) for r in rows]
     return sorted(found, key=lambda s: (-s.calls, s.tool_name))
@@ -265,14 +271,8 @@ def _tool_stat(row: RowMapping, postgres: bool, failure: ToolFailure | None) -> 
     )
 
 
-def _last_failures(
-    conn: Connection, rows: Sequence[RowMapping], tenant_ref: str | None
-) -> dict[str, ToolFailure]:
-    """The last failed call of each tool: one read of the status index at the failure times
-    the aggregate found (a handful of rows; ties broken by the highest id)."""
-    wanted = {r["tool_name"]: int(r["failed_at"]) for r in rows if r["failed_at"] is not None}
-    if not wanted:
-        return {}
+@functools.cache
+def _last_failures_statement(tenant: bool) -> Select[Any]:
     tc = tool_call
     q = select(
         tc.c.id,
@@ -282,16 +282,25 @@ def _last_failures(
         func.substr(tc.c.error, 1, ERROR_CHARS).label("error"),
     ).where(
         tc.c.status.in_(TOOL_STATUS_GROUPS["failed"]),
-        tc.c.created_at.in_(sorted(set(wanted.values()))),
+        tc.c.created_at.in_(bindparam("at", expanding=True)),
     )
+    return _tenant_of_call(q) if tenant else q
+
+
+def _last_failures(
+    conn: Connection, rows: Sequence[RowMapping], tenant_ref: str | None
+) -> dict[str, ToolFailure]:
+    """The last failed call of each tool: one read of the status index at the failure times
+    the aggregate found (a handful of rows; ties broken by the highest id)."""
+    wanted = {r["tool_name"]: int(r["failed_at"]) for r in rows if r["failed_at"] is not None}
+    if not wanted:
+        return {}
+    params: dict[str, Any] = {"at": sorted(set(wanted.values()))}
     if tenant_ref is not None:
-        q = (
-            q.join(message, message.c.id == tc.c.message_id)
-            .join(thread, thread.c.id == message.c.thread_id)
-            .where(exact_eq(thread.c.tenant_ref, tenant_ref))
-        )
+        params["tenant"] = tenant_ref
     found: dict[str, ToolFailure] = {}
-    for r in conn.execute(q).mappings():
+    q = _last_failures_statement(tenant_ref is not None)
+    for r in conn.execute(q, params).mappings():
         name = r["tool_name"]
         if wanted.get(name) != int(r["created_at"]):
             continue
@@ -304,30 +313,19 @@ def _last_failures(
 # --- runs -------------------------------------------------------------------------------------
 
 
-def run_reliability(
-    conn: Connection, *, from_ms: int, to_ms: int, tenant_ref: str | None = None
-) -> list[AgentReliability]:
-    """Each agent's runs started in ``[from_ms, to_ms]`` (optionally one tenant's), by status,
-    with the median duration of the finished ones; most runs first.
-
-    One read of ``agent_run_started_idx``'s range; the tenant is a filter on those rows.
-    """
-    lo, hi = _window(from_ms, to_ms)
-    check_optional_identity("tenant_ref", tenant_ref)
+@functools.cache
+def _run_reliability_statement(postgres: bool, tenant: bool) -> Select[Any]:
     duration = case((run.c.finished_at.is_not(None), run.c.finished_at - run.c.started_at))
     source = select(run.c.agent_name, run.c.status, duration.label("duration")).where(
-        run.c.started_at >= lo, run.c.started_at <= hi
+        run.c.started_at >= bindparam("lo"), run.c.started_at <= bindparam("hi")
     )
-    if tenant_ref is not None:
-        source = source.where(exact_eq(run.c.tenant_ref, tenant_ref))
-    postgres = dialect_name(conn) == "postgresql"
+    if tenant:
+        source = source.where(exact_eq(run.c.tenant_ref, bindparam("tenant")))
     if not postgres:
-        unfinished = run.c.finished_at.is_(None)
+        unfinished = case((run.c.finished_at.is_(None), 1), else_=0)
         source = source.add_columns(
             func.row_number()
-            .over(
-                partition_by=(run.c.agent_name, case((unfinished, 1), else_=0)), order_by=duration
-            )
+            .over(partition_by=(run.c.agent_name, unfinished), order_by=duration)
             .label("rank"),
             func.count(duration).over(partition_by=run.c.agent_name).label("size"),
         )
@@ -343,8 +341,26 @@ def run_reliability(
     else:
         low, high = _percentile_bounds(w.c.duration, w.c.rank, w.c.size, 50)
         columns += [low.label("median_low"), high.label("median_high")]
+    return select(*columns).group_by(w.c.agent_name)
+
+
+def run_reliability(
+    conn: Connection, *, from_ms: int, to_ms: int, tenant_ref: str | None = None
+) -> list[AgentReliability]:
+    """Each agent's runs started in ``[from_ms, to_ms]`` (optionally one tenant's), by status,
+    with the median duration of the finished ones; most runs first.
+
+    One read of ``agent_run_started_idx``'s range; the tenant is a filter on those rows.
+    """
+    lo, hi = _window(from_ms, to_ms)
+    check_optional_identity("tenant_ref", tenant_ref)
+    postgres = dialect_name(conn) == "postgresql"
+    q = _run_reliability_statement(postgres, tenant_ref is not None)
+    params: dict[str, Any] = {"lo": lo, "hi": hi}
+    if tenant_ref is not None:
+        params["tenant"] = tenant_ref
     found = []
-    for r in conn.execute(select(*columns).group_by(w.c.agent_name)).mappings():
+    for r in conn.execute(q, params).mappings():
         counts = {name: int(r[name] or 0) for name in RUN_STATUS_GROUPS}
         runs, finished = int(r["runs"]), int(r["finished"])
         median = (

@@ -169,6 +169,9 @@ def _pending(
     rows = _read(conn, expiring.order_by(p.c.discovery_at, p.c.id), limit)
     if within is None and len(rows) < limit:
         never = select_rows().where(pending, p.c.discovery_at.is_(None), *where)
-        rows += _read(conn, never.order_by(p.c.id), limit - len(rows))
+        # ordered as the index is (discovery_at is NULL throughout): PostgreSQL would otherwise
+        # walk the primary key for ORDER BY id and filter the whole table
+        never = never.order_by(p.c.discovery_at, p.c.id)
+        rows += _read(conn, never, limit - len(rows))
     overdue = select(func.count()).select_from(p).where(pending, p.c.discovery_at <= now, *where)
     return rows, int(conn.execute(overdue).scalar_one())
