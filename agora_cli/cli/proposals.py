@@ -550,18 +550,30 @@ def _render_inbox(page: Inbox) -> None:
     )
 
 
+# P's keys but the JSON values (input, card, result): those stay in --json.
 _LIST_CSV = [
     Col(name)
     for name in (
         "id",
+        "idempotency_key",
+        "tenant_ref",
+        "actor_ref",
+        "thread_id",
+        "run_id",
+        "tool_call_id",
         "tool_name",
         "decision",
         "decided_by",
         "decided_at",
+        "decision_note",
         "expires_at",
         "execution_state",
+        "lease_owner",
+        "lease_expires_at",
+        "generation",
         "attempts",
-        "run_id",
+        "error",
+        "settled_at",
         "created_at",
         "updated_at",
     )
