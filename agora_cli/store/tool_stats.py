@@ -1,8 +1,8 @@
 """Tool health and run reliability over a window, aggregated by the database.
 
-``stats_by_tool`` counts each tool's calls in a window of ``created_at`` by outcome, with the p50 and
-p95 of ``execution_ms`` and the last failure; ``run_reliability`` counts each agent's runs in a
-window of ``started_at`` by status, with the median duration of the finished ones. Both are one
+``stats_by_tool`` counts each tool's calls in a window of ``created_at`` by outcome, with the p50
+and p95 of ``execution_ms`` and the last failure; ``run_reliability`` counts each agent's runs in
+a window of ``started_at`` by status, with the median duration of the finished ones. Both are one
 ``GROUP BY`` statement; no row of the window is loaded into Python.
 
 **Reading a window of tool calls.** The only index with ``created_at`` is
