@@ -83,7 +83,18 @@ def _steps() -> list[tuple[dict[str, str], list[str], int]]:
 
 def test_readme_lists_every_command_group() -> None:
     groups = {argv[0] for _, argv, _ in _steps() if argv}
-    assert groups >= {"demo", "db", "prices", "spend", "quota", "threads", "proposals", "frames"}
+    assert groups >= {
+        "demo",
+        "db",
+        "prices",
+        "spend",
+        "quota",
+        "threads",
+        "proposals",
+        "frames",
+        "runs",
+        "tools",
+    }
 
 
 def test_every_readme_command_runs(tmp_path: Path, monkeypatch: Any, databases: Any) -> None:

@@ -11,7 +11,19 @@ from typing import Annotated
 import typer
 
 from agora_cli import __version__
-from agora_cli.cli import budgets, db, demo, frames, prices, proposals, quota, spend, threads
+from agora_cli.cli import (
+    budgets,
+    db,
+    demo,
+    frames,
+    prices,
+    proposals,
+    quota,
+    runs,
+    spend,
+    threads,
+    tools,
+)
 from agora_cli.cli.errors import AgoraGroup, set_debug
 
 __all__ = ["app", "main"]
@@ -62,6 +74,8 @@ app.add_typer(budgets.app, name="budgets")
 app.add_typer(frames.app, name="frames")
 app.add_typer(proposals.app, name="proposals")
 app.add_typer(threads.app, name="threads")
+app.add_typer(runs.app, name="runs")
+app.add_typer(tools.app, name="tools")
 app.command("demo")(demo.demo)
 
 

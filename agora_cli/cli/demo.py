@@ -28,10 +28,12 @@ def demo(
     """Provision the database and write a sample data set, then show what to try next.
 
     Writes, through the store's own functions: threads and messages for four actors in two
-    tenants, runs and tool calls, a ledger over several models and days (some priced, one
-    unpriced, one dated model id, one provider-reported cost), pending, approved, rejected and
-    expired proposals, and the frames of finished, running and expired streams. Refuses (exit 1)
-    a database that already holds agent data unless --force.
+    tenants (one thread soft-deleted, one transient), runs (completed, failed, one running) and
+    tool calls with durations and failures, a ledger over several models and days (some priced,
+    one unpriced, one dated model id, one provider-reported cost), pending, approved (queued,
+    executed, failed, stuck), rejected and expired proposals, and the frames of finished,
+    running and expired streams. Refuses (exit 1) a database that already holds agent data
+    unless --force.
 
     Example: agora demo && agora spend --by model
     """
@@ -43,6 +45,9 @@ def demo(
     )
     db_opt = _db_option(db)
     try_next = [
+        f"agora proposals inbox{db_opt}",
+        f"agora runs list --status failed{db_opt}",
+        f"agora tools stats --from {summary.first_day}{db_opt}",
         f"agora spend --by model{db_opt}",
         f"agora spend --by day --from {summary.first_day} --chart{db_opt}",
         f"agora quota --actor alice --day-usd 0.01{db_opt}",
@@ -62,6 +67,8 @@ def demo(
             "messages": summary.messages,
             "tool_calls": summary.tool_calls,
             "runs": summary.runs,
+            "failed_runs": summary.failed_runs,
+            "running_runs": summary.running_runs,
             "usage_rows": summary.usage_rows,
             "priced_models": summary.priced_models,
             "unpriced_models": summary.unpriced_models,
@@ -76,7 +83,8 @@ def demo(
     console.print(
         f"Wrote the demo data set (seed {seed}, {summary.first_day} … {summary.last_day}):\n"
         f"  {summary.threads} threads, {summary.messages} messages, {summary.tool_calls} tool "
-        f"calls, {summary.runs} runs\n"
+        f"calls, {summary.runs} runs ({summary.failed_runs} failed, {summary.running_runs} "
+        "running)\n"
         f"  {summary.usage_rows} ledger rows over {len(summary.priced_models)} priced models "
         f"and 1 unpriced ({', '.join(summary.unpriced_models)})\n"
         f"  proposals: {proposals}\n"

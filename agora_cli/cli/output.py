@@ -23,20 +23,27 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MONEY_DECIMALS",
+    "SHORT_ID",
     "Col",
     "csv_cell",
+    "duration_text",
     "emit_csv",
     "emit_json",
     "err_console",
     "finish",
+    "first_line",
     "money",
+    "one_format",
     "out_console",
     "progress",
+    "relative_text",
     "render_table",
     "safe_line",
     "safe_text",
     "say",
     "script_value",
+    "short_ids",
+    "table_time",
 ]
 
 # Money is summed in the database as doubles; on output it is rounded to this many decimal
@@ -48,6 +55,9 @@ MONEY_DECIMALS = 10
 _CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _BODY_KEEP = frozenset("\n\t")
 _CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# Tables show ids this long (or longer, to tell apart two ids of the same table that share the
+# first 12 characters); every command that takes an id takes such a prefix (git-style).
+SHORT_ID = 12
 
 
 def _escape(char: str) -> str:
@@ -91,6 +101,8 @@ def csv_cell(value: Any) -> Any:
     """A CSV cell: text that a spreadsheet would run as a formula gets a leading ``'``."""
     if value is None:
         return ""
+    if isinstance(value, bool):  # as JSON spells it
+        return "true" if value else "false"
     if isinstance(value, str) and value.startswith(_CSV_FORMULA_START):
         return "'" + value
     return script_value(value)
@@ -241,12 +253,29 @@ def render_table(
     console.print(table)
 
 
-def finish(doc: Any, *, as_json: bool, show: Callable[[], None] | str, exit_code: int = 0) -> None:
-    """The tail of a command: the JSON document for scripts, or for people ``show`` — a
-    rendering function, or a sentence printed as plain text (control characters escaped) —
-    then ``exit_code`` (1: the answer is negative)."""
+def one_format(as_json: bool, csv: bool) -> None:
+    """Refuse ``--json`` with ``--csv`` (exit 2), before anything runs."""
+    if as_json and csv:
+        from agora_cli.store.errors import InvalidInput
+
+        raise InvalidInput("choose one of --json and --csv")
+
+
+def finish(
+    doc: Any,
+    *,
+    as_json: bool,
+    show: Callable[[], None] | str,
+    csv: tuple[Sequence[dict[str, Any]], Sequence[Col]] | None = None,
+    exit_code: int = 0,
+) -> None:
+    """The tail of a command: the JSON document for scripts, or with ``csv=(rows, columns)``
+    those rows as CSV, or for people ``show`` — a rendering function, or a sentence printed as
+    plain text (control characters escaped) — then ``exit_code`` (1: the answer is negative)."""
     if as_json:
         emit_json(doc)
+    elif csv is not None:
+        emit_csv(*csv)
     elif callable(show):
         show()
     else:
@@ -287,3 +316,62 @@ def progress(description: str, total: int | None) -> Iterator[Callable[[int], No
     ) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n: bar.advance(task, n)
+
+
+def short_ids(ids: Sequence[str | None], width: int = SHORT_ID) -> dict[str, str]:
+    """Each id as a table shows it: its first ``width`` characters where no other id of the list
+    shares them and the id is at least 8 characters longer, else the whole id (a prefix cut just
+    short of the end would look like another, real id). A prefix unique in the list but not in
+    the database makes the command that takes it list the matches (exit 2): never a wrong pick."""
+    prefixes: dict[str, int] = {}
+    distinct = {i for i in ids if i is not None}
+    for ident in distinct:
+        prefixes[ident[:width]] = prefixes.get(ident[:width], 0) + 1
+    return {
+        ident: ident[:width] if len(ident) >= width + 8 and prefixes[ident[:width]] == 1 else ident
+        for ident in distinct
+    }
+
+
+def first_line(text: str | None, width: int = 80) -> str | None:
+    """The first line of ``text``, cut to ``width`` characters; ``…`` marks what was left out."""
+    if text is None:
+        return None
+    lines = text.strip().splitlines()
+    line = lines[0] if lines else ""
+    if len(line) > width:
+        return line[: width - 1] + "…"
+    return line + (" …" if len(lines) > 1 else "")
+
+
+def duration_text(ms: float | None) -> str:
+    """A duration for people: ``850 ms``, ``4.2 s``, ``3m 20s``, ``2h 05m``, ``3d 04h``."""
+    if ms is None:
+        return "—"
+    if ms < 1000:
+        return f"{ms:,.0f} ms" if float(ms).is_integer() else f"{ms:,.1f} ms"
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, sec = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {sec:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h {minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours:02d}h"
+
+
+def relative_text(at_ms: int | None, now_ms: int) -> str:
+    """An instant relative to now: ``in 3h 12m`` or ``5m 02s ago``."""
+    if at_ms is None:
+        return "—"
+    if at_ms >= now_ms:
+        return f"in {duration_text(at_ms - now_ms)}"
+    return f"{duration_text(now_ms - at_ms)} ago"
+
+
+def table_time(iso: str | None) -> str:
+    """An ISO time as a table shows it: ``2026-11-02 13:00:05`` (UTC, to the second)."""
+    return "—" if iso is None else iso[:19].replace("T", " ")

@@ -16,9 +16,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import DbOpt, JsonOpt, open_db
-from agora_cli.cli.output import Col, finish, out_console, render_table, safe_text
-from agora_cli.store.clock import iso_ms, parse_instant
+from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db
+from agora_cli.cli.output import (
+    Col,
+    finish,
+    first_line,
+    one_format,
+    out_console,
+    relative_text,
+    render_table,
+    safe_text,
+    say,
+    short_ids,
+    table_time,
+)
+from agora_cli.store.clock import iso_ms, parse_duration, parse_instant
 from agora_cli.store.errors import InvalidInput
 from agora_cli.store.values import BIGINT_MAX, MAX_LEASE_MS, parse_json
 
@@ -26,6 +38,7 @@ if TYPE_CHECKING:
     from agora_cli.store.proposals import (
         ActionProposalStore,
         ClaimResult,
+        Inbox,
         NewProposal,
         Proposal,
         Scope,
@@ -51,7 +64,15 @@ TenantOpt = Annotated[
 NoTenantOpt = Annotated[
     bool, typer.Option("--no-tenant", help="Scope: the proposal has no tenant (NULL).")
 ]
-IdArg = Annotated[str, typer.Argument(help="The proposal id.", show_default=False, metavar="ID")]
+IdArg = Annotated[
+    str,
+    typer.Argument(
+        help="The proposal id, or a unique prefix of it (8+ characters) within the scope.",
+        show_default=False,
+        metavar="ID",
+    ),
+]
+LimitOpt = Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most N (1-1000).")]
 LeaseOpt = Annotated[
     int,
     typer.Option(
@@ -315,6 +336,250 @@ def _print_claim(result: ClaimResult) -> None:
 # --- commands ---------------------------------------------------------------------------------
 
 
+_INBOX_CSV = [
+    Col(name)
+    for name in (
+        "id",
+        "tenant_ref",
+        "actor_ref",
+        "thread_id",
+        "run_id",
+        "tool_name",
+        "decision",
+        "execution_state",
+        "created_at",
+        "expires_at",
+        "decided_by",
+        "decided_at",
+        "lease_owner",
+        "lease_expires_at",
+        "attempts",
+        "settled_at",
+        "error",
+        "stuck",
+    )
+]
+
+
+def _inbox_item(p: Proposal, stuck: bool) -> dict[str, Any]:
+    return {
+        "id": p.id,
+        "tenant_ref": p.tenant_ref,
+        "actor_ref": p.actor_ref,
+        "thread_id": p.thread_id,
+        "run_id": p.run_id,
+        "tool_name": p.tool_name,
+        "decision": p.decision,
+        "execution_state": p.execution_state,
+        "created_at": iso_ms(p.created_at),
+        "expires_at": iso_ms(p.expires_at),
+        "decided_by": p.decided_by,
+        "decided_at": iso_ms(p.decided_at),
+        "lease_owner": p.lease_owner,
+        "lease_expires_at": iso_ms(p.lease_expires_at),
+        "attempts": p.attempts,
+        "settled_at": iso_ms(p.settled_at),
+        "error": p.error,
+        "stuck": stuck,
+    }
+
+
+@app.command("inbox")
+def inbox(
+    state: Annotated[
+        str,
+        typer.Option(
+            "--state",
+            help="pending (waiting for a decision), or approved work: queued, running, failed.",
+        ),
+    ] = "pending",
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="Only this tenant's.", show_default=False)
+    ] = None,
+    actor: Annotated[
+        str | None, typer.Option("--actor", help="Only this actor's.", show_default=False)
+    ] = None,
+    tool: Annotated[
+        str | None, typer.Option("--tool", help="Only this tool's.", show_default=False)
+    ] = None,
+    expiring_within: Annotated[
+        str | None,
+        typer.Option(
+            "--expiring-within",
+            metavar="DURATION",
+            help="Only pending ones that expire within 90s, 30m, 1h, 2d, 1w… (m: minutes).",
+            show_default=False,
+        ),
+    ] = None,
+    limit: LimitOpt = 50,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+    csv: CsvOpt = False,
+) -> None:
+    """What waits for a decision across every scope, soonest to expire first (privileged).
+
+    --state queued|running|failed lists approved work by execution state instead; a running
+    proposal whose lease has expired is STUCK (its worker died: claim-next recovers it). Reads
+    only the discovery index; proposals written before it existed are counted, never scanned:
+    agora db backfill fills them in. Decide one with agora proposals decide and its short id.
+
+    Example: agora proposals inbox --expiring-within 7d
+    """
+    from agora_cli.store.proposals import INBOX_STATES
+
+    one_format(as_json, csv)
+    if state not in INBOX_STATES:
+        raise InvalidInput(f"--state {state!r} is not one of {', '.join(INBOX_STATES)}")
+    within = (
+        None
+        if expiring_within is None
+        else parse_duration(expiring_within, what="--expiring-within")
+    )
+    if within is not None and state != "pending":
+        raise InvalidInput("--expiring-within applies to --state pending only")
+    page = _store(db).inbox(
+        state,  # checked against INBOX_STATES above
+        tenant_ref=tenant,
+        actor_ref=actor,
+        tool_name=tool,
+        expiring_within_ms=within,
+        limit=limit,
+    )
+    items = [_inbox_item(e.proposal, e.stuck) for e in page.entries]
+    finish(
+        {
+            "state": page.state,
+            "now": iso_ms(page.now),
+            "proposals": items,
+            "more": page.more,
+            "past_expiry": page.past_expiry,
+            "legacy": page.legacy,
+        },
+        as_json=as_json,
+        csv=(items, _INBOX_CSV) if csv else None,
+        show=lambda: _render_inbox(page),
+    )
+    if not as_json:
+        for note in _inbox_notes(page, limit):
+            say(f"note: {note}", style="yellow")
+
+
+def _inbox_notes(page: Inbox, limit: int) -> list[str]:
+    notes = []
+    if page.more:
+        notes.append(f"showing the first {limit:,}; --limit (up to 1,000) or a filter shows more")
+    if page.past_expiry:
+        notes.append(
+            f"{page.past_expiry:,} pending proposal(s) are past their expiry and can no longer "
+            "be decided: agora proposals expire marks them expired"
+        )
+    if page.legacy:
+        notes.append(
+            f"{page.legacy:,} proposal(s) written before the discovery index existed are not "
+            "in this view (in any scope): agora db backfill fills them in"
+        )
+    return notes
+
+
+def _render_inbox(page: Inbox) -> None:
+    now = page.now
+    entries = page.entries
+    ids = short_ids([e.proposal.id for e in entries])
+    threads = short_ids([e.proposal.thread_id for e in entries])
+    rows = []
+    for e in entries:
+        p = e.proposal
+        row: dict[str, Any] = {
+            "id": ids[p.id],
+            "tool": p.tool_name,
+            "tenant": p.tenant_ref or "—",
+            "actor": p.actor_ref,
+            "thread": threads[p.thread_id],
+            "age": relative_text(p.created_at, now),
+        }
+        if page.state == "pending":
+            row["when"] = "never" if p.expires_at is None else relative_text(p.expires_at, now)
+        elif page.state == "queued":
+            row["by"] = p.decided_by
+            row["when"] = relative_text(p.decided_at, now)
+        elif page.state == "running":
+            row["by"] = p.lease_owner
+            row["attempts"] = p.attempts
+            lease = relative_text(p.lease_expires_at, now)
+            row["when"] = f"STUCK: lease ran out {lease}" if e.stuck else f"lease ends {lease}"
+        else:
+            row["attempts"] = p.attempts
+            row["when"] = table_time(iso_ms(p.settled_at))
+            row["error"] = first_line(p.error, 60)
+        rows.append(row)
+    columns = [
+        Col("id"),
+        Col("tool"),
+        Col("tenant", drop=3),
+        Col("actor", drop=4),
+        Col("thread", drop=2),
+        Col("age", "created", wrap=False, drop=1),
+    ]
+    columns += {
+        "pending": [Col("when", "expires", wrap=False)],
+        "queued": [Col("by", "approved by", drop=5), Col("when", "queued", wrap=False)],
+        "running": [
+            Col("by", "worker"),
+            Col.number("attempts", drop=5),
+            Col("when", "lease", wrap=False),
+        ],
+        "failed": [
+            Col.number("attempts", drop=5),
+            Col("when", "settled (UTC)", wrap=False, drop=6),
+            Col("error"),
+        ],
+    }[page.state]
+    what = {
+        "pending": "waiting for a decision",
+        "queued": "approved, waiting for a worker",
+        "running": "approved, being executed",
+        "failed": "approved, failed",
+    }[page.state]
+    render_table(
+        rows,
+        columns,
+        title=f"Proposals {what}",
+        row_styles=["bold red" if e.stuck else None for e in entries],
+        empty=f"nothing {what}.",
+        fuller="--json",
+    )
+
+
+# P's keys but the JSON values (input, card, result): those stay in --json.
+_LIST_CSV = [
+    Col(name)
+    for name in (
+        "id",
+        "idempotency_key",
+        "tenant_ref",
+        "actor_ref",
+        "thread_id",
+        "run_id",
+        "tool_call_id",
+        "tool_name",
+        "decision",
+        "decided_by",
+        "decided_at",
+        "decision_note",
+        "expires_at",
+        "execution_state",
+        "lease_owner",
+        "lease_expires_at",
+        "generation",
+        "attempts",
+        "error",
+        "settled_at",
+        "created_at",
+        "updated_at",
+    )
+]
+
+
 @app.command("list")
 @scoped
 def list_(
@@ -328,24 +593,32 @@ def list_(
     limit: Annotated[int, typer.Option("--limit", help="At most N (1-1000).")] = 100,
     db: DbOpt = None,
     as_json: JsonOpt = False,
+    csv: CsvOpt = False,
 ) -> None:
     """List a scope's proposals, newest first, with their audit and execution state.
 
-    Example: agora proposals list --actor alice --thread t-42 --no-tenant --decision pending
+    Example: agora proposals list --actor bob --thread demo-thread-05 --tenant acme
+    --decision pending
     """
+    one_format(as_json, csv)
     proposals = [proposal_document(p) for p in _store(db).list(scope, decision, limit)]
+    ids = short_ids([p["id"] for p in proposals])
     finish(
         {"proposals": proposals},
         as_json=as_json,
+        csv=(proposals, _LIST_CSV) if csv else None,
         show=lambda: render_table(
-            proposals,
+            [
+                {**p, "id": ids[p["id"]], "created_at": table_time(p["created_at"])}
+                for p in proposals
+            ],
             [
                 Col("id"),
                 Col("tool_name", "tool"),
                 Col("decision", wrap=False),
                 Col("decided_by", "by", drop=2),
                 Col("execution_state", "execution", drop=3),
-                Col("created_at", "created", wrap=False, drop=1),
+                Col("created_at", "created (UTC)", wrap=False, drop=1),
             ],
             empty="no proposals in that scope",
             fuller="--json",
@@ -363,9 +636,12 @@ def show(
 ) -> None:
     """Show one proposal with its input, card and audit; exit 1 if it is not in that scope.
 
-    Example: agora proposals show ap_3f2a… --actor alice --thread t-42 --tenant acme --json
+    ID may be a unique prefix (8+ characters) of the id, resolved within the scope only.
+
+    Example: agora proposals show ap_c16786a6 --actor bob --thread demo-thread-05 --tenant acme
     """
-    proposal = _store(db).get(proposal_id, scope)
+    store = _store(db)
+    proposal = store.get(store.resolve_id(proposal_id, scope), scope)
     finish(proposal_document(proposal), as_json=as_json, show=lambda: _show_one(proposal))
 
 
@@ -389,14 +665,17 @@ def decide(
     """Approve or reject a pending proposal; exit 0 if applied or unchanged, else 1.
 
     An approval queues the work for a worker. The decision time is the clock's, never an option.
+    ID may be a unique prefix (8+ characters) of the id, resolved within the scope only.
 
-    Example: agora proposals decide ap_3f2a… --actor alice --thread t7 --no-tenant --reject --by bob
+    Example: agora proposals decide ap_91583097 --actor dave --thread demo-thread-10 --no-tenant
+    --reject --by ops-lead --note "not a customer of ours"
     """
     choice = _one_of("the decision", approve=approve, reject=reject)
     if by is None:
         raise InvalidInput("--by WHO is required: the person deciding")
     decision = "approved" if choice == "approve" else "rejected"
-    result = _store(db).decide(proposal_id, scope, decision, by, note)
+    store = _store(db)
+    result = store.decide(store.resolve_id(proposal_id, scope), scope, decision, by, note)
     p = None if result.proposal is None else proposal_document(result.proposal)
     if p is None:
         said = f"not_found: no proposal {proposal_id} in that scope."
@@ -454,11 +733,14 @@ def claim(
 ) -> None:
     """Take the execution lease of one approved proposal; exit 1 unless claimed or recovered.
 
-    Prints the lease token once: keep it for renew and settle.
+    Prints the lease token once: keep it for renew and settle. ID may be a unique prefix (8+
+    characters) of the id, resolved within the scope only.
 
-    Example: agora proposals claim ap_3f2a… --actor alice --thread t-42 --no-tenant --worker w1
+    Example: agora proposals claim ap_aa967a75 --actor alice --thread demo-thread-02 --tenant acme
+    --worker w1
     """
-    result = _store(db).claim(proposal_id, scope, worker, lease_ms)
+    store = _store(db)
+    result = store.claim(store.resolve_id(proposal_id, scope), scope, worker, lease_ms)
     finish(
         _claim_document(result),
         as_json=as_json,
@@ -497,7 +779,7 @@ def renew(
 ) -> None:
     """Extend a live lease; exit 1 if it was lost (wrong token or generation, or expired).
 
-    Example: agora proposals renew ap_3f2a… --token "$TOKEN" --generation 1 --lease-ms 30000
+    Example: agora proposals renew "$ID" --token "$TOKEN" --generation 1 --lease-ms 30000
     """
 
     result = _store(db).renew(proposal_id, token, generation, lease_ms)
@@ -532,7 +814,7 @@ def settle(
 ) -> None:
     """Record the outcome of claimed work and end the lease; exit 1 if the lease was lost.
 
-    Example: agora proposals settle ap_3f2a… --token "$T" --generation 1 --succeeded
+    Example: agora proposals settle "$ID" --token "$TOKEN" --generation 1 --succeeded
     """
     outcome = _one_of("the outcome", succeeded=succeeded, failed=failed)
     value = _parse_result(result)

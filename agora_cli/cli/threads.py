@@ -7,21 +7,38 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import DbOpt, JsonOpt, open_db
-from agora_cli.cli.output import Col, finish, money, out_console, render_table, safe_text, say
+from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db
+from agora_cli.cli.output import (
+    Col,
+    finish,
+    money,
+    one_format,
+    out_console,
+    render_table,
+    safe_text,
+    say,
+    short_ids,
+    table_time,
+)
 from agora_cli.store.clock import iso_ms
 from agora_cli.store.errors import InvalidInput
 from agora_cli.store.values import load_json
 
 if TYPE_CHECKING:
-    from agora_cli.store.threads import Thread, ThreadUsageRow, ToolCall, Transcript
+    from agora_cli.store.threads import (
+        Thread,
+        ThreadUsageRow,
+        ThreadUsageTotals,
+        ToolCall,
+        Transcript,
+    )
 
 __all__ = ["app"]
 
 app = typer.Typer(
     help=(
         "List, show and delete conversation threads.\n\n"
-        "Example: agora threads list --actor alice && agora threads show THREAD_ID"
+        "Example: agora threads list --actor alice && agora threads show demo-thread-01"
     ),
     no_args_is_help=True,
 )
@@ -42,48 +59,126 @@ def _iso(ms: int | None) -> str | None:
     return iso_ms(ms)
 
 
+IdArg = Annotated[
+    str,
+    typer.Argument(metavar="ID", help="The thread's id, or a unique prefix (8+ characters)."),
+]
+
+
+def _usage_totals_doc(u: ThreadUsageTotals) -> dict[str, Any]:
+    return {
+        "turns": u.turns,
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "cost_usd": money(u.cost_usd),
+        "unpriced_turns": u.unpriced_turns,
+    }
+
+
+_LIST_CSV = [
+    Col(name)
+    for name in (
+        "id",
+        "actor_ref",
+        "tenant_ref",
+        "title",
+        "messages",
+        "turns",
+        "input_tokens",
+        "output_tokens",
+        "cost_usd",
+        "unpriced_turns",
+        "updated_at",
+        "deleted_at",
+        "transient",
+    )
+]
+
+
 @app.command("list")
 def list_(
     actor: Annotated[
         str | None, typer.Option("--actor", help="Only this actor's threads.", show_default=False)
     ] = None,
-    limit: Annotated[int, typer.Option("--limit", help="At most N threads (1-1000).")] = 50,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, max=1000, help="At most N threads (1-1000).")
+    ] = 50,
+    include_deleted: Annotated[
+        bool,
+        typer.Option("--include-deleted", help="Also threads the runtime soft-deleted (marked)."),
+    ] = False,
+    include_transient: Annotated[
+        bool,
+        typer.Option("--include-transient", help="Also transient threads (marked)."),
+    ] = False,
     db: DbOpt = None,
     as_json: JsonOpt = False,
+    csv: CsvOpt = False,
 ) -> None:
-    """List threads, newest activity first, with their message counts.
+    """List threads, newest activity first, with message counts and their ledger's tokens and cost.
 
-    Example: agora threads list --actor alice --limit 20
+    Threads the runtime soft-deleted and transient ones are hidden, as the runtime hides them;
+    --include-deleted and --include-transient show them, marked.
+
+    Example: agora threads list --actor carol --include-deleted
     """
     from agora_cli.store.threads import list_threads
 
+    one_format(as_json, csv)
     engine = open_db(db, readonly=True)
     with engine.connect() as conn:
-        threads = list_threads(conn, actor_ref=actor, limit=limit)
+        threads = list_threads(
+            conn,
+            actor_ref=actor,
+            limit=limit,
+            include_deleted=include_deleted,
+            include_transient=include_transient,
+        )
         conn.rollback()
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "id": t.id,
             "actor_ref": t.actor_ref,
             "tenant_ref": t.tenant_ref,
             "title": t.title,
             "messages": t.messages,
+            "usage": _usage_totals_doc(t.usage),
             "updated_at": _iso(t.updated_at),
+            "deleted_at": _iso(t.deleted_at),
+            "transient": t.transient,
         }
         for t in threads
     ]
-    finish({"threads": rows}, as_json=as_json, show=lambda: _render_thread_list(rows))
+    finish(
+        {"threads": rows},
+        as_json=as_json,
+        csv=([{**r, **r["usage"]} for r in rows], _LIST_CSV) if csv else None,
+        show=lambda: _render_thread_list(rows),
+    )
+
+
+def _marks(row: dict[str, Any]) -> str:
+    marks = []
+    if row["deleted_at"]:
+        marks.append(f"deleted {table_time(row['deleted_at'])[:10]}")
+    if row["transient"]:
+        marks.append("transient")
+    return f"  [{', '.join(marks)}]" if marks else ""
 
 
 def _render_thread_list(rows: list[dict[str, Any]]) -> None:
-    # Ids are what `threads show/delete` need: they fold on a narrow terminal, never cut.
+    ids = short_ids([r["id"] for r in rows])
     render_table(
         [
             {
-                **r,
+                "id": ids[r["id"]],
+                "actor_ref": r["actor_ref"],
                 "tenant_ref": r["tenant_ref"] or "—",
-                "title": r["title"] or "(untitled)",
-                "updated_at": str(r["updated_at"])[:19].replace("T", " "),
+                "title": (r["title"] or "(untitled)") + _marks(r),
+                "messages": r["messages"],
+                "tokens": r["usage"]["input_tokens"] + r["usage"]["output_tokens"],
+                "cost": _cost(r["usage"]),
+                "updated_at": table_time(r["updated_at"]),
             }
             for r in rows
         ],
@@ -93,11 +188,21 @@ def _render_thread_list(rows: list[dict[str, Any]]) -> None:
             Col("tenant_ref", "tenant", drop=1),
             Col("title"),
             Col.number("messages", drop=4),
+            Col.number("tokens", drop=5),
+            Col.number("cost", drop=6),
             Col("updated_at", "last activity (UTC)", wrap=False, drop=2),
         ],
+        row_styles=["dim" if r["deleted_at"] else None for r in rows],
         empty="no threads.",
         fuller="--json",
     )
+
+
+def _cost(usage: dict[str, Any]) -> str:
+    if not usage["turns"]:
+        return "—"
+    cost = "unknown" if usage["cost_usd"] is None else f"${usage['cost_usd']:,.4f}"
+    return cost + (f" +{usage['unpriced_turns']} unpriced" if usage["unpriced_turns"] else "")
 
 
 def _thread_doc(thread: Thread, usage: list[ThreadUsageRow]) -> dict[str, Any]:
@@ -192,19 +297,23 @@ def _transcript_doc(transcript: Transcript) -> dict[str, Any]:
 
 @app.command("show")
 def show(
-    thread_id: Annotated[str, typer.Argument(metavar="ID", help="The thread's id.")],
+    thread_id: IdArg,
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show a thread's transcript in seq order, with its tool calls and token usage.
 
-    Example: agora threads show 3f2c9a1e-5b7d-4c1a-9e0f-2a6b8c4d1e7f --json
+    ID may be any unique prefix of at least 8 characters; an ambiguous one is exit 2 and lists
+    the threads it starts.
+
+    Example: agora threads show demo-thread-01 --json
     """
+    from agora_cli.store.short_ids import resolve_thread_id
     from agora_cli.store.threads import get_transcript
 
     engine = open_db(db, readonly=True)
     with engine.connect() as conn:
-        transcript = get_transcript(conn, thread_id)
+        transcript = get_transcript(conn, resolve_thread_id(conn, thread_id))
         conn.rollback()
     doc = _transcript_doc(transcript)
     finish(doc, as_json=as_json, show=lambda: _render_transcript(doc))
@@ -253,7 +362,7 @@ def _render_transcript(doc: dict[str, Any]) -> None:
 
 @app.command("delete")
 def delete(
-    thread_id: Annotated[str, typer.Argument(metavar="ID", help="The thread's id.")],
+    thread_id: IdArg,
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Do not ask (required without a terminal).")
     ] = False,
@@ -262,12 +371,19 @@ def delete(
 ) -> None:
     """Delete a thread for good, with its messages, tool calls, usage, runs and proposals.
 
-    Asks first on a terminal; without a terminal it needs --yes. The ledger rows of the thread
-    go too, so its spend leaves the reports.
+    Asks first on a terminal — saying how many ledger rows and how much recorded spend go with
+    it — and without a terminal needs --yes. The ledger rows of the thread go too, so its spend
+    leaves the reports. ID may be any unique prefix of at least 8 characters.
 
-    Example: agora threads delete 3f2c9a1e-5b7d-4c1a-9e0f-2a6b8c4d1e7f --yes --json
+    Example: agora threads delete demo-thread-12 --yes --json
     """
-    from agora_cli.store.threads import delete_thread, get_thread
+    from agora_cli.store.short_ids import resolve_thread_id
+    from agora_cli.store.threads import (
+        ThreadUsageTotals,
+        delete_thread,
+        get_thread,
+        usage_by_thread,
+    )
 
     if not yes and not _stdin_is_terminal():
         raise InvalidInput(
@@ -276,20 +392,41 @@ def delete(
     engine = open_db(db)
     if not yes:
         with engine.connect().execution_options(sqlite_deferred=True) as conn:
-            found = get_thread(conn, thread_id)
+            found = get_thread(conn, resolve_thread_id(conn, thread_id))
+            ledger = usage_by_thread(conn, [found.id]).get(found.id, ThreadUsageTotals())
             conn.rollback()
         question = safe_text(
-            f"Delete thread {found.id} ({found.actor_ref}: {found.title or '(untitled)'}) and "
-            "everything in it, for good?"
+            f"Thread {found.id} ({found.actor_ref}: {found.title or '(untitled)'}) "
+            f"{_ledger_sentence(ledger)} Delete it and everything in it, for good?"
         )
         if not typer.confirm(question, default=False, err=True):
             say("nothing deleted.")
             raise typer.Exit(1)
+        thread_id = found.id
     with engine.begin() as conn:
-        result = delete_thread(conn, thread_id)
+        result = delete_thread(conn, resolve_thread_id(conn, thread_id))
     removed = ", ".join(f"{n:,} {table}" for table, n in result.deleted.items() if n)
     finish(
-        {"id": result.id, "deleted": result.deleted},
+        {"id": result.id, "deleted": result.deleted, "ledger": _usage_totals_doc(result.ledger)},
         as_json=as_json,
-        show=f"Deleted thread {result.id}: {removed}.",
+        show=f"Deleted thread {result.id}: {removed}. {_ledger_sentence(result.ledger, done=True)}"
+        if result.ledger.turns
+        else f"Deleted thread {result.id}: {removed}.",
+    )
+
+
+def _ledger_sentence(ledger: ThreadUsageTotals, *, done: bool = False) -> str:
+    """What the thread's ledger rows amount to, and that they leave the reports with it."""
+    if not ledger.turns:
+        return "had no ledger rows." if done else "has no ledger rows."
+    spend = (
+        "no known cost" if ledger.cost_usd is None else f"${ledger.cost_usd:,.4f} recorded spend"
+    )
+    unpriced = f", {ledger.unpriced_turns:,} unpriced" if ledger.unpriced_turns else ""
+    tokens = f"{ledger.input_tokens + ledger.output_tokens:,} tokens"
+    if done:
+        return f"Its {ledger.turns:,} ledger row(s) ({spend}{unpriced}; {tokens}) left the reports."
+    return (
+        f"has {ledger.turns:,} ledger row(s) ({spend}{unpriced}; {tokens}), which leave the "
+        "spend reports with it."
     )

@@ -24,6 +24,7 @@ __all__ = [
     "iso_ms",
     "month_window",
     "parse_day",
+    "parse_duration",
     "parse_instant",
 ]
 
@@ -115,6 +116,29 @@ def parse_instant(text: str, *, what: str = "timestamp") -> int:
         ms = None
     if ms is None or not MIN_INSTANT_MS <= ms <= MAX_INSTANT_MS:
         raise InvalidInput(f"{what} {text!r} is outside the years 0001 to 9999 (UTC)")
+    return ms
+
+
+_DURATION_RE = re.compile(r"^(?:\d{1,9}[smhdw])+$")
+_DURATION_PART = re.compile(r"(\d+)([smhdw])")
+_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": DAY_MS, "w": 7 * DAY_MS}
+
+
+def parse_duration(text: str, *, what: str = "duration", max_ms: int = 366 * DAY_MS) -> int:
+    """Parse ``90s``, ``30m``, ``1h``, ``2d``, ``1w`` or a sum such as ``1h30m`` to milliseconds
+    (``m`` is minutes), from 1 s to ``max_ms``; anything else is ``InvalidInput``."""
+    raw = (text or "").strip().lower()
+    if not _DURATION_RE.match(raw):
+        raise InvalidInput(
+            f"{what} {text!r} is not a duration such as 90s, 30m, 1h, 2d or 1w (m is minutes)"
+        )
+    ms = sum(int(n) * _UNIT_MS[unit] for n, unit in _DURATION_PART.findall(raw))
+    if not 1000 <= ms <= max_ms:
+        raise InvalidInput(
+            f"{what} {text!r} is outside 1s to {max_ms // DAY_MS:,}d"
+            if max_ms % DAY_MS == 0
+            else f"{what} {text!r} is outside 1s to {max_ms:,} ms"
+        )
     return ms
 
 

@@ -3,16 +3,21 @@
 ``write_demo_data`` provisions the database, then writes — for several actors and tenants over
 ``days`` UTC days ending today — threads and messages with tool calls and runs, a ledger over
 several models (some priced by hand, one unpriced, one dated model id, one routed id with a
-provider-reported cost), action proposals that are pending, approved (one executed by a worker,
-one still queued), rejected and expired, and the stream frames of a finished, a running and an
-expired run. Every timestamp comes from a ``ManualClock`` that the demo moves through the days,
-exactly as a runtime's clock would have moved.
+provider-reported cost), action proposals that are pending, approved (executed by a worker, still
+queued, failed, and one whose worker died holding the lease), rejected and expired, and the stream
+frames of a finished, a running and an expired run. Runs are a realistic mix — mostly completed,
+some failed with the error that ended them, one still running (the running stream's) — and their
+tool calls have durations and failures (``fetch_invoice`` is the flaky one). One thread is
+soft-deleted and the nightly summaries' thread is transient, as the runtime leaves them. Every
+timestamp comes from a ``ManualClock`` that the demo moves through the days, exactly as a
+runtime's clock would have moved.
 
-Same seed → the same ids, texts, token counts and costs; dates are relative to today (UTC), so
-the default reports (the current month to date) always have data to show. Demo rows are
-recognisable by their ids (``demo-…``): ``--force`` deletes the previous demo data set (its
-threads, whose deletion cascades, its frames and its prices) before writing, and leaves every
-other row alone.
+Same seed → the same ids, texts, token counts and costs (the agent's own tool calls and the run
+outcomes draw from a second random stream, so adding them changed none of the ids an earlier demo
+wrote); dates are relative to today (UTC), so the default reports (the current month to date)
+always have data to show. Demo rows are recognisable by their ids (``demo-…``): ``--force``
+deletes the previous demo data set (its threads, whose deletion cascades, its frames and its
+prices) before writing, and leaves every other row alone.
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ __all__ = [
 ]
 
 PREFIX = "demo-"
+SOFT_DELETED = 9  # the thread the runtime soft-deleted
+RUNNING_RUN = f"{PREFIX}stream-running"  # the run still going: its frames are the running stream
+REFUND_FAILURE = "refunds-api: 409 Conflict: order 12 was already refunded (rf_0007)"
 
 # (model id as priced, input, output, cache read, cache write) in USD per 1M tokens.
 DEMO_PRICES: tuple[tuple[str, float, float, float | None, float | None], ...] = (
@@ -73,6 +81,19 @@ USER_LINES = (
     "Please go ahead.",
     "Could you double-check the numbers?",
 )
+# Tools the agent calls on its own (no approval): (name, share that fails, duration range in ms,
+# the error a failure leaves). fetch_invoice is the flaky one.
+CONSOLE_TOOLS: tuple[tuple[str, float, tuple[int, int], str], ...] = (
+    ("lookup_order", 0.03, (40, 400), "orders-api: 504 Gateway Timeout after 10000 ms"),
+    ("search_kb", 0.0, (120, 900), ""),
+    (
+        "fetch_invoice",
+        0.35,
+        (300, 4500),
+        "billing-api: 503 Service Unavailable (retry budget spent)",
+    ),
+    ("send_email", 0.05, (200, 1200), "smtp: 421 4.7.0 Try again later"),
+)
 ASSISTANT_LINES = (
     "I looked it up: here is what I found.",
     "Done. I have prepared the action for your approval.",
@@ -98,6 +119,8 @@ class DemoSummary:
     sample_actor: str = ""
     sample_tenant: str | None = None
     sample_proposal: str = ""
+    failed_runs: int = 0
+    running_runs: int = 0
     first_day: str = ""
     last_day: str = ""
 
@@ -184,7 +207,10 @@ def write_demo_data(
     with engine.begin() as conn:
         mark_range_dirty(conn, day_number(_date(first)), day_number(today))
     _write_prices(engine, demo_clock, summary)
-    _write_threads(engine, rng, demo_clock, first, days, now, summary)
+    # What the agent does on its own (tool calls, failed runs) draws from a stream of its own,
+    # so that the main one — and every id drawn from it — is what it was before these existed.
+    ops = random.Random(f"console-{seed}")
+    _write_threads(engine, rng, ops, demo_clock, first, days, now, summary)
     _write_frames(engine, demo_clock, now, summary)
     return summary
 
@@ -238,6 +264,7 @@ def _pick_model(rng: random.Random) -> str:
 def _write_threads(
     engine: Engine,
     rng: random.Random,
+    ops: random.Random,
     clock: ManualClock,
     first: int,
     days: int,
@@ -255,9 +282,20 @@ def _write_threads(
             start = first + day * DAY_MS + rng.randrange(8, 18) * 3_600_000
             start = min(start, now - 3_600_000) if start > now else start
             clock.set(start)
-            decision = decisions[(n - 1) % len(decisions)] if n <= 10 else None
+            decision = (
+                decisions[(n - 1) % len(decisions)]
+                if n <= 10
+                else {11: "approved-stuck", 12: "approved-failed"}[n]
+            )
             with engine.begin() as conn:
-                _write_thread(conn, rng, clock, n, actor, tenant, topic, decision, summary, now)
+                _write_thread(
+                    conn, rng, ops, clock, n, actor, tenant, topic, decision, summary, now
+                )
+    with engine.begin() as conn:  # the runtime soft-deleted one conversation
+        from agora_cli.store.threads import soft_delete_thread
+
+        clock.set(now - 2 * 3_600_000)
+        soft_delete_thread(conn, f"{PREFIX}thread-{SOFT_DELETED:02d}", clock=clock)
     # the ledger also covers the days without a thread: background summarisation turns
     _write_background_usage(engine, rng, clock, first, days, now, summary)
 
@@ -265,6 +303,7 @@ def _write_threads(
 def _write_thread(
     conn: Connection,
     rng: random.Random,
+    ops: random.Random,
     clock: ManualClock,
     n: int,
     actor: str,
@@ -280,6 +319,7 @@ def _write_thread(
         create_thread,
         end_run,
         record_tool_call,
+        set_tool_call_status,
         start_run,
     )
     from agora_cli.store.usage import record_usage
@@ -332,6 +372,7 @@ def _write_thread(
             usage={"input_tokens": inp, "output_tokens": out},
         )
         summary.messages += 2
+        failure = _write_agent_tool_calls(conn, ops, clock, n, turn, message_id, run_id, summary)
         if with_tool:
             call_id = f"{PREFIX}call-{n:02d}"
             record_tool_call(
@@ -345,7 +386,7 @@ def _write_thread(
                 clock=clock,
             )
             summary.tool_calls += 1
-            _write_proposal(
+            state = _write_proposal(
                 conn,
                 clock,
                 n,
@@ -360,16 +401,25 @@ def _write_thread(
                 summary,
                 now,
             )
-            if decision == "approved-executed":
+            if state in ("rejected", "expired"):  # never ran: the runtime records why
+                set_tool_call_status(
+                    conn,
+                    call_id,
+                    status=state,
+                    error="rejected by ops-lead" if state == "rejected" else None,
+                )
+            if decision in ("approved-executed", "approved-failed"):
+                ok = decision == "approved-executed"
                 complete_tool_call(
                     conn,
                     call_id,
-                    status="completed",
-                    output={"ok": True},
+                    status="completed" if ok else "failed",
+                    output={"ok": True} if ok else None,
+                    error=None if ok else REFUND_FAILURE,
                     executed_by_ref="worker-1",
                     clock=clock,
                 )
-        record_usage(
+        usage = record_usage(
             conn,
             thread_id=thread_id,
             actor_ref=actor,
@@ -386,18 +436,72 @@ def _write_thread(
             clock=clock,
         )
         summary.usage_rows += 1
+        # a failed tool call ends most runs it happens in, and the provider fails a few more
+        # (never the run that proposed an action)
+        error = None
+        if not with_tool and failure is not None and ops.random() < 0.9:
+            error = f"step 2: {failure}\n  the model gave up after 3 attempts"
+        elif not with_tool and ops.random() < 0.06:
+            error = f"{model}: 529 overloaded, no retries left\n  request id req_{n:02d}{turn}"
+        summary.failed_runs += int(error is not None)
         end_run(
             conn,
             run_id,
-            status="completed",
-            step_count=1 + int(with_tool),
+            status="completed" if error is None else "failed",
+            error=error,
+            step_count=1 + int(with_tool) + int(failure is not None),
             input_tokens=inp,
             output_tokens=out,
+            cost_usd=usage.cost_usd,
             clock=clock,
         )
         clock.advance(rng.randrange(30_000, 600_000))
     if n == 1:
         summary.sample_thread, summary.sample_tenant = thread_id, tenant
+
+
+def _write_agent_tool_calls(
+    conn: Connection,
+    ops: random.Random,
+    clock: ManualClock,
+    n: int,
+    turn: int,
+    message_id: str,
+    run_id: str,
+    summary: DemoSummary,
+) -> str | None:
+    """The tools the agent ran by itself in a turn (0–2 calls); the error of one that failed."""
+    from agora_cli.store.threads import complete_tool_call, record_tool_call
+
+    failure = None
+    for k in range(ops.choice((0, 1, 1, 2, 2))):
+        name, fails, (low, high), error = ops.choice(CONSOLE_TOOLS)
+        call_id = f"{PREFIX}call-{n:02d}-{turn}-{k + 1}"
+        record_tool_call(
+            conn,
+            message_id=message_id,
+            tool_call_id=call_id,
+            tool_name=name,
+            input={"turn": turn},
+            status="running",
+            run_id=run_id,
+            clock=clock,
+        )
+        clock.advance(ops.randrange(low, high))
+        failed = ops.random() < fails
+        complete_tool_call(
+            conn,
+            call_id,
+            status="failed" if failed else "completed",
+            output=None if failed else {"ok": True},
+            error=f"{name}: {error}" if failed else None,
+            executed_by_ref="runtime",
+            clock=clock,
+        )
+        summary.tool_calls += 1
+        if failed:
+            failure = f"{name}: {error}"
+    return failure
 
 
 def _write_proposal(
@@ -414,7 +518,7 @@ def _write_proposal(
     decision: str | None,
     summary: DemoSummary,
     now: int,
-) -> None:
+) -> str:
     from agora_cli.store.proposals import (
         NewProposal,
         Scope,
@@ -446,7 +550,13 @@ def _write_proposal(
     proposal = created.proposal
     assert proposal is not None
     state = "pending"
-    if decision in ("approved-executed", "approved-queued", "rejected"):
+    if decision in (
+        "approved-executed",
+        "approved-queued",
+        "approved-stuck",
+        "approved-failed",
+        "rejected",
+    ):
         clock.advance(120_000)
         verdict = "rejected" if decision == "rejected" else "approved"
         decide_proposal(
@@ -459,23 +569,29 @@ def _write_proposal(
             clock=clock,
         )
         state = "approved (queued)" if verdict == "approved" else verdict
-    if decision == "approved-executed":
+    if decision in ("approved-executed", "approved-failed", "approved-stuck"):
         clock.advance(5_000)
+        worker = "worker-2" if decision == "approved-stuck" else "worker-1"
         claim = claim_proposal(
-            conn, proposal.id, scope=scope, worker_id="worker-1", lease_ms=30_000, clock=clock
+            conn, proposal.id, scope=scope, worker_id=worker, lease_ms=30_000, clock=clock
         )
         assert claim.lease is not None
         clock.advance(1_500)
-        settle_proposal(
-            conn,
-            proposal.id,
-            token=claim.lease.token,
-            generation=claim.lease.generation,
-            outcome="succeeded",
-            result={"refund_id": f"rf_{n:04d}"},
-            clock=clock,
-        )
-        state = "approved (executed)"
+        if decision == "approved-stuck":  # the worker died holding the lease
+            state = "approved (running, lease expired)"
+        else:
+            ok = decision == "approved-executed"
+            settle_proposal(
+                conn,
+                proposal.id,
+                token=claim.lease.token,
+                generation=claim.lease.generation,
+                outcome="succeeded" if ok else "failed",
+                result={"refund_id": f"rf_{n:04d}"} if ok else None,
+                error=None if ok else REFUND_FAILURE,
+                clock=clock,
+            )
+            state = "approved (executed)" if ok else "approved (failed)"
     if decision == "expired" and expires < now:
         clock.advance(3_600_001)
         expire_proposals(conn, limit=10, clock=clock)
@@ -483,6 +599,7 @@ def _write_proposal(
     summary.proposals[state] = summary.proposals.get(state, 0) + 1
     if n == 1:
         summary.sample_proposal = proposal.id
+    return state
 
 
 def _write_background_usage(
@@ -541,6 +658,8 @@ def _write_frames(engine: Engine, clock: ManualClock, now: int, summary: DemoSum
     )
     for label, run_id, start, ended in plans:
         clock.set(start)
+        if run_id == RUNNING_RUN:
+            _write_running_run(engine, clock, summary)
         writer = FrameWriter(engine, run_id, clock=clock, autoflush=False, auto_purge=False)
         writer.append({"type": "start", "run_id": run_id})
         writer.append({"type": "reasoning-delta", "delta": "Checking the order history. "})
@@ -558,3 +677,42 @@ def _write_frames(engine: Engine, clock: ManualClock, now: int, summary: DemoSum
         else:
             writer.flush()
         summary.frame_runs[label] = run_id
+
+
+def _write_running_run(engine: Engine, clock: ManualClock, summary: DemoSummary) -> None:
+    """The run still going as the demo ends: a tool call of it is still executing."""
+    from agora_cli.store.threads import append_message, record_tool_call, start_run
+
+    thread_id = f"{PREFIX}thread-12"
+    with engine.begin() as conn:
+        start_run(
+            conn,
+            thread_id=thread_id,
+            actor_ref="dave",
+            run_id=RUNNING_RUN,
+            agent_name="support",
+            clock=clock,
+        )
+        message = append_message(
+            conn,
+            thread_id=thread_id,
+            role="user",
+            content="Any news on the refund?",
+            run_id=RUNNING_RUN,
+            message_id=f"{PREFIX}msg-12-live",
+            clock=clock,
+        )
+        record_tool_call(
+            conn,
+            message_id=message.id,
+            tool_call_id=f"{PREFIX}call-12-live",
+            tool_name="lookup_order",
+            input={"order_id": 12},
+            status="running",
+            run_id=RUNNING_RUN,
+            clock=clock,
+        )
+    summary.runs += 1
+    summary.running_runs += 1
+    summary.messages += 1
+    summary.tool_calls += 1

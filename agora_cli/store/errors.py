@@ -12,7 +12,8 @@ SQLAlchemy or httpx. Driver and HTTP errors are translated into this tree once, 
     ├── ForwardOnlyMigration        exit 1  a downgrade of a forward-only revision
     ├── DemoRefused                 exit 1  the demo would write into a database with data
     ├── InvalidInput                exit 2  bad arguments, dates, limits, URLs, JSON
-    │   └── UnknownDialect          exit 2
+    │   ├── UnknownDialect          exit 2
+    │   └── AmbiguousId             exit 2  a short id that starts more than one id
     └── ExternalError               exit 3  an outside system could not be reached or refused
         ├── DatabaseUnreachable     exit 3  connection refused, bad credentials, no such database
         ├── DatabaseError           exit 3  the server refused a statement
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 __all__ = [
     "AgoraError",
+    "AmbiguousId",
     "CatalogError",
     "Conflict",
     "DatabaseError",
@@ -95,6 +97,17 @@ class InvalidInput(AgoraError):
 
 class UnknownDialect(InvalidInput):
     """Unknown dialect: use postgresql, mysql or sqlite."""
+
+
+class AmbiguousId(InvalidInput):
+    """The short id starts more than one id: give more characters.
+
+    ``matches`` holds the ids found (at most a few: the lookup stops early).
+    """
+
+    def __init__(self, message: str | None = None, *, matches: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.matches = matches
 
 
 class ExternalError(AgoraError):

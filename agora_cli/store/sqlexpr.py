@@ -6,11 +6,25 @@
 requires equal ``CHAR_LENGTH``; the ``=`` stays first, so the index on the column is still used
 and the length test only filters the rows it finds. PostgreSQL and SQLite compare exactly
 already and get the plain ``=``.
+
+``starts_with(conn, column, prefix)``: "the text begins with ``prefix``", exact (case and
+trailing spaces count) and served by the column's index where the dialect allows it:
+
+- SQLite: the range ``prefix <= column < successor(prefix)``. Its ``BINARY`` collation orders
+  text by UTF-8 bytes, which is code-point order, so the range holds exactly the strings that
+  begin with the prefix (SQLite's ``LIKE`` would not do: it ignores ASCII case).
+- MySQL/MariaDB: ``LIKE 'prefix%'`` with the metacharacters escaped. PyMySQL sends the pattern as
+  a literal, so the optimizer turns it into a range of the index; ``LIKE`` compares character by
+  character, so PAD SPACE does not apply.
+- PostgreSQL: ``LIKE`` (exact), which a B-tree serves only under the ``C`` collation. Where the
+  column's collation orders by code point (``C``, ``POSIX``, ``C.UTF-8``, ``ucs_basic``) the
+  range above is added so that the index is used; under a linguistic collation (``en_US``) a
+  range would not hold every match, and the lookup scans instead: one catalog query tells which.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, func, literal
 from sqlalchemy.ext.compiler import compiles
@@ -18,7 +32,15 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.sqltypes import NullType
 from sqlalchemy.sql.visitors import InternalTraversal
 
-__all__ = ["exact_eq"]
+if TYPE_CHECKING:
+    from sqlalchemy import Column
+    from sqlalchemy.engine import Connection
+
+__all__ = ["escape_like", "exact_eq", "starts_with", "successor"]
+
+LIKE_ESCAPE = "/"
+# Collations whose order is code-point order: a prefix's matches are one contiguous range.
+_CODE_POINT_COLLATIONS = frozenset({"c", "posix", "c.utf-8", "c.utf8", "ucs_basic"})
 
 
 class ExactEq(ColumnElement[bool]):
@@ -55,3 +77,65 @@ def _exact_mysql(element: ExactEq, compiler: Any, **kw: Any) -> str:
 def exact_eq(column: Any, value: Any) -> ColumnElement[bool]:
     """``column = value`` that never matches trailing-space variants (MySQL PAD SPACE)."""
     return ExactEq(column, value)
+
+
+def escape_like(text: str) -> str:
+    """``text`` as a ``LIKE`` pattern matching only itself (``ESCAPE '/'``)."""
+    return (
+        text.replace(LIKE_ESCAPE, LIKE_ESCAPE * 2)
+        .replace("%", LIKE_ESCAPE + "%")
+        .replace("_", LIKE_ESCAPE + "_")
+    )
+
+
+def successor(prefix: str) -> str | None:
+    """The least string, in code-point order, greater than every string starting with ``prefix``
+    (``None`` when there is none: the prefix is all U+10FFFF)."""
+    for i in range(len(prefix) - 1, -1, -1):
+        code = ord(prefix[i]) + 1
+        if 0xD800 <= code <= 0xDFFF:  # surrogates are not characters a column can hold
+            code = 0xE000
+        if code <= 0x10FFFF:
+            return prefix[:i] + chr(code)
+    return None
+
+
+def _code_point_range(column: Column[Any], prefix: str) -> ColumnElement[bool]:
+    upper = successor(prefix)
+    low: ColumnElement[bool] = column >= prefix
+    return low if upper is None else and_(low, column < upper)
+
+
+def _orders_by_code_point(conn: Connection, column: Column[Any]) -> bool:
+    """Whether PostgreSQL orders ``column`` by code point (its collation, or the database's)."""
+    from sqlalchemy import text
+
+    row = conn.execute(
+        text(
+            "SELECT c.collname, c.collprovider, c.collcollate, to_jsonb(d) AS db "
+            "FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation "
+            "CROSS JOIN pg_database d WHERE a.attrelid = CAST(:table AS regclass) "
+            "AND a.attname = :column AND d.datname = current_database()"
+        ),
+        {"table": column.table.name, "column": column.name},
+    ).first()
+    if row is None:
+        return False
+    name, provider, collate, db = row
+    if name != "default":
+        return provider == "c" and str(collate or name).lower() in _CODE_POINT_COLLATIONS
+    if (db or {}).get("datlocprovider", "c") != "c":  # ICU (PostgreSQL 15+): linguistic
+        return False
+    return str((db or {}).get("datcollate", "")).lower() in _CODE_POINT_COLLATIONS
+
+
+def starts_with(conn: Connection, column: Column[Any], prefix: str) -> ColumnElement[bool]:
+    """``column`` begins with ``prefix``: exact on every dialect, indexed where it can be (see
+    the module docs)."""
+    name = str(conn.dialect.name)
+    if name == "sqlite":
+        return _code_point_range(column, prefix)
+    like = column.like(escape_like(prefix) + "%", escape=LIKE_ESCAPE)
+    if name == "postgresql" and _orders_by_code_point(conn, column):
+        return and_(_code_point_range(column, prefix), like)
+    return like

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import case, delete, func, insert, select, update
+from sqlalchemy import case, delete, func, insert, or_, select, update
 
 from agora_cli.store.clock import Clock, SystemClock
 from agora_cli.store.engine import dialect_name
@@ -40,7 +40,13 @@ from agora_cli.store.schema import (
     tool_call,
 )
 from agora_cli.store.sqlexpr import exact_eq
-from agora_cli.store.values import check_identity, check_optional_identity, check_text, dump_json
+from agora_cli.store.values import (
+    check_identity,
+    check_int,
+    check_optional_identity,
+    check_text,
+    dump_json,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy import Table
@@ -57,6 +63,7 @@ __all__ = [
     "ThreadSummary",
     "ThreadTurn",
     "ThreadUsageRow",
+    "ThreadUsageTotals",
     "ToolCall",
     "Transcript",
     "TranscriptMessage",
@@ -77,8 +84,11 @@ __all__ = [
     "list_threads",
     "load_thread_for_turn",
     "record_tool_call",
+    "set_tool_call_status",
+    "soft_delete_thread",
     "start_run",
     "truncate_from",
+    "usage_by_thread",
 ]
 
 RUN_TERMINAL_STATUSES = ("completed", "failed", "cancelled")
@@ -232,8 +242,20 @@ class Transcript:
 
 
 @dataclass(frozen=True)
+class ThreadUsageTotals:
+    """A thread's ledger rows summed: ``cost_usd`` sums the known costs (``None`` when no row has
+    one) and ``unpriced_turns`` counts the rows without a cost, never summed as free."""
+
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    unpriced_turns: int = 0
+
+
+@dataclass(frozen=True)
 class ThreadSummary:
-    """A thread as ``threads list`` shows it."""
+    """A thread as ``threads list`` shows it: soft-deleted and transient marks, ledger totals."""
 
     id: str
     actor_ref: str
@@ -241,6 +263,9 @@ class ThreadSummary:
     title: str
     messages: int
     updated_at: int
+    deleted_at: int | None = None
+    transient: bool = False
+    usage: ThreadUsageTotals = field(default_factory=ThreadUsageTotals)
 
 
 @dataclass(frozen=True)
@@ -254,10 +279,12 @@ class TruncateResult:
 
 @dataclass(frozen=True)
 class ThreadDeletion:
-    """What ``delete_thread`` removed, as rows per table name (``agent_message``: N, …)."""
+    """What ``delete_thread`` removed, as rows per table name (``agent_message``: N, …), and the
+    ledger rows that went with the thread, summed (their spend leaves every report)."""
 
     id: str
     deleted: dict[str, int]
+    ledger: ThreadUsageTotals = field(default_factory=ThreadUsageTotals)
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -408,11 +435,20 @@ def get_thread(conn: Connection, thread_id: str) -> Thread:
 
 
 def list_threads(
-    conn: Connection, *, actor_ref: str | None = None, limit: int = 50
+    conn: Connection,
+    *,
+    actor_ref: str | None = None,
+    limit: int = 50,
+    include_deleted: bool = False,
+    include_transient: bool = False,
 ) -> list[ThreadSummary]:
-    """List threads, newest activity first, with their message counts."""
-    if not 1 <= limit <= 1000:
-        raise InvalidInput(f"limit must be between 1 and 1000, not {limit}")
+    """List threads, newest activity first, with their message counts and ledger totals.
+
+    Threads the runtime soft-deleted (``deleted_at`` set) or marked ``transient`` are left out
+    unless asked for; the summaries carry both marks. The ledger totals of the page are one
+    grouped query over ``agent_token_usage_thread_idx`` (``usage_by_thread``), not one per thread.
+    """
+    check_int("limit", limit, low=1, high=1000)
     counts = (
         select(func.count())
         .where(message.c.thread_id == thread.c.id)
@@ -426,10 +462,19 @@ def list_threads(
         thread.c.title,
         counts.label("messages"),
         thread.c.updated_at,
+        thread.c.deleted_at,
+        thread.c.transient,
     )
     if actor_ref is not None:
         q = q.where(exact_eq(thread.c.actor_ref, check_identity("actor_ref", actor_ref)))
+    if not include_deleted:
+        q = q.where(thread.c.deleted_at.is_(None))
+    if not include_transient:
+        # A foreign writer may have left NULL in the 0/1 column: that is not transient.
+        q = q.where(or_(thread.c.transient.is_(None), thread.c.transient == 0))
     q = q.order_by(thread.c.updated_at.desc(), thread.c.id.desc()).limit(limit)
+    rows = conn.execute(q).mappings().all()
+    totals = usage_by_thread(conn, [r["id"] for r in rows])
     return [
         ThreadSummary(
             id=r["id"],
@@ -438,9 +483,74 @@ def list_threads(
             title=r["title"],
             messages=int(r["messages"]),
             updated_at=int(r["updated_at"]),
+            deleted_at=r["deleted_at"],
+            transient=bool(r["transient"]),
+            usage=totals.get(r["id"], ThreadUsageTotals()),
         )
-        for r in conn.execute(q).mappings()
+        for r in rows
     ]
+
+
+def usage_by_thread(conn: Connection, thread_ids: Sequence[str]) -> dict[str, ThreadUsageTotals]:
+    """The ledger totals of each thread in ``thread_ids`` (at most 1,000): one ``GROUP BY``.
+
+    Threads without ledger rows are absent from the result.
+    """
+    ids = list(dict.fromkeys(thread_ids))
+    if len(ids) > 1000:
+        raise InvalidInput("usage_by_thread takes at most 1,000 thread ids", param="thread_ids")
+    if not ids:
+        return {}
+    key = token_usage.c.thread_id
+    q = select(key, *_usage_sums()).where(key.in_(ids)).group_by(key)
+    # MySQL's PAD SPACE: a ledger row may name its thread with trailing spaces (its foreign key
+    # still reaches the thread, and IN and GROUP BY take it for the thread); two thread ids that
+    # differ only so cannot both exist there, so stripping them names the thread.
+    pad = dialect_name(conn) == "mysql"
+    wanted = {(i.rstrip(" ") if pad else i): i for i in ids}
+    found: dict[str, ThreadUsageTotals] = {}
+    for r in conn.execute(q).mappings():
+        name = wanted.get(r["thread_id"].rstrip(" ") if pad else r["thread_id"])
+        if name is not None:
+            found[name] = _usage_totals(r)
+    return found
+
+
+def _usage_sums() -> tuple[ColumnElement[Any], ...]:
+    return (
+        func.count().label("turns"),
+        func.coalesce(func.sum(token_usage.c.input_tokens), 0).label("input_tokens"),
+        func.coalesce(func.sum(token_usage.c.output_tokens), 0).label("output_tokens"),
+        func.sum(token_usage.c.cost_usd).label("cost_usd"),
+        func.count(token_usage.c.cost_usd).label("priced"),
+    )
+
+
+def _usage_totals(row: Mapping[Any, Any]) -> ThreadUsageTotals:
+    turns = int(row["turns"])
+    priced = int(row["priced"])
+    return ThreadUsageTotals(
+        turns=turns,
+        input_tokens=int(row["input_tokens"]),
+        output_tokens=int(row["output_tokens"]),
+        cost_usd=None if not priced else float(row["cost_usd"]),
+        unpriced_turns=turns - priced,
+    )
+
+
+def soft_delete_thread(conn: Connection, thread_id: str, *, clock: Clock | None = None) -> Thread:
+    """Mark a thread deleted (``deleted_at``) as the runtime does, keeping every row.
+
+    The first mark wins: a thread already marked keeps its ``deleted_at``. ``threads list``
+    hides marked threads unless asked; ``delete_thread`` removes a thread for good.
+    """
+    _lock_thread(conn, thread_id)
+    conn.execute(
+        update(thread)
+        .where(thread.c.id == thread_id, thread.c.deleted_at.is_(None))
+        .values(deleted_at=_clock(clock).now_ms())
+    )
+    return get_thread(conn, thread_id)
 
 
 # --- messages ------------------------------------------------------------------------------
@@ -601,7 +711,8 @@ def truncate_from(
 
 
 def delete_thread(conn: Connection, thread_id: str) -> ThreadDeletion:
-    """Hard-delete a thread and everything that hangs off it; report rows removed per table.
+    """Hard-delete a thread and everything that hangs off it; report rows removed per table
+    and the ledger rows (with their recorded spend) that went with it.
 
     Children are deleted explicitly before the thread, so the result is the same whether or not
     the database cascades (SQLite with its ``foreign_keys`` pragma off).
@@ -609,6 +720,9 @@ def delete_thread(conn: Connection, thread_id: str) -> ThreadDeletion:
     _lock_thread(conn, thread_id)
     # Folded days holding this thread's ledger rows no longer match the ledger: refold them.
     mark_days_dirty(conn, token_usage.c.thread_id == thread_id)
+    # the rows the deletions below remove, counted the same way
+    sums = select(*_usage_sums()).where(token_usage.c.thread_id == thread_id)
+    ledger = _usage_totals(conn.execute(sums).mappings().one())
     deleted: dict[str, int] = {}
     deleted[tool_call.name] = _delete_tool_calls_of_messages(conn, message.c.thread_id == thread_id)
     children: Sequence[Table] = (
@@ -626,7 +740,7 @@ def delete_thread(conn: Connection, thread_id: str) -> ThreadDeletion:
     deleted[thread.name] = int(
         conn.execute(delete(thread).where(thread.c.id == thread_id)).rowcount
     )
-    return ThreadDeletion(id=thread_id, deleted=deleted)
+    return ThreadDeletion(id=thread_id, deleted=deleted, ledger=ledger)
 
 
 def get_transcript(conn: Connection, thread_id: str) -> Transcript:
@@ -731,6 +845,28 @@ def complete_tool_call(
             execution_ms=case(
                 (tool_call.c.created_at < now, now - tool_call.c.created_at), else_=0
             ),
+        )
+    )
+    conn.execute(stmt)
+    return get_tool_call(conn, tool_call_id)
+
+
+def set_tool_call_status(
+    conn: Connection, tool_call_id: str, *, status: str, error: str | None = None
+) -> ToolCall:
+    """Record a new status of a tool call that has not run (``rejected``, ``expired``…).
+
+    A call already completed keeps its outcome: this changes only calls without ``executed_at``.
+    """
+    stmt = (
+        update(tool_call)
+        .where(
+            exact_eq(tool_call.c.id, check_identity("tool_call_id", tool_call_id)),
+            tool_call.c.executed_at.is_(None),
+        )
+        .values(
+            status=_ident(status, "status"),
+            error=None if error is None else check_text("error", error),
         )
     )
     conn.execute(stmt)

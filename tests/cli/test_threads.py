@@ -19,7 +19,24 @@ from agora_cli.store.threads import (
 )
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00.000Z
-SUMMARY_KEYS = {"id", "actor_ref", "tenant_ref", "title", "messages", "updated_at"}
+SUMMARY_KEYS = {
+    "id",
+    "actor_ref",
+    "tenant_ref",
+    "title",
+    "messages",
+    "usage",
+    "updated_at",
+    "deleted_at",
+    "transient",
+}
+ALICE_USAGE = {
+    "turns": 2,
+    "input_tokens": 110,
+    "output_tokens": 45,
+    "cost_usd": 0.5,
+    "unpriced_turns": 1,
+}
 
 
 @pytest.fixture
@@ -109,7 +126,17 @@ def test_list_json_newest_activity_first(cli: Any, db_url: str, convo: dict[str,
         "tenant_ref": "acme",
         "title": "Refund",
         "messages": 2,
+        "usage": ALICE_USAGE,
         "updated_at": "2026-01-01T00:00:02.000Z",
+        "deleted_at": None,
+        "transient": False,
+    }
+    assert doc["threads"][1]["usage"] == {
+        "turns": 0,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cost_usd": None,
+        "unpriced_turns": 0,
     }
     assert [t["id"] for t in doc["threads"]] == [convo["alice"], convo["bob"]]
     bob = cli("threads", "list", "--actor", "bob", "--db", db_url, "--json").json()
@@ -118,10 +145,18 @@ def test_list_json_newest_activity_first(cli: Any, db_url: str, convo: dict[str,
     assert len(one["threads"]) == 1
 
 
-def test_list_table_shows_whole_ids(cli: Any, db_url: str, convo: dict[str, str]) -> None:
+def test_list_table_shows_short_ids_that_commands_take(
+    cli: Any, db_url: str, convo: dict[str, str]
+) -> None:
     r = cli("threads", "list", "--db", db_url)
     assert r.exit_code == 0, r.stderr
-    assert convo["alice"] in r.stdout and convo["bob"] in r.stdout and "Refund" in r.stdout
+    assert convo["alice"] not in r.stdout and "Refund" in r.stdout
+    short = convo["alice"][:12]
+    assert short in r.stdout and convo["bob"][:12] in r.stdout
+    assert "$0.5000 +1 unpriced" in r.stdout
+    shown = cli("threads", "show", short, "--db", db_url, "--json")
+    assert shown.exit_code == 0, shown.stderr
+    assert shown.json()["thread"]["id"] == convo["alice"]
 
 
 def test_list_limit_out_of_range_is_exit_2(cli: Any, db_url: str) -> None:
@@ -142,13 +177,8 @@ def test_show_json_transcript(cli: Any, db_url: str, convo: dict[str, str]) -> N
         "Refund",
     )
     assert t["created_at"] == "2026-01-01T00:00:01.000Z"
-    assert t["usage"] == {
-        "turns": 2,
-        "input_tokens": 110,
-        "output_tokens": 45,
-        "cost_usd": 0.5,
-        "unpriced_turns": 1,
-    }
+    assert t["usage"] == ALICE_USAGE
+    assert (t["deleted_at"], t["transient"]) == (None, False)
     assert [(m["seq"], m["role"], m["content"]) for m in doc["messages"]] == [
         (1, "user", "refund 7"),
         (2, "assistant", "on it"),
@@ -220,6 +250,7 @@ def test_delete_yes_cascades_and_reports(
             "agent_genui_call": 0,
             "agent_thread": 1,
         },
+        "ledger": ALICE_USAGE,
     }
     for table in (message, tool_call, token_usage, action_proposal):
         assert rows(engine, table) == 0, table.name
@@ -236,9 +267,14 @@ def test_delete_asks_on_a_terminal(
     monkeypatch.setattr("agora_cli.cli.threads._stdin_is_terminal", lambda: True)
     declined = cli("threads", "delete", convo["alice"], "--db", db_url, input="n\n")
     assert declined.exit_code == 1
-    assert "Delete thread" in declined.stderr and "nothing deleted" in declined.stderr
+    assert "Delete it and everything in it" in declined.stderr
+    assert "has 2 ledger row(s) ($0.5000 recorded spend, 1 unpriced; 155 tokens)" in " ".join(
+        declined.stderr.split()
+    )
+    assert "nothing deleted" in declined.stderr
     assert rows(engine, message) == 2
     accepted = cli("threads", "delete", convo["alice"], "--db", db_url, input="y\n")
     assert accepted.exit_code == 0, accepted.stderr
     assert f"Deleted thread {convo['alice']}" in accepted.stdout
+    assert "2 ledger row(s)" in accepted.stdout
     assert rows(engine, message) == 0

@@ -526,10 +526,9 @@ def test_a_table_into_a_closed_pipe_exits_141(tmp_path: Path) -> None:
 def test_errors_with_json_are_also_a_json_document(db_url: str, cli: Any) -> None:
     result = cli("threads", "show", "nope", "--db", db_url, "--json")
     assert result.exit_code == 1
-    assert result.json() == {
-        "error": {"exit_code": 1, "kind": "not_found", "message": "no thread 'nope'"}
-    }
-    assert result.stderr == "error: no thread 'nope'\n"
+    message = "no thread 'nope' (a short id needs at least 8 characters)"
+    assert result.json() == {"error": {"exit_code": 1, "kind": "not_found", "message": message}}
+    assert result.stderr == f"error: {message}\n"
 
 
 def test_usage_errors_are_one_line_and_options_before_the_command_are_explained(cli: Any) -> None:

@@ -547,3 +547,86 @@ def test_append_in_a_repeatable_read_transaction_never_reuses_a_seq(
         assert len(seqs) == len(set(seqs))
     finally:
         rr.dispose()
+
+
+# --- threads as the runtime left them: soft-deleted, transient; their ledger -----------------
+
+
+def test_soft_deleted_and_transient_threads_are_hidden_unless_asked(engine: Any) -> None:
+    from agora_cli.store.threads import soft_delete_thread
+
+    clock = ManualClock(T0)
+    with engine.begin() as conn:
+        for name, transient in (("kept", False), ("gone", False), ("scratch", True)):
+            create_thread(conn, actor_ref="alice", thread_id=name, transient=transient, clock=clock)
+            clock.advance(1000)
+        first = soft_delete_thread(conn, "gone", clock=clock)
+        clock.advance(1000)
+        again = soft_delete_thread(conn, "gone", clock=clock)  # the first mark stays
+    assert first.deleted_at == again.deleted_at == T0 + 3000
+
+    def listed(**flags: bool) -> list[tuple[str, bool, int | None]]:
+        with engine.connect() as conn:
+            return [(t.id, t.transient, t.deleted_at) for t in list_threads(conn, **flags)]
+
+    assert listed() == [("kept", False, None)]
+    assert listed(include_deleted=True) == [("gone", False, T0 + 3000), ("kept", False, None)]
+    assert listed(include_transient=True) == [("scratch", True, None), ("kept", False, None)]
+    assert [t for t, _, _ in listed(include_deleted=True, include_transient=True)] == [
+        "scratch",
+        "gone",
+        "kept",
+    ]
+    with engine.connect() as conn, pytest.raises(NotFound):
+        soft_delete_thread(conn, "nope")
+
+
+def test_each_listed_thread_carries_its_ledger_totals_in_one_query(engine: Any) -> None:
+    from agora_cli.store.threads import ThreadUsageTotals, usage_by_thread
+
+    with engine.begin() as conn:
+        for name in ("t-a", "t-b", "t-c"):
+            create_thread(conn, actor_ref="alice", thread_id=name)
+        add_usage(conn, "t-a", 3)
+        add_usage(conn, "t-c", 2)
+        conn.execute(token_usage.update().where(token_usage.c.id == "t-a-u1").values(cost_usd=None))
+    with engine.connect() as conn:
+        totals = usage_by_thread(conn, ["t-a", "t-b", "t-a"])
+        listed = {t.id: t.usage for t in list_threads(conn)}
+    a = totals["t-a"]
+    assert (a.turns, a.unpriced_turns) == (3, 1) and set(totals) == {"t-a"}
+    assert listed["t-a"] == a and listed["t-b"] == ThreadUsageTotals()
+    assert listed["t-c"].turns == 2
+    with engine.connect() as conn:
+        assert usage_by_thread(conn, []) == {}
+        with pytest.raises(InvalidInput):
+            usage_by_thread(conn, [str(i) for i in range(1001)])
+
+
+def test_delete_reports_the_ledger_that_goes_with_the_thread(engine: Any) -> None:
+    with engine.begin() as conn:
+        create_thread(conn, actor_ref="alice", thread_id="t-a")
+        add_usage(conn, "t-a", 2)
+        result = delete_thread(conn, "t-a")
+        empty = create_thread(conn, actor_ref="alice", thread_id="t-b")
+        nothing = delete_thread(conn, empty.id)
+    assert result.ledger.turns == 2 and result.deleted["agent_token_usage"] == 2
+    assert nothing.ledger.turns == 0 and nothing.ledger.cost_usd is None
+
+
+def test_a_tool_call_that_never_ran_gets_its_status(engine: Any) -> None:
+    from agora_cli.store.threads import set_tool_call_status
+
+    clock = ManualClock(T0)
+    with engine.begin() as conn:
+        create_thread(conn, actor_ref="alice", thread_id="t-a")
+        m = append_message(conn, thread_id="t-a", role="assistant", content="", clock=clock)
+        for call_id in ("c1", "c2"):
+            record_tool_call(
+                conn, message_id=m.id, tool_call_id=call_id, tool_name="refund", clock=clock
+            )
+        complete_tool_call(conn, "c2", status="completed", clock=clock)
+        rejected = set_tool_call_status(conn, "c1", status="rejected", error="no")
+        kept = set_tool_call_status(conn, "c2", status="rejected")
+    assert (rejected.status, rejected.error, rejected.executed_at) == ("rejected", "no", None)
+    assert kept.status == "completed"

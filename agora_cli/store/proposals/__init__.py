@@ -21,8 +21,8 @@ serialization failures, boundedly.
 
 The package, one concern a module: ``model`` (the values, states and results), ``queries`` (every
 statement, once), ``decisions`` (create, read, decide, expire), ``leases`` (claim, claim the next
-due work, renew, settle), ``delivery`` (outcomes into threads), ``backfill`` (legacy rows) and
-``store`` (``ActionProposalStore``).
+due work, renew, settle), ``delivery`` (outcomes into threads), ``backfill`` (legacy rows),
+``inbox`` (the operator's cross-scope view) and ``store`` (``ActionProposalStore``).
 """
 
 from __future__ import annotations
@@ -33,10 +33,19 @@ from agora_cli.store.proposals.decisions import (
     decide_proposal,
     expire_proposals,
     find_proposal,
+    find_proposal_id,
     get_proposal,
     list_proposals,
 )
 from agora_cli.store.proposals.delivery import deliver_outcome, list_undelivered_outcomes
+from agora_cli.store.proposals.inbox import (
+    INBOX_STATES,
+    MAX_EXPIRING_WITHIN_MS,
+    Inbox,
+    InboxEntry,
+    InboxState,
+    list_inbox,
+)
 from agora_cli.store.proposals.leases import (
     claim_next_proposal,
     claim_next_proposals,
@@ -81,6 +90,8 @@ from agora_cli.store.values import MAX_IDENTITY_UNITS, check_identity, utf16_uni
 __all__ = [
     "DECISIONS",
     "ID_PREFIX",
+    "INBOX_STATES",
+    "MAX_EXPIRING_WITHIN_MS",
     "MAX_IDENTITY_UNITS",
     "ActionProposalStore",
     "BackfillResult",
@@ -95,6 +106,9 @@ __all__ = [
     "DeliveryResult",
     "DiscoveryState",
     "ExecutionState",
+    "Inbox",
+    "InboxEntry",
+    "InboxState",
     "Lease",
     "NewProposal",
     "Proposal",
@@ -118,7 +132,9 @@ __all__ = [
     "deliver_outcome",
     "expire_proposals",
     "find_proposal",
+    "find_proposal_id",
     "get_proposal",
+    "list_inbox",
     "list_proposals",
     "list_undelivered_outcomes",
     "proposal_id",

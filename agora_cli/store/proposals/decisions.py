@@ -55,6 +55,7 @@ __all__ = [
     "decide_proposal",
     "expire_proposals",
     "find_proposal",
+    "find_proposal_id",
     "get_proposal",
     "list_proposals",
 ]
@@ -182,6 +183,21 @@ def find_proposal(conn: Connection, proposal_id: str, *, scope: Scope) -> Propos
         return None
     found = proposal_row(row)
     return found if in_scope(found, proposal_id, scope) else None
+
+
+def find_proposal_id(conn: Connection, text: str, *, scope: Scope) -> str | None:
+    """The full id of the proposal in ``scope`` that ``text`` names — its id, or a unique prefix
+    of at least 8 characters — or ``None``.
+
+    The prefix is resolved inside the scope only: it never widens the scope check (in a wrong
+    scope it finds nothing, like a full id), and an ambiguity (``AmbiguousId``, exit 2) lists
+    only ids of that scope.
+    """
+    from agora_cli.store.short_ids import resolve_prefix
+
+    if not isinstance(scope, Scope):
+        raise InvalidInput("scope must be a Scope(tenant_ref, actor_ref, thread_id)")
+    return resolve_prefix(conn, p, text, where=scope_filter(scope), what="proposal")
 
 
 def get_proposal(conn: Connection, proposal_id: str, *, scope: Scope) -> Proposal:

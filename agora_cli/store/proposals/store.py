@@ -19,10 +19,12 @@ from agora_cli.store.proposals.decisions import (
     decide_proposal,
     expire_proposals,
     find_proposal,
+    find_proposal_id,
     get_proposal,
     list_proposals,
 )
 from agora_cli.store.proposals.delivery import deliver_outcome, list_undelivered_outcomes
+from agora_cli.store.proposals.inbox import Inbox, InboxState, list_inbox
 from agora_cli.store.proposals.leases import (
     claim_next_proposal,
     claim_next_proposals,
@@ -111,6 +113,29 @@ class ActionProposalStore:
     def find(self, proposal_id: str, scope: Scope) -> Proposal | None:
         """Return a proposal in its scope, or ``None``."""
         return self._read(find_proposal, proposal_id, scope=scope)
+
+    def resolve_id(self, text: str, scope: Scope) -> str:
+        """The full id that ``text`` (an id or a unique prefix) names in ``scope``; ``text``
+        itself when it names none, so that ``get`` and ``decide`` answer as for any id."""
+        found = self._read(find_proposal_id, text, scope=scope)
+        return text if found is None else found
+
+    def inbox(
+        self,
+        state: InboxState = "pending",
+        *,
+        tenant_ref: str | None = None,
+        actor_ref: str | None = None,
+        tool_name: str | None = None,
+        expiring_within_ms: int | None = None,
+        limit: int = 50,
+    ) -> Inbox:
+        """One page of the cross-scope inbox (privileged): pending, queued, running or failed."""
+        return self._read(
+            list_inbox, state=state, tenant_ref=tenant_ref, actor_ref=actor_ref,
+            tool_name=tool_name, expiring_within_ms=expiring_within_ms, limit=limit,
+            clock=self.clock,
+        )  # fmt: skip
 
     def list(
         self, scope: Scope, decision: str | None = None, limit: int = 100

@@ -1,0 +1,293 @@
+"""Runs as an operator reads them: a filtered listing, newest first, paged by a keyset cursor; and
+one run with its tool calls, ledger rows, proposals and buffered stream frames.
+
+``list_runs`` orders by ``(started_at, id)`` descending and reads one range of a run index —
+``agent_run_started_idx``, or with an actor or a status filter ``agent_run_actor_started_idx`` /
+``agent_run_status_started_idx`` (``agent_run_thread_idx`` for one thread). A page costs the rows
+it returns, wherever it starts: the cursor is the last row's ``(started_at, id)`` and the next page
+is ``started_at <= s AND (started_at < s OR id < i)``, which the planners read as an index range
+from that point (no ``OFFSET``). Rows written while an operator pages are never repeated and never
+make a page skip an older row: a newer run sorts before the cursor, so it simply is not on the
+pages that follow. (On MySQL two ids that differ only by trailing spaces, started in the same
+millisecond, compare equal under PAD SPACE; that tie is the one the cursor cannot split.)
+
+The cursor is opaque text for the command line: base64url of ``[started_at, id]`` as JSON.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import and_, case, func, or_, select
+
+from agora_cli.store.errors import InvalidInput
+from agora_cli.store.proposals.model import Proposal
+from agora_cli.store.proposals.queries import proposal_row, select_rows
+from agora_cli.store.schema import action_proposal, run, stream_frame, token_usage, tool_call
+from agora_cli.store.sqlexpr import exact_eq
+from agora_cli.store.threads import Run, ThreadUsageRow, ToolCall, get_run
+from agora_cli.store.values import (
+    check_identity,
+    check_instant,
+    check_int,
+    check_optional_identity,
+)
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, RowMapping
+    from sqlalchemy.sql import ColumnElement
+
+__all__ = [
+    "MAX_DETAIL_ROWS",
+    "MAX_RUNS_PAGE",
+    "RunDetail",
+    "RunFrames",
+    "RunPage",
+    "decode_run_cursor",
+    "encode_run_cursor",
+    "get_run_detail",
+    "list_runs",
+]
+
+MAX_RUNS_PAGE = 1000
+# A runaway loop can leave thousands of tool calls or ledger rows on one run: the detail shows
+# the first ones and counts them all.
+MAX_DETAIL_ROWS = 1000
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """One page of ``list_runs``; ``next_cursor`` is ``None`` on the last page."""
+
+    runs: list[Run]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class RunFrames:
+    """A run's stream frames still buffered in ``agent_stream_frame`` (see frames.md)."""
+
+    rows: int
+    last_seq: int
+    ended: bool  # the end marker (a NULL frame) is there: the stream finished
+    first_at: int
+    last_at: int
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    """One run and what hangs off it; each list holds at most ``MAX_DETAIL_ROWS`` rows and
+    its ``*_total`` counts them all. ``frames`` is ``None`` when none are buffered (never
+    streamed through the SQL sink, or purged past their TTL)."""
+
+    run: Run
+    tool_calls: list[ToolCall]
+    tool_calls_total: int
+    usage: list[ThreadUsageRow]
+    usage_total: int
+    proposals: list[Proposal]
+    frames: RunFrames | None
+
+
+# --- the cursor -------------------------------------------------------------------------------
+
+
+def encode_run_cursor(started_at: int, run_id: str) -> str:
+    """The cursor that continues a listing after the run ``(started_at, run_id)``."""
+    raw = json.dumps([started_at, run_id], ensure_ascii=False, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_run_cursor(cursor: str) -> tuple[int, str]:
+    """``(started_at, id)`` from a cursor that ``encode_run_cursor`` made, else ``InvalidInput``."""
+    bad = InvalidInput(
+        f"after {cursor!r} is not a cursor a runs listing printed (copy its `next`)", param="after"
+    )
+    if not isinstance(cursor, str) or not cursor or len(cursor) > 2048:
+        raise bad
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        value = json.loads(raw.decode())
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise bad from None
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or isinstance(value[0], bool)
+        or not isinstance(value[0], int)
+        or not isinstance(value[1], str)
+    ):
+        raise bad
+    try:
+        check_instant("after", value[0])
+        check_identity("after", value[1])
+    except InvalidInput:
+        raise bad from None
+    return value[0], value[1]
+
+
+# --- list -------------------------------------------------------------------------------------
+
+
+def _run(row: RowMapping) -> Run:
+    values = {name: row[name] for name in Run.__dataclass_fields__}
+    values["durable"] = bool(values["durable"])
+    values["input_tokens"] = int(values["input_tokens"] or 0)
+    values["output_tokens"] = int(values["output_tokens"] or 0)
+    values["step_count"] = int(values["step_count"] or 0)
+    return Run(**values)
+
+
+def list_runs(
+    conn: Connection,
+    *,
+    actor_ref: str | None = None,
+    tenant_ref: str | None = None,
+    agent_name: str | None = None,
+    status: str | None = None,
+    thread_id: str | None = None,
+    from_ms: int | None = None,
+    to_ms: int | None = None,
+    after: str | None = None,
+    limit: int = 50,
+) -> RunPage:
+    """List runs newest first (``started_at``, then ``id``), filtered, one page at a time.
+
+    ``from_ms``/``to_ms`` bound ``started_at`` (inclusive). ``after`` is the ``next_cursor`` of
+    the previous page (``InvalidInput`` when it is not one); ``limit`` is 1–1000.
+    """
+    check_int("limit", limit, low=1, high=MAX_RUNS_PAGE)
+    filters: list[ColumnElement[bool]] = []
+    for column, value, name in (
+        (run.c.actor_ref, actor_ref, "actor_ref"),
+        (run.c.tenant_ref, tenant_ref, "tenant_ref"),
+        (run.c.agent_name, agent_name, "agent_name"),
+        (run.c.status, status, "status"),
+        (run.c.thread_id, thread_id, "thread_id"),
+    ):
+        if check_optional_identity(name, value) is not None:
+            filters.append(exact_eq(column, value))
+    if from_ms is not None:
+        filters.append(run.c.started_at >= check_instant("from_ms", from_ms))
+    if to_ms is not None:
+        filters.append(run.c.started_at <= check_instant("to_ms", to_ms))
+    if from_ms is not None and to_ms is not None and from_ms > to_ms:
+        raise InvalidInput("the window starts after it ends (from_ms > to_ms)", param="from_ms")
+    if after is not None:
+        started, last_id = decode_run_cursor(after)
+        filters.append(run.c.started_at <= started)
+        filters.append(or_(run.c.started_at < started, run.c.id < last_id))
+    q = (
+        select(run)
+        .where(*filters)
+        .order_by(run.c.started_at.desc(), run.c.id.desc())
+        .limit(limit + 1)
+    )
+    rows = [_run(r) for r in conn.execute(q).mappings()]
+    page, more = rows[:limit], len(rows) > limit
+    last = page[-1] if page else None
+    cursor = encode_run_cursor(last.started_at, last.id) if more and last else None
+    return RunPage(runs=page, next_cursor=cursor)
+
+
+# --- detail -----------------------------------------------------------------------------------
+
+
+def _tool_call(row: RowMapping) -> ToolCall:
+    return ToolCall(**{name: row[name] for name in ToolCall.__dataclass_fields__})
+
+
+def _usage_row(row: RowMapping) -> ThreadUsageRow:
+    values = {name: row[name] for name in ThreadUsageRow.__dataclass_fields__}
+    values["input_tokens"] = int(values["input_tokens"])
+    values["output_tokens"] = int(values["output_tokens"])
+    return ThreadUsageRow(**values)
+
+
+def _count(conn: Connection, column: Any, where: ColumnElement[bool]) -> int:
+    q = select(func.count()).select_from(column.table).where(where)
+    return int(conn.execute(q).scalar_one())
+
+
+def get_run_detail(conn: Connection, run_id: str) -> RunDetail:
+    """Return a run with its tool calls, ledger rows, proposals and buffered frames.
+
+    ``NotFound`` if there is no such run. Each part is one indexed read: the tool calls and the
+    ledger rows by their ``run_id`` indexes, the proposals through the run's thread, the frames
+    through their primary key.
+    """
+    found = get_run(conn, run_id)
+    of_run = exact_eq(tool_call.c.run_id, found.id)
+    calls = conn.execute(
+        select(tool_call)
+        .where(of_run)
+        .order_by(tool_call.c.created_at, tool_call.c.id)
+        .limit(MAX_DETAIL_ROWS)
+    ).mappings()
+    tool_calls = [_tool_call(r) for r in calls]
+    calls_total = len(tool_calls)
+    if calls_total == MAX_DETAIL_ROWS:
+        calls_total = _count(conn, tool_call.c.id, of_run)
+
+    usage_cols = [token_usage.c[name] for name in ThreadUsageRow.__dataclass_fields__]
+    of_run = exact_eq(token_usage.c.run_id, found.id)
+    usage_rows = conn.execute(
+        select(*usage_cols)
+        .where(of_run)
+        .order_by(token_usage.c.created_at, token_usage.c.id)
+        .limit(MAX_DETAIL_ROWS)
+    ).mappings()
+    usage = [_usage_row(r) for r in usage_rows]
+    usage_total = len(usage)
+    if usage_total == MAX_DETAIL_ROWS:
+        usage_total = _count(conn, token_usage.c.id, of_run)
+
+    p = action_proposal
+    proposals = [
+        proposal_row(r)
+        for r in conn.execute(
+            select_rows()
+            .where(p.c.thread_id == found.thread_id, exact_eq(p.c.run_id, found.id))
+            .order_by(p.c.created_at, p.c.id)
+            .limit(MAX_DETAIL_ROWS)
+        ).mappings()
+    ]
+    return RunDetail(
+        run=found,
+        tool_calls=tool_calls,
+        tool_calls_total=calls_total,
+        usage=usage,
+        usage_total=usage_total,
+        proposals=proposals,
+        frames=_frames(conn, found.id),
+    )
+
+
+def _frames(conn: Connection, run_id: str) -> RunFrames | None:
+    f = stream_frame
+    row = (
+        conn.execute(
+            select(
+                func.count().label("rows"),
+                func.max(f.c.seq).label("last_seq"),
+                func.sum(case((f.c.frame.is_(None), 1), else_=0)).label("ends"),
+                func.min(f.c.created_at).label("first_at"),
+                func.max(f.c.created_at).label("last_at"),
+            ).where(and_(exact_eq(f.c.run_id, run_id)))
+        )
+        .mappings()
+        .one()
+    )
+    if not row["rows"]:
+        return None
+    return RunFrames(
+        rows=int(row["rows"]),
+        last_seq=int(row["last_seq"]),
+        ended=bool(row["ends"]),
+        first_at=int(row["first_at"]),
+        last_at=int(row["last_at"]),
+    )
