@@ -50,6 +50,7 @@ def demo(
         f"agora tools stats --from {summary.first_day}{db_opt}",
         f"agora spend --by model{db_opt}",
         f"agora spend --by day --from {summary.first_day} --chart{db_opt}",
+        f"agora quota --all{db_opt}",
         f"agora quota --actor alice --day-usd 0.01{db_opt}",
         f"agora prices resolve gpt-4o-mini-2024-07-18{db_opt}",
         f"agora threads show {summary.sample_thread}{db_opt}",
@@ -69,6 +70,7 @@ def demo(
             "runs": summary.runs,
             "failed_runs": summary.failed_runs,
             "running_runs": summary.running_runs,
+            "budgets": summary.budgets,
             "usage_rows": summary.usage_rows,
             "priced_models": summary.priced_models,
             "unpriced_models": summary.unpriced_models,
@@ -88,6 +90,7 @@ def demo(
         f"  {summary.usage_rows} ledger rows over {len(summary.priced_models)} priced models "
         f"and 1 unpriced ({', '.join(summary.unpriced_models)})\n"
         f"  proposals: {proposals}\n"
+        f"  budgets: {summary.budgets} (one ok, one at its warning, one exhausted)\n"
         f"  streams: {', '.join(summary.frame_runs)}",
         markup=False,
         soft_wrap=True,

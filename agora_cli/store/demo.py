@@ -121,6 +121,7 @@ class DemoSummary:
     sample_proposal: str = ""
     failed_runs: int = 0
     running_runs: int = 0
+    budgets: int = 0
     first_day: str = ""
     last_day: str = ""
 
@@ -162,6 +163,7 @@ def _delete_previous_demo(engine: Engine) -> None:
         for run_id in list(runs):
             close(conn, run_id)
         conn.execute(delete(schema.model_pricing).where(schema.model_pricing.c.source == "demo"))
+        conn.execute(delete(schema.budget).where(schema.budget.c.created_by == DEMO_BUDGET_BY))
 
 
 def write_demo_data(
@@ -212,7 +214,49 @@ def write_demo_data(
     ops = random.Random(f"console-{seed}")
     _write_threads(engine, rng, ops, demo_clock, first, days, now, summary)
     _write_frames(engine, demo_clock, now, summary)
+    _write_budgets(engine, now, summary)
     return summary
+
+
+# (scope kind, scope ref, period, limit, used share aimed at): one budget in each state, the
+# limits derived from what the demo wrote so the states hold whatever the day of the month.
+DEMO_BUDGETS: tuple[tuple[str, str | None, str, str, float], ...] = (
+    ("global", None, "month", "usd", 0.5),  # ok
+    ("tenant", "acme", "month", "usd", 0.85),  # warning (warn at 80%)
+    ("actor", "alice", "day", "tokens", 1.1),  # exhausted
+)
+DEMO_BUDGET_BY = "demo"
+
+
+def _write_budgets(engine: Engine, now: int, summary: DemoSummary) -> None:
+    """Saved budgets in each state; a budget the demo did not write is never changed."""
+    from agora_cli.store.budgets import list_budgets, set_budget, sum_scope_usage
+    from agora_cli.store.windows import period_window
+
+    with engine.begin() as conn:
+        for kind, ref, period, unit, share in DEMO_BUDGETS:
+            taken = list_budgets(conn, scope_kind=kind, scope_ref=ref, period=period)
+            if taken and taken[0].created_by != DEMO_BUDGET_BY:
+                continue
+            lo, hi = period_window(period, now)
+            tokens, usd, _unpriced = sum_scope_usage(
+                conn, scope_kind=kind, scope_ref=ref, from_ms=lo, to_ms=min(hi, now), raw=True
+            )
+            if unit == "usd":
+                limits: dict[str, Any] = {"limit_usd": float(f"{usd / share:.3g}") or 1.0}
+            else:
+                limits = {"limit_tokens": int(tokens / share)}
+            set_budget(
+                conn,
+                scope_kind=kind,
+                scope_ref=ref,
+                period=period,
+                created_by=DEMO_BUDGET_BY,
+                note="demo",
+                clock=ManualClock(now),
+                **limits,
+            )
+            summary.budgets += 1
 
 
 def _date(ms: int) -> date:

@@ -114,3 +114,38 @@ def test_demo_try_next_commands_all_run(db_url: str, cli: Any) -> None:
         result = cli(*argv)
         assert result.exit_code in (0, 1), f"{command}: {result.stderr}"
         assert not result.stderr.startswith("error: "), command
+
+
+def test_demo_saves_a_budget_in_each_state_and_keeps_the_operators_own(
+    db_url: str, cli: Any
+) -> None:
+    assert cli("demo", "--db", db_url, "--json").json()["budgets"] == 3
+    report = cli("quota", "--all", "--db", db_url, "--json")
+    assert report.exit_code == 1  # one is exhausted
+    states = {(b["scope_kind"], b["period"]): b["state"] for b in report.json()["budgets"]}
+    assert states == {
+        ("global", "month"): "ok",
+        ("tenant", "month"): "warning",
+        ("actor", "day"): "exhausted",
+    }
+    mine = cli(
+        "budgets",
+        "set",
+        "--tenant",
+        "acme",
+        "--period",
+        "month",
+        "--usd",
+        "123",
+        "--by",
+        "ops",
+        "--db",
+        db_url,
+    )
+    assert mine.exit_code == 0, mine.stderr
+    forced = cli("demo", "--db", db_url, "--force", "--json")
+    assert forced.exit_code == 0 and forced.json()["budgets"] == 2
+    listed = cli("budgets", "list", "--db", db_url, "--json").json()["budgets"]
+    acme = [b for b in listed if b["scope_ref"] == "acme"]
+    assert [(b["limit_usd"], b["created_by"]) for b in acme] == [(123.0, "ops")]
+    assert len(listed) == 3
