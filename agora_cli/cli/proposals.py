@@ -32,7 +32,7 @@ from agora_cli.cli.output import (
 )
 from agora_cli.store.clock import iso_ms, parse_duration, parse_instant
 from agora_cli.store.errors import InvalidInput
-from agora_cli.store.values import BIGINT_MAX, MAX_LEASE_MS, parse_json
+from agora_cli.store.values import BIGINT_MAX, MAX_CLAIM_BATCH, MAX_LEASE_MS, parse_json
 
 if TYPE_CHECKING:
     from agora_cli.store.proposals import (
@@ -331,6 +331,16 @@ def _print_claim(result: ClaimResult) -> None:
     console.print(f"expires at   {iso_ms(lease.expires_at)}")
     console.print("input:", style="bold")
     console.print(_pretty(work.input_value), markup=False)
+
+
+def _print_claims(claims: list[ClaimResult]) -> None:
+    if not claims:
+        out_console().print("none: nothing was claimed.")
+        return
+    for n, result in enumerate(claims):
+        if n:
+            out_console().print()
+        _print_claim(result)
 
 
 # --- commands ---------------------------------------------------------------------------------
@@ -753,15 +763,36 @@ def claim(
 def claim_next(
     worker: Annotated[str, typer.Option("--worker", help="This worker's id.", show_default=False)],
     lease_ms: LeaseOpt = DEFAULT_LEASE_MS,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit",
+            min=1,
+            max=MAX_CLAIM_BATCH,
+            metavar="K",
+            help=f"Claim up to K at once (1–{MAX_CLAIM_BATCH:,}), each with its own lease; "
+            "--json is then a list of claims.",
+            show_default=False,
+        ),
+    ] = None,
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Claim the most overdue approved work across all scopes (privileged; for workers).
 
-    Outcome none (exit 0) when nothing is due. Prints the lease token once.
+    Outcome none (exit 0) when nothing is due. Prints each lease token once. With --limit K,
+    up to K claims from one statement (JSON: a list of claims, [] when nothing is due).
 
-    Example: agora proposals claim-next --worker w1 --lease-ms 30000 --json
+    Example: agora proposals claim-next --worker w1 --lease-ms 30000 --limit 10 --json
     """
+    if limit is not None:
+        claims = _store(db).claim_next(worker, lease_ms, limit=limit)
+        finish(
+            [_claim_document(c, with_id=True) for c in claims],
+            as_json=as_json,
+            show=lambda: _print_claims(claims),
+        )
+        return
     result = _store(db).claim_next(worker, lease_ms)
     finish(
         _claim_document(result, with_id=True), as_json=as_json, show=lambda: _print_claim(result)

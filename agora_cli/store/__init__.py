@@ -372,6 +372,7 @@ if TYPE_CHECKING:
     )
     from agora_cli.store.values import (
         BIGINT_MAX,
+        MAX_CLAIM_BATCH,
         MAX_IDENTITY_UNITS,
         MAX_INSTANT_MS,
         MAX_LEASE_MS,
@@ -469,6 +470,7 @@ _EXPORTS: dict[str, str] = {
     "MAIN_BRANCH": "migrate",
     "MASK": "masking",
     "MAX_CATALOG_BYTES": "catalog",
+    "MAX_CLAIM_BATCH": "values",
     "MAX_COST_USD": "usage",
     "MAX_DETAIL_ROWS": "runs",
     "MAX_ESTIMATE_BATCH": "usage",
@@ -758,6 +760,7 @@ __all__ = [
     "MAIN_BRANCH",
     "MASK",
     "MAX_CATALOG_BYTES",
+    "MAX_CLAIM_BATCH",
     "MAX_COST_USD",
     "MAX_DETAIL_ROWS",
     "MAX_ESTIMATE_BATCH",

@@ -26,6 +26,7 @@ from agora_cli.store.errors import InvalidInput
 
 __all__ = [
     "BIGINT_MAX",
+    "MAX_CLAIM_BATCH",
     "MAX_IDENTITY_UNITS",
     "MAX_INSTANT_MS",
     "MAX_LEASE_MS",
@@ -47,6 +48,8 @@ __all__ = [
 MAX_IDENTITY_UNITS = 255
 BIGINT_MAX = 2**63 - 1
 MAX_LEASE_MS = 7 * 86_400_000
+# Leases per batched claim, settlements per batched settle (proposals).
+MAX_CLAIM_BATCH = 1000
 # datetime(1, 1, 1) and datetime(9999, 12, 31, 23, 59, 59, 999000), UTC, in epoch milliseconds.
 MIN_INSTANT_MS = -62_135_596_800_000
 MAX_INSTANT_MS = 253_402_300_799_999

@@ -414,6 +414,36 @@ def test_claim_next_documents(cli: Any, db: str, tmp_path: Path) -> None:
     assert people.exit_code == 0 and "none" in people.stdout
 
 
+def test_claim_next_with_a_limit_claims_a_batch(cli: Any, db: str, tmp_path: Path) -> None:
+    empty = cli("proposals", "claim-next", "--worker", "w1", "--limit", "5", "--db", db, "--json")
+    assert empty.exit_code == 0 and empty.json() == []
+    ids = []
+    for i in range(3):
+        pid = created_id(cli, tmp_path, db, tool_call_id=f"batch-{i}", thread_id="t2",
+                         tenant_ref="acme")  # fmt: skip
+        cli("proposals", "decide", pid, *ACME, "--approve", "--by", "bob", "--db", db)
+        ids.append(pid)
+    two = cli("proposals", "claim-next", "--worker", "w1", "--limit", "2", "--db", db, "--json")
+    assert two.exit_code == 0, two.stderr
+    claims = two.json()
+    assert [list(c) for c in claims] == [["outcome", "id", "lease", "idempotency_key", "input"]] * 2
+    assert {c["outcome"] for c in claims} == {"claimed"} and {c["id"] for c in claims} < set(ids)
+    assert len({c["lease"]["token"] for c in claims}) == 2  # each claim its own lease
+    rest = cli("proposals", "claim-next", "--worker", "w2", "--limit", "10", "--db", db)
+    assert rest.exit_code == 0, rest.stderr
+    (last,) = set(ids) - {c["id"] for c in claims}
+    assert last in rest.stdout and rest.stdout.count("lease token") == 1
+    for c in claims:  # the batch's leases settle one by one, as a single claim's would
+        settled = cli(
+            "proposals", "settle", c["id"], "--token", c["lease"]["token"], "--generation",
+            str(c["lease"]["generation"]), "--succeeded", "--db", db, "--json",
+        )  # fmt: skip
+        assert settled.json() == {"outcome": "settled"}
+    for bad in ("0", "1001", "x"):
+        wrong = cli("proposals", "claim-next", "--worker", "w", "--limit", bad, "--db", db)
+        assert "--limit" in one_error(wrong, 2)
+
+
 def test_settle_rejects_bad_arguments(cli: Any, db: str) -> None:
     common = ("--token", "t", "--generation", "1", "--db", db)
     both = cli("proposals", "settle", "ap_x", *common, "--succeeded", "--failed")

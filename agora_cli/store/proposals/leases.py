@@ -22,7 +22,6 @@ from agora_cli.store.errors import InvalidInput
 from agora_cli.store.proposals.decisions import find_proposal
 from agora_cli.store.proposals.model import (
     FENCE_ROUNDS,
-    MAX_CLAIM_BATCH,
     ClaimOutcome,
     ClaimResult,
     Lease,
@@ -49,7 +48,7 @@ from agora_cli.store.proposals.queries import (
     take_leases_mysql,
     worker_sql,
 )
-from agora_cli.store.values import check_identity, check_lease_ms, dump_json
+from agora_cli.store.values import MAX_CLAIM_BATCH, check_identity, check_lease_ms, dump_json
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection

@@ -69,7 +69,6 @@ DECISIONS: tuple[Decision, ...] = get_args(Decision)
 SETTLED_STATES: tuple[SettledState, ...] = get_args(SettledState)
 MAX_LIST = 1000
 MAX_BACKFILL_BATCH = 10_000
-MAX_CLAIM_BATCH = 1000  # leases per batched claim, settlements per batched settle
 # A fenced update loses only to a writer that changed the row; after a few rounds the row has
 # left the state being raced for, so this bound is never reached in practice.
 FENCE_ROUNDS = 16
