@@ -59,7 +59,12 @@ def root(
     ] = False,
     debug: Annotated[
         bool,
-        typer.Option("--debug", help="Show tracebacks (locals hidden) instead of one-line errors."),
+        typer.Option(
+            "--debug",
+            help="Show tracebacks (locals hidden) instead of one-line errors.",
+            envvar="AGORA_DEBUG",
+            show_envvar=True,
+        ),
     ] = False,
 ) -> None:
     """agora: provision, inspect and operate an AI agent's durable state."""

@@ -12,6 +12,7 @@ from agora_cli.store.masking import mask_url
 
 
 def demo(
+    ctx: typer.Context,
     seed: Annotated[int, typer.Option("--seed", help="Random seed: same seed, same data.")] = 7,
     days: Annotated[
         int, typer.Option("--days", min=1, max=365, help="Days of history, ending today (UTC).")
@@ -43,7 +44,8 @@ def demo(
     scope = f"--actor {summary.sample_actor} --thread {summary.sample_thread} " + (
         f"--tenant {summary.sample_tenant}" if summary.sample_tenant else "--no-tenant"
     )
-    db_opt = _db_option(db)
+    source = ctx.get_parameter_source("db")
+    db_opt = _db_option(None if source is None or source.name != "COMMANDLINE" else db)
     try_next = [
         f"agora proposals inbox{db_opt}",
         f"agora runs list --status failed{db_opt}",
@@ -104,10 +106,15 @@ def _db_option(db: str | None) -> str:
     """``--db`` as the "Try next" lines show it: never with a password in clear.
 
     A URL from the environment is left out (the commands find it there too); a URL with a
-    password is shown masked, and the operator puts the password back.
+    password is shown masked, and the operator puts the password back; a profile in use is
+    named.
     """
-    if not db:
-        return ""
     import shlex
 
-    return f" --db {shlex.quote(mask_url(db))}"
+    from agora_cli.cli.profiles import active
+
+    profile, _set = active()
+    chosen = f" --profile {shlex.quote(profile.name)}" if profile is not None else ""
+    if not db:
+        return chosen
+    return f" --db {shlex.quote(mask_url(db))}{chosen}"

@@ -31,6 +31,7 @@ __all__ = [
     "AgoraGroup",
     "debug_enabled",
     "error_line",
+    "fail",
     "remember_json",
     "set_debug",
 ]
@@ -70,12 +71,16 @@ def _kind(exc: BaseException) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", type(exc).__name__).lower()
 
 
-def _fail(message: str, exit_code: int, kind: str) -> typer.Exit:
+def fail(message: str, exit_code: int, kind: str) -> typer.Exit:
+    """Print the one-line error (and its JSON document with ``--json``); the exit to raise."""
     error_line(message)
     if _STATE["json"]:
         doc = {"error": {"exit_code": exit_code, "kind": kind, "message": scrub(message)}}
         _write_stdout(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
     return typer.Exit(exit_code)
+
+
+_fail = fail
 
 
 def _write_stdout(text: str) -> None:
@@ -160,6 +165,12 @@ def _misplaced_option(args: Sequence[str]) -> tuple[str, list[str]] | None:
 class AgoraGroup(TyperGroup):
     """The root command group: the single place where errors become exit codes."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from agora_cli.cli.shared import add_shared_options
+
+        add_shared_options(self)
+
     def main(  # type: ignore[override]
         self,
         args: Sequence[str] | None = None,
@@ -173,8 +184,13 @@ class AgoraGroup(TyperGroup):
         _STATE["argv"] = argv
         if sys.stdout is None:  # started with stdout closed (`agora … >&-`)
             sys.stdout = open(os.devnull, "w")  # lives as long as the process
-        code = self._run(argv, prog_name, complete_var, extra)
-        code = self._flush(code)
+        try:
+            code = self._run(argv, prog_name, complete_var, extra)
+            code = self._flush(code)
+        finally:
+            from agora_cli.cli.shared import reset_shared_state
+
+            reset_shared_state()
         if standalone_mode:
             sys.exit(code)
         return code

@@ -18,7 +18,9 @@ DbOpt = Annotated[
     str | None,
     typer.Option(
         "--db",
-        help="Database URL (else $AGORA_DATABASE_URL, else sqlite:///agora.db).",
+        help="Database URL (else the environment, else the profile's db, else sqlite:///agora.db).",
+        envvar="AGORA_DATABASE_URL",
+        show_envvar=True,
         show_default=False,
         metavar="URL",
     ),

@@ -149,6 +149,18 @@ class Col:
         return safe_text(value)
 
 
+_COLOR: dict[str, bool] = {"off": False}
+
+
+def set_no_color(off: bool) -> None:
+    """``--no-color``: consoles created after this print no colour (``NO_COLOR`` does the same)."""
+    _COLOR["off"] = off
+
+
+def _no_color() -> bool | None:
+    return True if _COLOR["off"] else None  # None: Rich reads NO_COLOR / FORCE_COLOR itself
+
+
 def out_console() -> Console:
     """A Rich console on the current stdout (created per call: tests swap the streams).
 
@@ -156,7 +168,9 @@ def out_console() -> Console:
     (or ``$COLUMNS``) so that tables in logs and files are never cut to 80.
     """
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 200)
-    return _console_class()(file=sys.stdout, highlight=False, soft_wrap=False, width=width)
+    return _console_class()(
+        file=sys.stdout, highlight=False, soft_wrap=False, width=width, no_color=_no_color()
+    )
 
 
 @functools.cache
@@ -173,7 +187,9 @@ def _console_class() -> type[Console]:
 
 
 def err_console() -> Console:
-    return _console_class()(file=sys.stderr, highlight=False, stderr=True, soft_wrap=True)
+    return _console_class()(
+        file=sys.stderr, highlight=False, stderr=True, soft_wrap=True, no_color=_no_color()
+    )
 
 
 def emit_json(doc: Any) -> None:

@@ -313,7 +313,11 @@ def seed(
         typer.Option(
             "--catalog",
             metavar="URL|PATH",
-            help="Catalog URL or file (else $AGORA_MODELS_DEV_URL, else models.dev).",
+            help="Catalog URL or file (else the environment, else the profile's catalog, "
+            "else models.dev; fetched copies are cached in the user cache folder, or "
+            "$AGORA_CACHE_DIR).",
+            envvar="AGORA_MODELS_DEV_URL",
+            show_envvar=True,
             show_default=False,
         ),
     ] = None,

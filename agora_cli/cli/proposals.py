@@ -87,10 +87,10 @@ TokenOpt = Annotated[
     str,
     typer.Option(
         "--token",
-        help="The lease token the claim printed (or $AGORA_LEASE_TOKEN).",
+        help="The lease token the claim printed.",
         envvar="AGORA_LEASE_TOKEN",
         show_default=False,
-        show_envvar=False,
+        show_envvar=True,
     ),
 ]
 GenerationOpt = Annotated[

@@ -75,13 +75,15 @@ def row_doc(row: SpendRow) -> dict[str, Any]:
 def spend(
     ctx: typer.Context,
     by: Annotated[
-        SpendBy,
+        SpendBy | None,
         typer.Option(
             "--by",
-            help="A dimension, a period, or a period and a dimension (day,model).",
+            help="A dimension, a period, or a period and a dimension (day,model). "
+            "[default: model, or the profile's by]",
             case_sensitive=False,
+            show_default=False,
         ),
-    ] = SpendBy.model,  # type: ignore[attr-defined]
+    ] = None,
     from_day: Annotated[
         str | None,
         typer.Option(
@@ -171,7 +173,11 @@ def spend(
 
     if as_json and csv:
         raise InvalidInput("choose one of --json and --csv")
-    grouping = str(by.value)
+    from agora_cli.cli.profiles import profile_default
+
+    grouping = str(by.value) if by is not None else profile_default("by") or "model"
+    if last is None and from_day is None and to_day is None:
+        last = profile_default("last")
     start, end = report_window(from_day, to_day, last, ms_to_date(SystemClock().now_ms()))
     if chart:
         _check_chart_window(grouping.split(",")[0], start, end)

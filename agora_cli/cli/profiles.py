@@ -1,0 +1,197 @@
+"""Profiles: saved connections and report defaults, chosen by `--profile NAME`/`AGORA_PROFILE`.
+
+The file is ``config.toml`` in the platform's config folder (``~/.config/agora/config.toml`` on
+Linux, from ``platformdirs``), or ``AGORA_CONFIG``::
+
+    [profiles.prod]
+    db = "postgresql://agora@db.internal/app"
+    catalog = "https://models.dev/api.json"
+    tenant = "acme"
+    by = "day,model"
+    last = "7d"
+
+Precedence, for every setting: the command's flag, then the environment variable, then the
+profile, then the built-in default. A profile fills the environment variables that are unset
+(``db`` → ``AGORA_DATABASE_URL``, ``catalog`` → ``AGORA_MODELS_DEV_URL``, ``tenant`` →
+``AGORA_TENANT``) for the one command, so everything below reads one place; ``by`` and ``last``
+are defaults of ``agora spend``. The environment is put back when the command ends (the CLI
+runs in-process in tests and in scripts that import it).
+
+A bad file is exit 2 with the file and the line: a TOML syntax error, a profile that does not
+exist, an unknown key, a value of the wrong type or out of its set. Choosing a profile when the
+file does not exist is exit 2 naming the path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ENV_KEYS",
+    "PROFILE_KEYS",
+    "Profile",
+    "ProfileError",
+    "activate",
+    "active",
+    "config_path",
+    "deactivate",
+    "load_profile",
+    "profile_default",
+]
+
+# The settings a profile may hold, and the environment variable each one fills.
+ENV_KEYS: dict[str, str] = {
+    "db": "AGORA_DATABASE_URL",
+    "catalog": "AGORA_MODELS_DEV_URL",
+    "tenant": "AGORA_TENANT",
+}
+PROFILE_KEYS: tuple[str, ...] = (*ENV_KEYS, "by", "last")
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_MAX_BYTES = 1 << 20
+
+
+class ProfileError(Exception):
+    """A config file or profile that cannot be used; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A loaded profile: its values, the file, and the line each value is on."""
+
+    name: str
+    path: Path
+    values: dict[str, str]
+    lines: dict[str, int] = field(default_factory=dict)
+
+    def where(self, key: str) -> str:
+        line = self.lines.get(key)
+        return f"{self.path}:{line}" if line else str(self.path)
+
+
+_STATE: dict[str, Any] = {"profile": None, "set_env": {}}
+
+
+def config_path() -> Path:
+    """``AGORA_CONFIG``, else ``config.toml`` in the platform's config folder for agora."""
+    explicit = os.environ.get("AGORA_CONFIG")
+    if explicit:
+        return Path(explicit).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("agora", appauthor=False)) / "config.toml"
+
+
+def _line_of(text: str, name: str, key: str | None) -> int | None:
+    """The line of ``[profiles.NAME]`` (or of ``key`` inside it), 1-based, by a plain scan."""
+    header = re.compile(r"^\s*\[\s*profiles\s*\.\s*(\"?)" + re.escape(name) + r"\1\s*\]\s*(#.*)?$")
+    inside = False
+    found = None
+    for n, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped.startswith("["):
+            inside = bool(header.match(line))
+            if inside and key is None:
+                return n
+            continue
+        if inside and key is not None and re.match(rf"^\"?{re.escape(key)}\"?\s*=", stripped):
+            found = n
+    return found
+
+
+def load_profile(name: str, path: Path | None = None) -> Profile:
+    """Read and check profile ``name``; ``ProfileError`` names the file and line of a fault."""
+    import tomllib
+
+    path = path or config_path()
+    if not _NAME.match(name):
+        raise ProfileError(f"profile name {name!r}: letters, digits, '.', '_' and '-' only")
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ProfileError(
+            f"profile {name!r}: no config file at {path} (create it, or set AGORA_CONFIG)"
+        ) from None
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if len(raw) > _MAX_BYTES:
+        raise ProfileError(f"{path}: larger than 1 MiB; is it the right file?")
+    try:
+        text = raw.decode("utf-8")
+        doc = tomllib.loads(text)
+    except UnicodeDecodeError:
+        raise ProfileError(f"{path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{path}: {exc}") from None
+    profiles = doc.get("profiles")
+    if not isinstance(profiles, dict) or not isinstance(profiles.get(name), dict):
+        known = sorted(profiles) if isinstance(profiles, dict) else []
+        listed = ", ".join(known) if known else "none"
+        raise ProfileError(f"{path}: no profile {name!r} (profiles: {listed})")
+    table = profiles[name]
+    values: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    for key, value in table.items():
+        line = _line_of(text, name, key)
+        at = f"{path}:{line}" if line else str(path)
+        if key not in PROFILE_KEYS:
+            raise ProfileError(
+                f"{at}: unknown key {key!r} in [profiles.{name}] (known: {', '.join(PROFILE_KEYS)})"
+            )
+        if not isinstance(value, str) or not value.strip():
+            raise ProfileError(f"{at}: {key} must be a non-empty string")
+        _check_value(key, value, at)
+        values[key] = value
+        if line:
+            lines[key] = line
+    return Profile(name=name, path=path, values=values, lines=lines)
+
+
+def _check_value(key: str, value: str, at: str) -> None:
+    if "\x00" in value:
+        raise ProfileError(f"{at}: {key} holds a NUL character")
+    if key == "by":
+        from agora_cli.store.windows import SPEND_GROUPINGS
+
+        if value not in SPEND_GROUPINGS:
+            raise ProfileError(f"{at}: by = {value!r} is not one of {', '.join(SPEND_GROUPINGS)}")
+    elif key == "last":
+        if not re.fullmatch(r"[1-9][0-9]{0,3}[dwm]", value):
+            raise ProfileError(f"{at}: last = {value!r} is not like 7d, 4w or 3m")
+
+
+def activate(name: str) -> Profile:
+    """Make ``name`` the profile of this command: fill the unset environment variables."""
+    current: Profile | None = _STATE["profile"]
+    if current is not None and current.name == name:
+        return current
+    deactivate()
+    profile = load_profile(name)
+    set_env: dict[str, str] = {}
+    for key, var in ENV_KEYS.items():
+        if key in profile.values and not os.environ.get(var):
+            os.environ[var] = profile.values[key]
+            set_env[var] = key
+    _STATE.update(profile=profile, set_env=set_env)
+    return profile
+
+
+def deactivate() -> None:
+    """Put the environment back as it was before ``activate``."""
+    for var in _STATE["set_env"]:
+        os.environ.pop(var, None)
+    _STATE.update(profile=None, set_env={})
+
+
+def active() -> tuple[Profile | None, dict[str, str]]:
+    """The active profile, and the environment variables it set (variable → profile key)."""
+    return _STATE["profile"], dict(_STATE["set_env"])
+
+
+def profile_default(key: str) -> str | None:
+    """A report default (``by``, ``last``) from the active profile, if it has one."""
+    profile: Profile | None = _STATE["profile"]
+    return None if profile is None else profile.values.get(key)
