@@ -13,6 +13,7 @@ import typer
 from agora_cli import __version__
 from agora_cli.cli import (
     budgets,
+    config,
     db,
     demo,
     frames,
@@ -82,6 +83,7 @@ app.add_typer(threads.app, name="threads")
 app.add_typer(runs.app, name="runs")
 app.add_typer(tools.app, name="tools")
 app.command("demo")(demo.demo)
+app.add_typer(config.app, name="config")
 
 
 def main() -> None:
