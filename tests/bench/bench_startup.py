@@ -1,6 +1,10 @@
-"""startup: `agora --help` wall time vs `python -c pass` and `alembic --help`; lazy imports.
+"""startup: `agora --help` wall time vs `python -c pass` and `alembic --help`; lazy imports;
+and the process cost of one command: the CPU (user + system) of `agora spend --json` against a
+demo database on PostgreSQL and on SQLite, over the CPU of a process that merely imports
+SQLAlchemy, psycopg, Typer and Rich (issue 19; goal <= 1.2x on both). The runs alternate, so a
+busy machine slows both sides alike; medians of REPEAT runs.
 
-Run: python tests/bench/bench_startup.py
+Run: python tests/bench/bench_startup.py [--cost-only]
 """
 
 from __future__ import annotations
@@ -26,7 +30,50 @@ def timed(cmd: list[str]) -> float:
     return statistics.median(samples)
 
 
+def cpu_of(cmd: list[str], env: dict[str, str] | None = None) -> float:
+    """CPU seconds (user + system) one run of ``cmd`` used."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(cmd, capture_output=True, check=True, env=env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def process_cost() -> None:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _common import create_database, drop_database
+
+    imports = [sys.executable, "-c", "import sqlalchemy, psycopg, typer, rich"]
+    agora = str(BIN / "agora")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGORA_")}
+    print(
+        f"process cost: CPU of `agora spend --json` / CPU of importing SQLAlchemy, psycopg,"
+        f" Typer and Rich (median of {REPEAT} alternating runs)"
+    )
+    for dialect in ("postgresql", "sqlite"):
+        name, url = create_database(dialect)
+        try:
+            subprocess.run([agora, "demo", "--db", url], capture_output=True, check=True, env=env)
+            command = [agora, "spend", "--json", "--db", url]
+            cpu_of(command, env), cpu_of(imports, env)  # warm the page cache
+            ours, base = [], []
+            for _ in range(REPEAT):
+                ours.append(cpu_of(command, env))
+                base.append(cpu_of(imports, env))
+            a, b = statistics.median(ours), statistics.median(base)
+            print(
+                f"  {dialect:10s} agora spend --json {a * 1000:6.1f} ms CPU, imports alone"
+                f" {b * 1000:6.1f} ms: {a / b:.2f}x"
+            )
+        finally:
+            drop_database(dialect, name)
+
+
 def main() -> None:
+    if "--cost-only" in sys.argv:
+        process_cost()
+        return
     python = timed([sys.executable, "-c", "pass"])
     agora = timed([str(BIN / "agora"), "--help"])
     alembic = timed([str(BIN / "alembic"), "--help"])
@@ -41,6 +88,7 @@ def main() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout
     print(f"heavy modules imported by agora --help: {out.strip().splitlines()[-1]}")
+    process_cost()
 
 
 if __name__ == "__main__":

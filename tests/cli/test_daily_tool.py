@@ -274,3 +274,43 @@ def test_no_color_beats_force_color(tmp_path: Path, cli: Any) -> None:
     plain = run_agora("quota", "--all", "--no-color", env=env)
     assert plain.stdout and "\x1b[" not in plain.stdout
     assert plain.exit_code == coloured.exit_code
+
+
+def _tree(command: Any, ctx: Any = None) -> Any:
+    import typer
+
+    ctx = ctx or typer.Context(command)
+    params = [
+        (
+            p.name,
+            tuple(getattr(p, "opts", ())),
+            repr(p.type),
+            repr(p.default),
+            getattr(p, "envvar", None),
+            p.required,
+            getattr(p, "hidden", False),
+        )
+        for p in command.params
+    ]
+    node = {"name": command.name, "help": command.help, "params": params}
+    if hasattr(command, "list_commands"):
+        node["commands"] = [
+            _tree(command.get_command(ctx, name), ctx) for name in command.list_commands(ctx)
+        ]
+    return node
+
+
+def test_the_lazy_tree_is_the_tree_typer_builds() -> None:
+    import typer.main
+
+    from agora_cli.cli import app, lazy_root
+
+    assert _tree(lazy_root()) == _tree(typer.main.get_command(app))
+
+
+def test_a_command_line_builds_only_its_branch() -> None:
+    from agora_cli.cli import lazy_root
+
+    root = lazy_root()
+    assert root.main(["spend", "--help"], standalone_mode=False) == 0
+    assert set(root.commands) == {"spend"}
