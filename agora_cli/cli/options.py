@@ -101,6 +101,9 @@ def open_db(db: str | None, *, create: bool = False, readonly: bool = False) -> 
     upgrade``, ``demo``); anything else refuses a SQLite file that does not exist. Reports pass
     ``readonly=True``: on SQLite they then never take the write lock.
     """
+    from agora_cli.cli import startup_done
     from agora_cli.store.engine import open_engine
 
-    return open_engine(db, create=create, readonly=readonly)
+    engine = open_engine(db, create=create, readonly=readonly)
+    startup_done()  # the heavy imports are done: the collector is back before any real work
+    return engine

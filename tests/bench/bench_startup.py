@@ -44,27 +44,50 @@ def process_cost() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from _common import create_database, drop_database
 
-    imports = [sys.executable, "-c", "import sqlalchemy, psycopg, typer, rich"]
+    imports = "import sqlalchemy, psycopg, typer, rich"
+    probes = {
+        "imports alone": imports,
+        # the same imports with the garbage collector off, as agora starts: what agora costs
+        # over this is its own work (its modules, the dialect, the connection, the query)
+        "imports, collector off": f"import gc; gc.disable()\n{imports}",
+    }
     agora = str(BIN / "agora")
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGORA_")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # a user's agora runs from its bytecode cache
     print(
-        f"process cost: CPU of `agora spend --json` / CPU of importing SQLAlchemy, psycopg,"
-        f" Typer and Rich (median of {REPEAT} alternating runs)"
+        f"process cost: CPU (user + system) of one `agora spend --json`, over the CPU of a"
+        f" process importing SQLAlchemy, psycopg, Typer and Rich (median of {REPEAT}"
+        f" alternating runs)"
     )
     for dialect in ("postgresql", "sqlite"):
         name, url = create_database(dialect)
         try:
             subprocess.run([agora, "demo", "--db", url], capture_output=True, check=True, env=env)
-            command = [agora, "spend", "--json", "--db", url]
-            cpu_of(command, env), cpu_of(imports, env)  # warm the page cache
-            ours, base = [], []
+            argv = ["spend", "--json", "--db", url]
+            # agora as it was before the collector was turned off at start-up
+            collector_on = (
+                f"import sys; sys.argv = ['agora', *{argv!r}]\n"
+                "from agora_cli.cli import lazy_root\nlazy_root().main(prog_name='agora')"
+            )
+            commands = {
+                "agora spend --json": [agora, *argv],
+                "the same, collector on": [sys.executable, "-c", collector_on],
+                **{label: [sys.executable, "-c", code] for label, code in probes.items()},
+            }
+            samples: dict[str, list[float]] = {label: [] for label in commands}
+            for command in commands.values():  # warm the page cache
+                cpu_of(command, env)
             for _ in range(REPEAT):
-                ours.append(cpu_of(command, env))
-                base.append(cpu_of(imports, env))
-            a, b = statistics.median(ours), statistics.median(base)
+                for label, command in commands.items():
+                    samples[label].append(cpu_of(command, env))
+            cpu = {label: statistics.median(values) for label, values in samples.items()}
+            ours, base = cpu["agora spend --json"], cpu["imports alone"]
+            print(f"  {dialect}")
+            for label, value in cpu.items():
+                print(f"    {label:24s} {value * 1000:6.1f} ms  {value / base:.2f}x imports alone")
             print(
-                f"  {dialect:10s} agora spend --json {a * 1000:6.1f} ms CPU, imports alone"
-                f" {b * 1000:6.1f} ms: {a / b:.2f}x"
+                f"    agora / imports with the collector off as well:"
+                f" {ours / cpu['imports, collector off']:.2f}x"
             )
         finally:
             drop_database(dialect, name)
