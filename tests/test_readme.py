@@ -2,8 +2,9 @@
 
 Console blocks are read line by line: `$ agora …` runs (expected exit 0, or the `# exit N`
 comment), `$ export VAR=value` sets the environment for what follows. The newcomer's first
-command and the cron lines run too, with the README's `config.toml` as the config file. URLs of example servers are pointed at this session's test
-databases; the rest runs on the SQLite default in a fresh folder, after `agora demo`.
+command and the cron lines run too, with the README's `config.toml` as the config file. URLs
+of example servers are pointed at this session's test databases; the rest runs on the SQLite
+default in a fresh folder, after `agora demo`.
 """
 
 from __future__ import annotations

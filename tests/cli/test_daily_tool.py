@@ -314,3 +314,30 @@ def test_a_command_line_builds_only_its_branch() -> None:
     root = lazy_root()
     assert root.main(["spend", "--help"], standalone_mode=False) == 0
     assert set(root.commands) == {"spend"}
+
+
+@pytest.mark.slow
+def test_the_collector_is_back_on_before_a_command_works(tmp_path: Path, cli: Any) -> None:
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    assert cli("db", "provision", "--db", url).exit_code == 0
+    probe = (
+        "import gc, sys\n"
+        "from agora_cli.store import engine\n"
+        "opened = engine.open_engine\n"
+        "def spy(*a, **k):\n"
+        "    print('during start-up:', gc.isenabled(), file=sys.stderr)\n"
+        "    return opened(*a, **k)\n"
+        "engine.open_engine = spy\n"
+        "from agora_cli.store import ledger\n"
+        "summarize = ledger.spend\n"
+        "def work(*a, **k):\n"
+        "    print('at work:', gc.isenabled(), gc.get_freeze_count() > 0, file=sys.stderr)\n"
+        "    return summarize(*a, **k)\n"
+        "ledger.spend = work\n"
+        f"sys.argv = ['agora', 'spend', '--json', '--db', {url!r}]\n"
+        "from agora_cli.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert "during start-up: False" in done.stderr, done.stderr
+    assert "at work: True True" in done.stderr, done.stderr
