@@ -19,6 +19,7 @@ MODULES = (
     "masking",
     "sqlexpr",
     "clock",
+    "ids",
     "engine",
     "schema",
     "live_schema",

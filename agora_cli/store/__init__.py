@@ -125,6 +125,12 @@ if TYPE_CHECKING:
         purge_expired,
         read_frames,
     )
+    from agora_cli.store.ids import (
+        id_time_ms,
+        new_hex_id,
+        new_id,
+        uuid7,
+    )
     from agora_cli.store.ledger import (
         DIMENSION_KEYS,
         SPEND_GROUPINGS,
@@ -633,6 +639,7 @@ _EXPORTS: dict[str, str] = {
     "get_tool_call": "threads",
     "get_transcript": "threads",
     "head_revision": "migrate",
+    "id_time_ms": "ids",
     "is_bedrock_id": "pricing",
     "is_govcloud": "pricing",
     "is_retryable": "engine",
@@ -654,6 +661,8 @@ _EXPORTS: dict[str, str] = {
     "metadata": "schema",
     "month_window": "clock",
     "needs_catalog_price": "pricing",
+    "new_hex_id": "ids",
+    "new_id": "ids",
     "normalize_url": "engine",
     "open_engine": "engine",
     "parse_bound": "windows",
@@ -730,6 +739,7 @@ _EXPORTS: dict[str, str] = {
     "url_password": "masking",
     "usage_by_thread": "threads",
     "utf16_units": "values",
+    "uuid7": "ids",
     "week_start": "windows",
     "write_demo_data": "demo",
 }
@@ -964,6 +974,7 @@ __all__ = [
     "get_tool_call",
     "get_transcript",
     "head_revision",
+    "id_time_ms",
     "is_bedrock_id",
     "is_govcloud",
     "is_retryable",
@@ -985,6 +996,8 @@ __all__ = [
     "metadata",
     "month_window",
     "needs_catalog_price",
+    "new_hex_id",
+    "new_id",
     "normalize_url",
     "open_engine",
     "parse_bound",
@@ -1061,6 +1074,7 @@ __all__ = [
     "url_password",
     "usage_by_thread",
     "utf16_units",
+    "uuid7",
     "week_start",
     "write_demo_data",
 ]

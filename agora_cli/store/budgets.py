@@ -17,7 +17,6 @@ the ``created_at`` index.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -29,6 +28,7 @@ from agora_cli.store.clock import Clock, SystemClock
 from agora_cli.store.engine import dialect_name
 from agora_cli.store.errors import Conflict, InvalidInput
 from agora_cli.store.fold import fold_filter, raw_filter, window_parts
+from agora_cli.store.ids import new_hex_id
 from agora_cli.store.schema import budget as b
 from agora_cli.store.schema import token_usage as u
 from agora_cli.store.schema import usage_daily as d
@@ -239,7 +239,7 @@ def set_budget(
             )
             return BudgetChange("updated", new)
         row = {
-            "id": uuid.uuid4().hex,
+            "id": new_hex_id(now),
             "scope_kind": kind,
             "scope_ref": ref,
             "period": period,

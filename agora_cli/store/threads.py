@@ -17,7 +17,6 @@ connection whose ``foreign_keys`` pragma is off.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -28,6 +27,7 @@ from agora_cli.store.clock import Clock, SystemClock
 from agora_cli.store.engine import dialect_name
 from agora_cli.store.errors import InvalidInput, NotFound
 from agora_cli.store.fold import mark_days_dirty
+from agora_cli.store.ids import new_id
 from agora_cli.store.schema import (
     action_proposal,
     confirm_token,
@@ -294,10 +294,6 @@ def _clock(clock: Clock | None) -> Clock:
     return clock if clock is not None else SystemClock()
 
 
-def _new_id() -> str:
-    return str(uuid.uuid4())
-
-
 def _ident(value: str | None, what: str, *, optional: bool = False) -> str | None:
     if optional:
         return check_optional_identity(what, value)
@@ -399,7 +395,7 @@ def create_thread(
     """Create a thread and return it."""
     now = _clock(clock).now_ms()
     values: dict[str, Any] = {
-        "id": _ident(thread_id or _new_id(), "thread id"),
+        "id": _ident(thread_id or new_id(now), "thread id"),
         "actor_ref": _ident(actor_ref, "actor_ref"),
         "tenant_ref": _ident(tenant_ref, "tenant_ref", optional=True),
         "title": check_text("title", title),
@@ -579,7 +575,7 @@ def append_message(
     """
     check_text("content", content)
     values: dict[str, Any] = {
-        "id": _ident(message_id or _new_id(), "message id"),
+        "id": _ident(message_id, "message id") if message_id else None,
         "thread_id": _ident(thread_id, "thread_id"),
         "role": _ident(role, "role"),
         "content": content,
@@ -594,6 +590,8 @@ def append_message(
     }
     _lock_thread(conn, thread_id)
     now = _clock(clock).now_ms()
+    if values["id"] is None:
+        values["id"] = new_id(now)  # the same clock reading as created_at
     # A locking read sees the latest committed row even in a REPEATABLE READ transaction
     # (InnoDB's default) that has already taken its snapshot; the thread lock makes it exact.
     top = conn.execute(
@@ -656,7 +654,7 @@ def fork_thread(
     copied = [dict(r) for r in conn.execute(q.order_by(*_message_order())).mappings()]
     keep_summary = source.summary is not None and source.summary_message_count <= len(copied)
     new = Thread(
-        id=str(_ident(new_thread_id or _new_id(), "thread id")),
+        id=str(_ident(new_thread_id or new_id(now), "thread id")),
         actor_ref=source.actor_ref,
         tenant_ref=source.tenant_ref,
         title=source.title if title is None else title,
@@ -677,7 +675,7 @@ def fork_thread(
     conn.execute(insert(thread).values(values))
     if copied:
         for row in copied:
-            row["id"] = _new_id()
+            row["id"] = new_id(now)
             row["thread_id"] = new.id
         conn.execute(insert(message), copied)
     return new
@@ -888,14 +886,15 @@ def start_run(
     clock: Clock | None = None,
 ) -> Run:
     """Start a run (status ``running``) on a thread and return it."""
+    now = _clock(clock).now_ms()
     values: dict[str, Any] = {
-        "id": _ident(run_id or _new_id(), "run id"),
+        "id": _ident(run_id or new_id(now), "run id"),
         "thread_id": _ident(thread_id, "thread_id"),
         "agent_name": _ident(agent_name, "agent_name", optional=True),
         "actor_ref": _ident(actor_ref, "actor_ref"),
         "tenant_ref": _ident(tenant_ref, "tenant_ref", optional=True),
         "status": "running",
-        "started_at": _clock(clock).now_ms(),
+        "started_at": now,
         "finished_at": None,
         "step_count": 0,
         "input_tokens": 0,

@@ -18,12 +18,12 @@ store an overflow as +Inf, never does). Token counts are whole numbers within ``
 from __future__ import annotations
 
 import math
-import uuid
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from agora_cli.store.clock import Clock, SystemClock
 from agora_cli.store.errors import InvalidInput, NotFound
+from agora_cli.store.ids import new_hex_id
 from agora_cli.store.pricing import (
     ModelPrice,
     PriceTier,
@@ -207,8 +207,9 @@ def record_usage(
         else:
             priced_as, rule = resolution.matched, resolution.rule
             cost, source = estimate, "estimate"
+    now = (clock or SystemClock()).now_ms()
     record = UsageRecord(
-        id=uuid.uuid4().hex,
+        id=new_hex_id(now),
         thread_id=thread_id,
         actor_ref=actor_ref,
         tenant_ref=tenant_ref,
@@ -222,7 +223,7 @@ def record_usage(
         cost_usd=cost,
         cost_source=source,
         run_id=run_id,
-        created_at=(clock or SystemClock()).now_ms(),
+        created_at=now,
         priced_as=priced_as,
         price_rule=rule,
     )

@@ -24,13 +24,13 @@ still deadlock; ``engine.retry_transient`` retries such a transaction whole.
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agora_cli.store.clock import Clock, SystemClock
 from agora_cli.store.errors import DatabaseError, InvalidInput
+from agora_cli.store.ids import new_hex_id
 from agora_cli.store.pricing.rules import (
     MAX_PRICE_PER_1M,
     ModelPrice,
@@ -304,7 +304,7 @@ def _apply(
         rows = current.get(price.model_id, [])
         if not rows:
             if new:
-                fresh = replace(price, id=uuid.uuid4().hex, effective_from=now, is_current=True)
+                fresh = replace(price, id=new_hex_id(now), effective_from=now, is_current=True)
                 inserts.append(_row(fresh))
                 changes.append(PriceChange(price.model_id, catalog_id, fresh, None, "inserted"))
             continue
@@ -314,7 +314,7 @@ def _apply(
             continue
         # The current row keeps its id (it is what the next writer queues on): its old content
         # goes into history as a new row, and the row itself takes the new price.
-        history = replace(old, id=uuid.uuid4().hex, is_current=False)
+        history = replace(old, id=new_hex_id(now), is_current=False)
         inserts.append(_row(history))
         retire += [str(p.id) for p in others]  # more than one current row: a legacy accident
         updated = replace(price, id=old.id, effective_from=now, is_current=True)
