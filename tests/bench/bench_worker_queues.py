@@ -20,8 +20,11 @@ The peers are never agora's dependencies; they live in the benchmark's own envir
 (``BENCH_PEER_PYTHON`` and ``BENCH_NODE_DIR`` point elsewhere.) A peer that is not installed is
 skipped with a message. Run from agora's environment:
 
-    python tests/bench/bench_worker_queues.py                       # 20,000 jobs, 4 and 1 workers
+    python tests/bench/bench_worker_queues.py              # 20,000 jobs, 4 and 1 workers, 3 rounds
     python tests/bench/bench_worker_queues.py --jobs 5000 --workers 4 --dialects postgresql
+
+Rounds alternate the order of the contenders; each ratio is taken within a round and the
+median over rounds is printed (the machine is shared, its load moves).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import asyncio
 import json
 import os
 import secrets
+import statistics
 import subprocess
 import sys
 import time
@@ -410,13 +414,25 @@ def run_system(
 
 
 def agora_systems(dialect: str) -> list[tuple[str, int, str]]:
-    systems = [("agora k=1", 1, "single")]
-    if dialect == "postgresql":
-        systems.append(("agora k=1 settle_and_claim_next", 1, "step"))
-    return [*systems, ("agora k=10", 10, "batch"), ("agora k=100", 100, "batch")]
+    return [
+        ("agora k=1", 1, "single"),
+        ("agora k=1 settle_and_claim_next", 1, "step"),
+        ("agora k=10", 10, "batch"),
+        ("agora k=100", 100, "batch"),
+    ]
 
 
-def measure(dialect: str, n: int, workers: int, only: set[str] | None) -> dict[str, float]:
+def measure(
+    dialect: str, n: int, workers: int, only: set[str] | None, rounds: int
+) -> list[dict[str, float]]:
+    """``rounds`` rounds over every contender, the order reversed every other round (the
+    machine is shared: a load change then hits both sides of a ratio alike)."""
+    return [measure_round(dialect, n, workers, only, reverse=r % 2 == 1) for r in range(rounds)]
+
+
+def measure_round(
+    dialect: str, n: int, workers: int, only: set[str] | None, *, reverse: bool
+) -> dict[str, float]:
     from _common import create_database, drop_database
 
     me = [sys.executable, str(Path(__file__).resolve()), "_worker"]
@@ -441,7 +457,7 @@ def measure(dialect: str, n: int, workers: int, only: set[str] | None) -> dict[s
             ("procrastinate", ("procrastinate", 0, "")),
             ("pg-boss", ("pg-boss", 0, "")),
         ]
-    for label, (system, k, mode) in contenders:
+    for label, (system, k, mode) in reversed(contenders) if reverse else contenders:
         if not wanted(label):
             continue
         if system in ("pgqueuer", "procrastinate", "pg-boss"):
@@ -476,10 +492,12 @@ def measure(dialect: str, n: int, workers: int, only: set[str] | None) -> dict[s
     return rates
 
 
-def ratios(dialect: str, workers: int, rates: dict[str, float]) -> None:
+def ratios(dialect: str, workers: int, rounds: list[dict[str, float]]) -> None:
+    """Each ratio per round (its two sides measured minutes apart at most), then the median."""
     pairs = [
         ("agora k=1", "bare loop k=1"),
         ("agora k=1 settle_and_claim_next", "bare loop k=1"),
+        ("agora k=1 settle_and_claim_next", "agora k=1"),
         ("agora k=10", "bare loop k=10"),
         ("agora k=100", "bare loop k=100"),
         ("agora k=10", "pgqueuer defaults"),
@@ -488,9 +506,19 @@ def ratios(dialect: str, workers: int, rates: dict[str, float]) -> None:
         ("agora k=1", "pg-boss"),
         ("agora k=1", "pgqueuer defaults"),
     ]
+    labels = sorted({label for r in rounds for label in r}, key=lambda x: (x[:5] != "agora", x))
+    for label in labels:
+        values = [r[label] for r in rounds if label in r]
+        print(f"  {dialect} {workers}w median {label}: {statistics.median(values):,.0f} jobs/s")
     for a, b in pairs:
-        if a in rates and b in rates:
-            print(f"  {dialect} {workers}w ratio {a} / {b}: {rates[a] / rates[b]:.2f}", flush=True)
+        per_round = [r[a] / r[b] for r in rounds if a in r and b in r]
+        if per_round:
+            shown = ", ".join(f"{x:.2f}" for x in per_round)
+            print(
+                f"  {dialect} {workers}w ratio {a} / {b}: {statistics.median(per_round):.2f} "
+                f"(rounds: {shown})",
+                flush=True,
+            )
 
 
 def main() -> None:
@@ -502,18 +530,19 @@ def main() -> None:
     parser.add_argument("--workers", default="4,1", help="worker counts, e.g. 4,1")
     parser.add_argument("--dialects", default="postgresql,mysql")
     parser.add_argument("--only", default="", help="comma-separated label parts to run")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     only = {o.strip() for o in args.only.split(",") if o.strip()} or None
     print(
-        f"worker_queues: jobs={args.jobs}, workers={args.workers}, cpus={os.cpu_count()}, "
+        f"worker_queues: jobs={args.jobs}, workers={args.workers}, rounds={args.rounds}, "
+        f"cpus={os.cpu_count()}, load average {os.getloadavg()[0]:.1f}, "
         f"no-op jobs, every job verified to run exactly once",
         flush=True,
     )
     for dialect in args.dialects.split(","):
         for workers in (int(w) for w in args.workers.split(",")):
             print(f"{dialect}, {workers} worker process(es):", flush=True)
-            rates = measure(dialect, args.jobs, workers, only)
-            ratios(dialect, workers, rates)
+            ratios(dialect, workers, measure(dialect, args.jobs, workers, only, args.rounds))
 
 
 if __name__ == "__main__":

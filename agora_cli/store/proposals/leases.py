@@ -48,6 +48,7 @@ from agora_cli.store.proposals.queries import (
     Due,
     claim_many_pg,
     holders_mysql,
+    lock_by_id_mysql,
     next_due_many,
     settle_many_mysql,
     take_leases_mysql,
@@ -323,13 +324,16 @@ def claim_next_proposals(
         )[:limit]
         if not rows:
             return []
+        rows = _lock_recoveries_mysql(conn, rows)
+        if not rows:
+            return []
         pairs = [
             value
             for row, token in zip(rows, tokens, strict=False)
             for value in (row.id, token_hash(token))
         ]
         args: tuple[Any, ...] = (worker_id, *pairs, expires, expires, now, *(r.id for r in rows))
-        # These rows are locked by the read above: the update cannot lose a fence.
+        # These rows are locked by this transaction: the update cannot lose a fence.
         run_on_driver(conn, take_leases_mysql(len(rows)), args)
         return [
             ClaimResult(
@@ -357,6 +361,19 @@ def claim_next_proposals(
         if len(results) == limit or len(results) == taken_before or len(candidates) < limit:
             break
     return results
+
+
+def _lock_recoveries_mysql(conn: Connection, rows: list[Due]) -> list[Due]:
+    """InnoDB: the ``running`` rows of a batch were read without locks (see ``queries``); lock
+    them by primary key and keep those still as read (same version: still due). The ``queued``
+    rows are locked by the read itself."""
+    unlocked = [row for row in rows if row.discovery_state == "running"]
+    if not unlocked:
+        return rows
+    ids = [row.id for row in unlocked]
+    held = dict(run_on_driver(conn, lock_by_id_mysql(len(ids)), ids).rows)
+    kept = {row.id for row in unlocked if held.get(row.id) == row.version}
+    return [row for row in rows if row.discovery_state != "running" or row.id in kept]
 
 
 def settle_proposals(
