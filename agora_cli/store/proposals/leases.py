@@ -299,7 +299,8 @@ def claim_next_proposals(
     Each lease has its own token and generation, exactly as ``claim_next_proposal`` issues them;
     an empty list means nothing is due. PostgreSQL: one statement (the two locking reads take up
     to ``limit`` rows of each state, and one fenced UPDATE takes the oldest ``limit``).
-    MySQL/MariaDB with SKIP LOCKED: one locking read and one UPDATE of the rows it locked.
+    MySQL/MariaDB with SKIP LOCKED: one read (locking its ``queued`` rows) and one UPDATE of the
+    rows locked; expired leases among them are first locked by primary key (see ``queries``).
     Elsewhere (SQLite, older servers): a fenced loop over candidates, in the caller's
     transaction. Privileged: worker infrastructure only.
     """
