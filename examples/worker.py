@@ -6,6 +6,12 @@ key twice is a no-op. Here the "domain" is a table of refunds with a unique key 
 system it is the payment provider's idempotency key.
 
     python examples/worker.py --db sqlite:///agora.db --max-idle 2
+    python examples/worker.py --db postgresql://... --batch 10   # claim 10, run, settle_many
+
+With ``--batch K`` the loop claims up to K proposals at once (each with its own lease), runs them
+one after the other, renewing the leases still waiting whenever half of their time is spent (long
+work must not let a lease run out under it), and records all their outcomes with one
+``settle_many``. An item whose lease was lost meanwhile is ``lost`` there and blocks no other.
 """
 
 from __future__ import annotations
@@ -14,12 +20,13 @@ import argparse
 import os
 import socket
 import time
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Column, Float, MetaData, String, Table, insert, select
 from sqlalchemy.engine import Engine
 
-from agora_cli.store import ActionProposalStore, open_engine
+from agora_cli.store import ActionProposalStore, ClaimResult, Settlement, open_engine
 from agora_cli.store.engine import dialect_name
 
 domain = MetaData()
@@ -48,17 +55,76 @@ def execute_refund(engine: Engine, key: str, work_input: dict[str, Any]) -> dict
     return {"refunded": True, "repeat": True}
 
 
+def run_one(engine: Engine, claim: ClaimResult, work_seconds: float) -> Settlement:
+    """Execute one claimed proposal (idempotently, by its key) and say how it went."""
+    assert claim.work is not None and claim.lease is not None
+    work, lease = claim.work, claim.lease
+    try:
+        time.sleep(work_seconds)  # stands for a slow side effect
+        result = execute_refund(engine, work.idempotency_key, work.input_value)
+        return Settlement(work.id, lease.token, lease.generation, "succeeded", result)
+    except Exception as exc:  # a failed side effect is recorded, not retried blindly
+        return Settlement(work.id, lease.token, lease.generation, "failed", error=str(exc))
+
+
+def keep_alive(store: ActionProposalStore, waiting: list[ClaimResult], lease_ms: int) -> None:
+    """Renew the leases still waiting in a batch once half their time is spent; drop the lost."""
+    now = store.clock.now_ms()
+    for claim in list(waiting):
+        assert claim.work is not None and claim.lease is not None
+        lease = claim.lease
+        if lease.expires_at - now > lease_ms // 2:
+            continue
+        renewed = store.renew(claim.work.id, lease.token, lease.generation, lease_ms)
+        print(f"{claim.work.id} lease {renewed.outcome}")
+        if renewed.outcome == "lost":  # expired already and taken over: not ours to run
+            waiting.remove(claim)
+        else:  # the same token and generation, a later expiry
+            assert renewed.expires_at is not None
+            later = replace(lease, expires_at=renewed.expires_at)
+            waiting[waiting.index(claim)] = replace(claim, lease=later)
+
+
+def batched_loop(engine: Engine, store: ActionProposalStore, args: argparse.Namespace) -> int:
+    """Claim up to ``--batch`` proposals, run each, settle them all at once; until idle."""
+    idle_since = time.monotonic()
+    settled = 0
+    while time.monotonic() - idle_since < args.max_idle:
+        waiting = store.claim_next(args.worker, args.lease_ms, limit=args.batch)
+        if not waiting:
+            time.sleep(0.2)
+            continue
+        idle_since = time.monotonic()
+        kinds = {c.work.id: c.outcome for c in waiting if c.work}
+        done: list[Settlement] = []
+        while waiting:
+            keep_alive(store, waiting, args.lease_ms)
+            if waiting:
+                done.append(run_one(engine, waiting.pop(0), args.work_seconds))
+        if not done:
+            continue
+        for item, outcome in zip(done, store.settle_many(done), strict=True):
+            print(f"{item.proposal_id} ({kinds[item.proposal_id]}) -> {outcome.outcome}")
+            settled += outcome.outcome == "settled"
+    print(f"settled {settled} proposal(s) on {dialect_name(engine)}; idle, stopping")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--db", default=os.environ.get("AGORA_DATABASE_URL", "sqlite:///agora.db"))
     parser.add_argument("--worker", default=f"{socket.gethostname()}-{os.getpid()}")
     parser.add_argument("--lease-ms", type=int, default=30_000)
     parser.add_argument("--max-idle", type=float, default=5.0, help="stop after N idle seconds")
+    parser.add_argument("--batch", type=int, default=0, help="claim up to K at once (1-1000)")
+    parser.add_argument("--work-seconds", type=float, default=0.0, help="time each job takes")
     args = parser.parse_args()
 
     engine = open_engine(args.db)
     domain.create_all(engine)
     store = ActionProposalStore(engine)
+    if args.batch:
+        return batched_loop(engine, store, args)
     idle_since = time.monotonic()
     settled = 0
     while time.monotonic() - idle_since < args.max_idle:

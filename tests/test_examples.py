@@ -64,6 +64,34 @@ def test_worker_example_executes_each_approved_proposal_once(db_url: str) -> Non
     assert queued == 0
 
 
+def test_worker_example_batched_renews_long_work_and_settles_each_once(db_url: str) -> None:
+    assert run_cli("demo", "--db", db_url).exit_code == 0
+    worker = str(EXAMPLES / "worker.py")
+    # Three jobs of 0.3 s under 1 s leases: the third is renewed before it runs.
+    args = ("--batch", "3", "--lease-ms", "1000", "--work-seconds", "0.3", "--max-idle", "1")
+    first = _run(sys.executable, worker, "--db", db_url, *args)
+    assert first.returncode == 0, first.stderr
+    assert "settled 3 proposal(s)" in first.stdout and "(recovered) -> settled" in first.stdout
+    assert "lease renewed" in first.stdout and "lease lost" not in first.stdout
+    again = _run(sys.executable, worker, "--db", db_url, "--batch", "10", "--max-idle", "0.5")
+    assert again.returncode == 0, again.stderr
+    assert "settled 0 proposal(s)" in again.stdout
+    engine = open_engine(db_url)
+    with engine.connect() as conn:
+        keys = sorted(conn.exec_driver_sql("SELECT idempotency_key FROM example_refund").scalars())
+        done = sorted(
+            conn.execute(
+                select(proposal.c.idempotency_key).where(proposal.c.execution_state == "succeeded")
+            ).scalars()
+        )
+        open_work = conn.execute(
+            select(func.count()).where(proposal.c.execution_state.in_(["queued", "running"]))
+        ).scalar()
+    engine.dispose()
+    assert len(keys) == 3 and set(keys) <= set(done)  # each executed once, by its key
+    assert open_work == 0
+
+
 def test_cron_script_runs_each_step(db_url: str, tmp_path: Path) -> None:
     assert run_cli("demo", "--db", db_url).exit_code == 0
     agora = str(Path(sys.executable).with_name("agora"))

@@ -50,6 +50,7 @@ __all__ = [
     "resolve_url",
     "retry_transient",
     "run_on_driver",
+    "run_pipelined",
     "server_version",
     "sqlite_path",
     "supports_skip_locked",
@@ -401,20 +402,52 @@ def run_on_driver(
     thing — invalidating the connection when the driver reports it lost. These statements fire
     no engine events and are not echoed.
     """
+    return _on_driver(conn, [(sql, params)], pipeline=False)[0]
+
+
+def run_pipelined(
+    conn: Connection, statements: Sequence[tuple[str, Sequence[Any] | Mapping[str, Any]]]
+) -> list[DriverResult]:
+    """Run ``statements`` on the driver as ``run_on_driver`` does, sent together in one round
+    trip where the driver can (psycopg's pipeline mode); one result each, in order.
+
+    PostgreSQL runs statements sent without a Sync between them as one implicit transaction
+    even in autocommit: a failing statement undoes those before it. Other drivers run them one
+    after the other, in ``conn``'s transaction.
+    """
+    return _on_driver(conn, statements, pipeline=True)
+
+
+def _on_driver(
+    conn: Connection,
+    statements: Sequence[tuple[str, Sequence[Any] | Mapping[str, Any]]],
+    *,
+    pipeline: bool,
+) -> list[DriverResult]:
     from sqlalchemy.exc import DBAPIError
 
     if not conn.in_transaction():
         conn.begin()
     dbapi_conn: Any = conn.connection.driver_connection
-    cursor = dbapi_conn.cursor()
+    pipelined = pipeline and len(statements) > 1 and hasattr(dbapi_conn, "pipeline")
+    cursors: list[Any] = []
+    sql, params = statements[0]
     try:
-        begin = conn.info.pop(_PENDING_BEGIN, None)  # SQLite's deferred BEGIN (see above)
-        if begin is not None:
-            cursor.execute(begin)
-        cursor.execute(sql, params)
-        rows = cursor.fetchall() if cursor.description is not None else []
-        return DriverResult(cursor.rowcount, rows)
+        with dbapi_conn.pipeline() if pipelined else contextlib.nullcontext():
+            for sql, params in statements:
+                cursor = dbapi_conn.cursor()
+                cursors.append(cursor)
+                begin = conn.info.pop(_PENDING_BEGIN, None)  # SQLite's deferred BEGIN (see above)
+                if begin is not None:
+                    cursor.execute(begin)
+                cursor.execute(sql, params)
+                if not pipelined:
+                    cursors[-1] = _collect(cursor)
+        if pipelined:  # leaving the pipeline sent them all and waited once
+            cursors = [_collect(cursor) for cursor in cursors]
+        return cursors
     except conn.dialect.loaded_dbapi.Error as exc:
+        cursor = cursors[-1] if cursors and not isinstance(cursors[-1], DriverResult) else None
         lost = conn.dialect.is_disconnect(exc, dbapi_conn, cursor)
         wrapped = DBAPIError.instance(
             sql,
@@ -434,5 +467,16 @@ def run_on_driver(
         conn.invalidate()
         raise
     finally:
-        with contextlib.suppress(Exception):
-            cursor.close()
+        for cursor in cursors:
+            if not isinstance(cursor, DriverResult):
+                with contextlib.suppress(Exception):
+                    cursor.close()
+
+
+def _collect(cursor: Any) -> DriverResult:
+    """The cursor's rows and rowcount, the cursor closed."""
+    try:
+        rows = cursor.fetchall() if cursor.description is not None else []
+        return DriverResult(cursor.rowcount, rows)
+    finally:
+        cursor.close()

@@ -6,8 +6,10 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.exc import DBAPIError
 
 from agora_cli.store.clock import ManualClock
+from agora_cli.store.engine import run_pipelined
 from agora_cli.store.errors import InvalidInput
 from agora_cli.store.proposals import (
     ActionProposalStore,
@@ -176,3 +178,41 @@ def test_the_library_function_in_the_callers_transaction(
         assert len(got) == 2
         conn.rollback()  # the caller owns the transaction: nothing is claimed
     assert len(store.claim_next("w", 1_000, limit=5)) == 3
+
+
+def test_settle_and_claim_next_with_a_lost_lease_still_claims(
+    store: ActionProposalStore, clock: ManualClock
+) -> None:
+    ids = queue(store, clock, 2)
+    (one,) = store.claim_next("w1", 60_000, limit=1)
+    assert one.lease and one.work
+    stale = Settlement(one.work.id, "not-the-token", one.lease.generation, "succeeded")
+    settled, following = store.settle_and_claim_next(stale, "w1", 60_000, 5)
+    assert settled.outcome == "lost"
+    assert [c.work.id for c in following if c.work] == ids[1:]
+    assert store.settle(one.work.id, one.lease.token, one.lease.generation, "failed", None, "x")
+
+
+def test_pipelined_statements_answer_in_order_and_fail_together(
+    store: ActionProposalStore, clock: ManualClock, engine: Any
+) -> None:
+    """``run_pipelined``: one result per statement, in order; on PostgreSQL statements sent
+    together are one implicit transaction even in autocommit (what settle_and_claim_next's
+    retry relies on): a failing one undoes those before it."""
+    (pid,) = queue(store, clock, 1)
+    count = "SELECT count(*) FROM agent_action_proposal WHERE version > 100"
+    bump = "UPDATE agent_action_proposal SET version = version + 100"
+    with engine.begin() as conn:
+        first, second = run_pipelined(conn, [(bump, ()), (count, ())])
+        assert (first.rowcount, [tuple(r) for r in second.rows]) == (1, [(1,)])
+        conn.rollback()
+    if engine.dialect.name != "postgresql":
+        return
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        with pytest.raises(DBAPIError):
+            run_pipelined(conn, [(bump, ()), ("SELECT 1 / 0", ())])
+    with engine.connect() as conn:
+        version = conn.execute(
+            select(action_proposal.c.version).where(action_proposal.c.id == pid)
+        ).scalar()
+    assert version is not None and version < 100

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -337,15 +338,16 @@ BATCH_WORKER = (
     PRELUDE
     + r"""
 from agora_cli.store.proposals import Settlement
-claimed, lost = [], 0
+claimed, recovered, lost = [], [], 0
 batch = store.claim_next(sys.argv[2], 600_000, limit=int(sys.argv[3]))
 while batch:
     claimed += [c.work.id for c in batch]
+    recovered += [c.work.id for c in batch if c.outcome == "recovered"]
     done = [Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded", {"ok": True})
             for c in batch]
     lost += sum(r.outcome == "lost" for r in store.settle_many(done))
     batch = store.claim_next(sys.argv[2], 600_000, limit=int(sys.argv[3]))
-print(json.dumps({"claimed": claimed, "lost": lost}), flush=True)
+print(json.dumps({"claimed": claimed, "recovered": recovered, "lost": lost}), flush=True)
 """
 )
 
@@ -371,3 +373,142 @@ def test_eight_workers_claiming_batches_of_seven_run_each_proposal_once(
             ).group_by(action_proposal.c.execution_state, action_proposal.c.generation)
         ).all()
     assert [tuple(s) for s in states] == [("succeeded", 1, 2000)]
+
+
+HOLDER_WORKER = (
+    PRELUDE
+    + r"""
+from agora_cli.store.proposals import Settlement
+worker, k, short_ms, long_ms = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+short = store.claim_next(worker, short_ms, limit=k)
+long = store.claim_next(worker, long_ms, limit=k)
+print(json.dumps({"short": [c.work.id for c in short], "long": [c.work.id for c in long]}),
+      flush=True)
+sys.stdin.readline()  # settle now: the short leases have expired by then
+mixed = [c for pair in zip(short, long) for c in pair]
+done = [Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded", {"by": worker})
+        for c in mixed]
+print(json.dumps({c.work.id: r.outcome for c, r in zip(mixed, store.settle_many(done))}),
+      flush=True)
+"""
+)
+
+
+def read_json_line(proc: subprocess.Popen[str]) -> Any:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line, proc.stderr.read() if proc.stderr else ""
+    return json.loads(line)
+
+
+def states_by_id(engine: Any) -> dict[str, tuple[Any, ...]]:
+    cols = action_proposal.c
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(
+                cols.id,
+                cols.execution_state,
+                cols.generation,
+                cols.attempts,
+                cols.idempotency_key,
+                cols.lease_owner,
+                cols.result,
+            )
+        ).all()
+    return {row[0]: tuple(row[1:]) for row in rows}
+
+
+def test_stale_leases_inside_batch_settles_are_lost_while_the_rest_settle(
+    engine: Any, db_url: str
+) -> None:
+    """Four holders each settle one batch mixing expired leases (recovered meanwhile by four
+    other processes) with live ones: exactly the expired items are lost, the others settle."""
+    add_thread(engine)
+    with engine.begin() as conn:
+        conn.execute(action_proposal.insert(), queued_rows(400))
+    workers = [start(BATCH_WORKER, db_url, f"w{i}", "7") for i in range(4)]
+    holders = [start(HOLDER_WORKER, db_url, f"h{i}", "7", "1500", "600000") for i in range(4)]
+    go(holders)
+    claims = [read_json_line(h) for h in holders]
+    time.sleep(1.7)  # every short lease has expired
+    short = [pid for c in claims for pid in c["short"]]
+    long = [pid for c in claims for pid in c["long"]]
+    assert len(short) == len(long) == 28 and len(set(short + long)) == 56
+    go(workers + holders)  # the holders settle while the workers recover and settle
+    results = [finish(w) for w in workers]
+    outcomes = [finish(h) for h in holders]
+    for claim, outcome in zip(claims, outcomes, strict=True):
+        assert {pid: outcome[pid] for pid in claim["short"]} == dict.fromkeys(
+            claim["short"], "lost"
+        )
+        assert {pid: outcome[pid] for pid in claim["long"]} == dict.fromkeys(
+            claim["long"], "settled"
+        )
+    counts = Counter(pid for r in results for pid in r["claimed"])
+    assert len(counts) == 400 - 28 and max(counts.values()) == 1
+    assert set(counts).isdisjoint(long)
+    assert sorted(pid for r in results for pid in r["recovered"]) == sorted(short)
+    assert sum(r["lost"] for r in results) == 0
+    rows = states_by_id(engine)
+    assert {rows[pid][:3] for pid in short} == {("succeeded", 2, 2)}
+    assert {rows[pid][:3] for pid in long} == {("succeeded", 1, 1)}
+    assert all(json.loads(rows[pid][5]) == {"ok": True} for pid in short)  # the recoverer's
+    assert all(json.loads(rows[pid][5])["by"] == rows[pid][4] for pid in long)  # the holder's
+    assert {row[0] for row in rows.values()} == {"succeeded"}
+
+
+HALF_RENEWING_WORKER = (
+    PRELUDE
+    + r"""
+worker, k = sys.argv[2], int(sys.argv[3])
+batch = store.claim_next(worker, 1_500, limit=k)
+kept = batch[: k // 2]
+renewed = [store.renew(c.work.id, c.lease.token, c.lease.generation, 10_000).outcome for c in kept]
+assert renewed == ["renewed"] * len(kept), renewed
+print(json.dumps({"renewed": [c.work.id for c in kept],
+                  "expiring": [c.work.id for c in batch[k // 2:]]}), flush=True)
+time.sleep(600)  # stuck in its work until killed
+"""
+)
+
+
+def test_a_batch_that_half_expires_is_recovered_half_now_half_later(
+    engine: Any, db_url: str
+) -> None:
+    """A worker claims 8, renews 4 for longer and dies: the other 4 are recovered once, by one
+    of four processes, with the next generation and the same key; the 4 renewed stay with the
+    dead holder until their own lease runs out, then are recovered too."""
+    add_thread(engine)
+    with engine.begin() as conn:
+        conn.execute(action_proposal.insert(), queued_rows(100))
+    keys = {pid: row[3] for pid, row in states_by_id(engine).items()}
+    # Every process is started (imported, connected) before the clock matters.
+    workers = [start(BATCH_WORKER, db_url, f"w{i}", "7") for i in range(4)]
+    late = [start(BATCH_WORKER, db_url, f"late{i}", "7") for i in range(2)]
+    holder = start(HALF_RENEWING_WORKER, db_url, "dead", "8")
+    go([holder])
+    held = read_json_line(holder)
+    renewed_at = time.monotonic()
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait(timeout=30)
+    renewed, expiring = held["renewed"], held["expiring"]
+    assert len(renewed) == len(expiring) == 4
+    time.sleep(1.7)
+    go(workers)
+    results = [finish(w) for w in workers]
+    counts = Counter(pid for r in results for pid in r["claimed"])
+    assert len(counts) == 96 and max(counts.values()) == 1
+    assert set(counts).isdisjoint(renewed)
+    assert sorted(pid for r in results for pid in r["recovered"]) == sorted(expiring)
+    rows = states_by_id(engine)
+    assert {rows[pid][:3] for pid in expiring} == {("succeeded", 2, 2)}
+    assert {(*rows[pid][:3], rows[pid][4]) for pid in renewed} == {("running", 1, 1, "dead")}
+    time.sleep(max(0.0, renewed_at + 10.3 - time.monotonic()))
+    go(late)
+    late_results = [finish(w) for w in late]
+    assert sorted(pid for r in late_results for pid in r["claimed"]) == sorted(renewed)
+    assert sorted(pid for r in late_results for pid in r["recovered"]) == sorted(renewed)
+    rows = states_by_id(engine)
+    assert {rows[pid][:3] for pid in renewed} == {("succeeded", 2, 2)}
+    assert {row[0] for row in rows.values()} == {"succeeded"}
+    assert {pid: row[3] for pid, row in rows.items()} == keys  # the same key across attempts

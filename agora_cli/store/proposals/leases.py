@@ -17,7 +17,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agora_cli.store.clock import Clock
-from agora_cli.store.engine import dialect_name, run_on_driver, supports_skip_locked
+from agora_cli.store.engine import (
+    dialect_name,
+    run_on_driver,
+    run_pipelined,
+    supports_skip_locked,
+)
 from agora_cli.store.errors import InvalidInput
 from agora_cli.store.proposals.decisions import find_proposal
 from agora_cli.store.proposals.model import (
@@ -43,6 +48,7 @@ from agora_cli.store.proposals.queries import (
     Due,
     claim_many_pg,
     holders_mysql,
+    lock_by_id_mysql,
     next_due_many,
     settle_many_mysql,
     take_leases_mysql,
@@ -254,6 +260,22 @@ def _claim_next_in_one_statement(
 # --- batches: k leases in one claim, n outcomes in one settle -----------------------------------
 
 
+def _claim_many_args(worker_id: str, tokens: list[str], now: int, expires: int) -> tuple[Any, ...]:
+    """The parameters of ``claim_many_pg``: the n-th due row takes the n-th token's hash."""
+    return (now, now, worker_id, [token_hash(t) for t in tokens], expires, expires, now)
+
+
+def _claims_from_rows(
+    rows: list[tuple[Any, ...]], tokens: list[str], expires: int
+) -> list[ClaimResult]:
+    """``claim_many_pg``'s rows as claims, oldest first (row ``n`` holds ``tokens[n - 1]``)."""
+    claimed = []
+    for *work, generation, prior_state, n in sorted(rows, key=lambda row: row[-1]):
+        kind: ClaimOutcome = "recovered" if prior_state == "running" else "claimed"
+        claimed.append(ClaimResult(kind, Lease(tokens[n - 1], generation, expires), Work(*work)))
+    return claimed
+
+
 def _work(row: Due, attempts: int) -> Work:
     return Work(
         id=row.id,
@@ -277,7 +299,8 @@ def claim_next_proposals(
     Each lease has its own token and generation, exactly as ``claim_next_proposal`` issues them;
     an empty list means nothing is due. PostgreSQL: one statement (the two locking reads take up
     to ``limit`` rows of each state, and one fenced UPDATE takes the oldest ``limit``).
-    MySQL/MariaDB with SKIP LOCKED: one locking read and one UPDATE of the rows it locked.
+    MySQL/MariaDB with SKIP LOCKED: one read (locking its ``queued`` rows) and one UPDATE of the
+    rows locked; expired leases among them are first locked by primary key (see ``queries``).
     Elsewhere (SQLite, older servers): a fenced loop over candidates, in the caller's
     transaction. Privileged: worker infrastructure only.
     """
@@ -290,17 +313,10 @@ def claim_next_proposals(
     locked = _skip_locked(conn)
     tokens = [secrets.token_urlsafe(32) for _ in range(limit)]
     if locked and dialect == "postgresql":
-        hashes = [token_hash(t) for t in tokens]
-        pg_args: tuple[Any, ...] = (now, now, worker_id, hashes, expires, expires, now)
-        claimed = []
-        for *work, generation, prior_state, n in run_on_driver(
-            conn, claim_many_pg(limit), pg_args
-        ).rows:
-            kind: ClaimOutcome = "recovered" if prior_state == "running" else "claimed"
-            claimed.append(
-                (n, ClaimResult(kind, Lease(tokens[n - 1], generation, expires), Work(*work)))
-            )
-        return [result for _, result in sorted(claimed, key=lambda pair: pair[0])]
+        pg_args = _claim_many_args(worker_id, tokens, now, expires)
+        return _claims_from_rows(
+            run_on_driver(conn, claim_many_pg(limit), pg_args).rows, tokens, expires
+        )
     if locked:
         read = next_due_many(dialect, limit, locked=True)
         rows = sorted(
@@ -309,13 +325,16 @@ def claim_next_proposals(
         )[:limit]
         if not rows:
             return []
+        rows = _lock_recoveries_mysql(conn, rows)
+        if not rows:
+            return []
         pairs = [
             value
             for row, token in zip(rows, tokens, strict=False)
             for value in (row.id, token_hash(token))
         ]
         args: tuple[Any, ...] = (worker_id, *pairs, expires, expires, now, *(r.id for r in rows))
-        # These rows are locked by the read above: the update cannot lose a fence.
+        # These rows are locked by this transaction: the update cannot lose a fence.
         run_on_driver(conn, take_leases_mysql(len(rows)), args)
         return [
             ClaimResult(
@@ -336,13 +355,26 @@ def claim_next_proposals(
         for row in candidates:
             if len(results) == limit:
                 return results
-            kind = "recovered" if row.discovery_state == "running" else "claimed"
+            kind: ClaimOutcome = "recovered" if row.discovery_state == "running" else "claimed"
             result = _take_lease(conn, row, kind, worker_id, lease_ms, now)
             if result is not None:
                 results.append(result)
         if len(results) == limit or len(results) == taken_before or len(candidates) < limit:
             break
     return results
+
+
+def _lock_recoveries_mysql(conn: Connection, rows: list[Due]) -> list[Due]:
+    """InnoDB: the ``running`` rows of a batch were read without locks (see ``queries``); lock
+    them by primary key and keep those still as read (same version: still due). The ``queued``
+    rows are locked by the read itself."""
+    unlocked = [row for row in rows if row.discovery_state == "running"]
+    if not unlocked:
+        return rows
+    ids = [row.id for row in unlocked]
+    held = dict(run_on_driver(conn, lock_by_id_mysql(len(ids)), ids).rows)
+    kept = {row.id for row in unlocked if held.get(row.id) == row.version}
+    return [row for row in rows if row.discovery_state != "running" or row.id in kept]
 
 
 def settle_proposals(
@@ -432,9 +464,49 @@ def settle_and_claim_next(
     limit: int = 1,
     clock: Clock | None = None,
 ) -> tuple[SettleResult, list[ClaimResult]]:
-    """Settle one job and claim the next ``limit`` in the caller's transaction (a worker's step)."""
+    """Settle one job and claim the next ``limit`` in the caller's transaction (a worker's step).
+
+    PostgreSQL (with SKIP LOCKED): the settle and the claim are sent together in one round trip
+    (psycopg's pipeline mode), which PostgreSQL runs as one transaction even in autocommit.
+    """
+    if dialect_name(conn) == "postgresql" and _skip_locked(conn):
+        return _settle_and_claim_pg(conn, settlement, worker_id, lease_ms, limit, clock)
     settled = settle_proposals(conn, [settlement], clock=clock)[0]
     claimed = claim_next_proposals(
         conn, worker_id=worker_id, lease_ms=lease_ms, limit=limit, clock=clock
     )
     return settled, claimed
+
+
+def _settle_and_claim_pg(
+    conn: Connection,
+    item: Settlement,
+    worker_id: str,
+    lease_ms: int,
+    limit: int,
+    clock: Clock | None,
+) -> tuple[SettleResult, list[ClaimResult]]:
+    check_identity("worker_id", worker_id)
+    check_lease_ms(lease_ms)
+    check_limit(limit, MAX_CLAIM_BATCH)
+    if not isinstance(item, Settlement):
+        raise InvalidInput("the settlement must be a Settlement", param="settlement")
+    check_identity("id", item.proposal_id)
+    check_lease(item.token, item.generation)
+    check_settle(item.outcome, item.error)
+    result_text = None if item.result is None else dump_json("result", item.result)
+    now = clock_or_system(clock).now_ms()
+    expires = now + lease_ms
+    tokens = [secrets.token_urlsafe(32) for _ in range(limit)]
+    hashed = token_hash(item.token)
+    lease = (item.proposal_id, hashed, item.generation, now)
+    settle_args = (item.outcome, result_text, item.error, now, now, *lease)
+    settled, claimed = run_pipelined(
+        conn,
+        [
+            (worker_sql("postgresql").settle, settle_args),
+            (claim_many_pg(limit), _claim_many_args(worker_id, tokens, now, expires)),
+        ],
+    )
+    outcome = SettleResult("settled" if settled.rowcount == 1 else "lost")
+    return outcome, _claims_from_rows(claimed.rows, tokens, expires)

@@ -15,6 +15,13 @@ claim did not take stays locked only until the short transaction ends. PostgreSQ
 ``FOR UPDATE`` on a ``UNION`` member itself and SQLite refuses parenthesised members, hence
 derived tables there; MariaDB materialises each derived table (three times slower), so it gets
 the parenthesised branches.
+
+On InnoDB only the ``queued`` read locks. A locking range read also locks the first index record
+past its range to see that the range ended — when no lease has expired (the usual case) that is
+the oldest live lease's row, so every claim would hold a lock on another worker's running job and
+its settle would wait for the claim to commit (4 workers on MariaDB then ran at the speed of
+one). The ``running`` read is therefore a plain consistent read, and the expired leases it finds
+are taken under the version fence (one claim) or locked by primary key first (a batch).
 """
 
 from __future__ import annotations
@@ -136,10 +143,20 @@ def _due_read(state: str, columns: str, *, per_state: int, locked: bool) -> str:
 
 
 def _union_of_due_reads(
-    columns: Sequence[str], *, derived: bool, per_state: int = 1, locked: bool = True
+    columns: Sequence[str],
+    *,
+    derived: bool,
+    per_state: int = 1,
+    locked: bool = True,
+    lock_running: bool = True,
 ) -> str:
     listed = ", ".join(columns)
-    reads = [_due_read(s, listed, per_state=per_state, locked=locked) for s in DUE_STATES]
+    reads = [
+        _due_read(
+            s, listed, per_state=per_state, locked=locked and (lock_running or s != "running")
+        )
+        for s in DUE_STATES
+    ]
     if derived:
         branches = (
             f"SELECT * FROM ({read}) AS {s}" for read, s in zip(reads, DUE_STATES, strict=True)
@@ -222,7 +239,10 @@ def worker_sql(dialect: str) -> WorkerSql:
     )
     return WorkerSql(
         next_due_locked=_render(
-            dialect, _union_of_due_reads(due_columns, derived=dialect != "mysql")
+            dialect,
+            _union_of_due_reads(
+                due_columns, derived=dialect != "mysql", lock_running=dialect != "mysql"
+            ),
         ),
         next_due_fenced=_render(dialect, fenced),
         take_lease=_render(
@@ -269,9 +289,23 @@ def next_due_many(dialect: str, k: int, *, locked: bool) -> str:
     Parameters: now, now.
     """
     reads = _union_of_due_reads(
-        Due._fields, derived=dialect != "mysql" or not locked, per_state=k, locked=locked
+        Due._fields,
+        derived=dialect != "mysql" or not locked,
+        per_state=k,
+        locked=locked,
+        lock_running=dialect != "mysql",
     )
     return _render(dialect, reads)
+
+
+@functools.cache
+def lock_by_id_mysql(m: int) -> str:
+    """MySQL/MariaDB: lock ``m`` rows by primary key, skipping those locked; their versions.
+
+    Parameters: id × m.
+    """
+    ids = ", ".join("%s" for _ in range(m))
+    return f"SELECT id, version FROM {_T} WHERE id IN ({ids}) FOR UPDATE SKIP LOCKED"
 
 
 @functools.cache

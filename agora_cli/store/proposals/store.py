@@ -237,8 +237,9 @@ class ActionProposalStore:
     def settle_and_claim_next(
         self, settlement: Settlement, worker_id: str, lease_ms: int, limit: int = 1
     ) -> tuple[SettleResult, builtins.list[ClaimResult]]:
-        """Settle one job and claim the next ``limit`` in one short transaction."""
-        return self._write(
+        """Settle one job and claim the next ``limit`` in one short transaction (on PostgreSQL
+        both statements in one round trip, run by the server as one implicit transaction)."""
+        return self._single(
             settle_and_claim_next,
             settlement,
             worker_id=worker_id,

@@ -1,0 +1,549 @@
+"""Benchmark: agora's worker loop against PostgreSQL job queues and bare loops (issue 15).
+
+Every system drains the same number of queued no-op jobs with W worker processes (4, then 1),
+each in a fresh database of its own, in one run; every job must have run exactly once (each
+worker reports the jobs it ran; a double or a missing job stops the benchmark). Prints jobs/s per
+system and the ratios of agora to the others.
+
+PostgreSQL: agora with k = 1 (``claim_next`` + ``settle``), k = 1 as one step
+(``settle_and_claim_next``), k = 10 and k = 100 (``claim_next(limit=k)`` + ``settle_many``);
+pgqueuer (its defaults: batches of 10; and batch 100); procrastinate; pg-boss (``fetch`` +
+``complete``, one job at a time); a bare ``FOR UPDATE SKIP LOCKED`` loop on psycopg.
+MariaDB: agora k = 1, 10, 100 against bare PyMySQL loops.
+
+The peers are never agora's dependencies; they live in the benchmark's own environments:
+
+    python3 -m venv /work/bench-env
+    /work/bench-env/bin/pip install pgqueuer procrastinate 'psycopg[binary]'
+    mkdir -p /work/bench-node && cd /work/bench-node && npm init -y && npm install pg-boss
+
+(``BENCH_PEER_PYTHON`` and ``BENCH_NODE_DIR`` point elsewhere.) A peer that is not installed is
+skipped with a message. Run from agora's environment:
+
+    python tests/bench/bench_worker_queues.py              # 20,000 jobs, 4 and 1 workers, 3 rounds
+    python tests/bench/bench_worker_queues.py --jobs 5000 --workers 4 --dialects postgresql
+
+Rounds alternate the order of the contenders; each ratio is taken within a round and the
+median over rounds is printed (the machine is shared, its load moves).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+PEER_PYTHON = os.environ.get("BENCH_PEER_PYTHON", "/work/bench-env/bin/python")
+NODE_DIR = Path(os.environ.get("BENCH_NODE_DIR", "/work/bench-node"))
+LEASE_MS = 600_000
+
+
+# --- the worker side: each runs as its own process, prints "ready", waits for "go" ------------
+
+
+def _ready() -> None:
+    print("ready", flush=True)
+    sys.stdin.readline()
+
+
+def _report(ran: list[Any]) -> None:
+    print(json.dumps({"ran": ran, "end": time.time()}), flush=True)
+
+
+def agora_worker(url: str, name: str, k: int, mode: str) -> None:
+    from agora_cli.store.engine import open_engine
+    from agora_cli.store.proposals import ActionProposalStore, Settlement
+
+    store = ActionProposalStore(open_engine(url, pool_size=1))
+    ran: list[str] = []
+    ok = {"ok": True}
+    _ready()
+    if mode == "step":  # settle one and claim the next in one step
+        batch = store.claim_next(name, LEASE_MS, limit=k)
+        while batch:
+            c = batch[0]
+            assert c.work is not None and c.lease is not None
+            ran.append(c.work.id)
+            done = Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded", ok)
+            settled, batch = store.settle_and_claim_next(done, name, LEASE_MS, k)
+            assert settled.outcome == "settled"
+    elif k == 1:  # the single-job path: claim_next, settle
+        while True:
+            got = store.claim_next(name, LEASE_MS)
+            if got.work is None or got.lease is None:
+                break
+            ran.append(got.work.id)
+            lease = got.lease
+            assert store.settle(got.work.id, lease.token, lease.generation, "succeeded", ok)
+    else:
+        while batch := store.claim_next(name, LEASE_MS, limit=k):
+            items = []
+            for c in batch:
+                assert c.work is not None and c.lease is not None
+                ran.append(c.work.id)
+                items.append(
+                    Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded", ok)
+                )
+            assert all(r.outcome == "settled" for r in store.settle_many(items))
+    _report(ran)
+
+
+_QUEUED_ONLY = (
+    "SELECT id FROM agent_action_proposal WHERE discovery_state = 'queued' "
+    "AND discovery_at <= %s ORDER BY discovery_at LIMIT {k} FOR UPDATE SKIP LOCKED"
+)
+
+
+def bare_worker(url: str, name: str, k: int) -> None:
+    """The hand-written loop on the raw driver: a SKIP LOCKED read of up to k queued rows, their
+    claim UPDATE, commit; the no-op jobs; their settle UPDATE, commit."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    conn: Any
+    if parsed.get_backend_name() == "postgresql":
+        import psycopg
+
+        conn = psycopg.connect(
+            host=parsed.host, port=parsed.port, user=parsed.username, dbname=parsed.database
+        )
+    else:
+        import pymysql
+
+        conn = pymysql.connect(
+            host=parsed.host,
+            port=parsed.port or 3306,
+            user=parsed.username,
+            database=parsed.database,
+            charset="utf8mb4",
+            autocommit=False,
+        )
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    read = _QUEUED_ONLY.format(k=k)
+    ran: list[str] = []
+    _ready()
+    while True:
+        now = int(time.time() * 1000)
+        token_hash = secrets.token_hex(32)
+        with conn.cursor() as cur:
+            cur.execute(read, (now,))
+            ids = [row[0] for row in cur.fetchall()]
+            if not ids:
+                conn.commit()
+                break
+            marks = ", ".join(["%s"] * len(ids))
+            cur.execute(
+                "UPDATE agent_action_proposal SET execution_state = 'running', lease_owner = %s, "
+                "lease_token_hash = %s, lease_expires_at = %s, generation = generation + 1, "
+                "attempts = attempts + 1, discovery_state = 'running', discovery_at = %s, "
+                f"updated_at = %s, version = version + 1 WHERE id IN ({marks})",
+                (name, token_hash, now + LEASE_MS, now + LEASE_MS, now, *ids),
+            )
+        conn.commit()
+        ran.extend(ids)
+        with conn.cursor() as cur:
+            cur.execute(
+                "UPDATE agent_action_proposal SET execution_state = 'succeeded', result = %s, "
+                "settled_at = %s, lease_token_hash = NULL, lease_expires_at = NULL, "
+                "discovery_state = 'done', discovery_at = NULL, updated_at = %s, "
+                f"version = version + 1 WHERE id IN ({marks}) AND lease_token_hash = %s "
+                "AND generation = 1 AND execution_state = 'running' AND lease_expires_at > %s",
+                ('{"ok":true}', now, now, *ids, token_hash, now),
+            )
+            assert cur.rowcount == len(ids)
+        conn.commit()
+    conn.close()
+    _report(ran)
+
+
+async def _pgqueuer_worker(dsn: str, batch: int) -> None:
+    import psycopg
+    from pgqueuer import PsycopgDriver, Queries, QueueManager
+    from pgqueuer.types import QueueExecutionMode
+
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    qm = QueueManager(Queries(PsycopgDriver(conn)))
+    ran: list[str] = []
+
+    @qm.entrypoint("job")
+    async def job(j: Any) -> None:
+        ran.append(j.payload.decode())
+
+    _ready()
+    if batch:
+        await qm.run(batch_size=batch, mode=QueueExecutionMode.drain)
+    else:  # its defaults
+        await qm.run(mode=QueueExecutionMode.drain)
+    _report(ran)
+
+
+async def _procrastinate_worker(dsn: str) -> None:
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
+    ran: list[int] = []
+
+    @app.task(name="job")
+    async def job(n: int) -> None:
+        ran.append(n)
+
+    async with app.open_async():
+        _ready()
+        await app.run_worker_async(wait=False, install_signal_handlers=False)
+    _report(ran)
+
+
+async def _pgqueuer_setup(dsn: str, n: int) -> None:
+    import psycopg
+    from pgqueuer import PsycopgDriver, Queries
+
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    queries = Queries(PsycopgDriver(conn))
+    await queries.install()
+    for start in range(0, n, 5000):
+        chunk = range(start, min(n, start + 5000))
+        await queries.enqueue(
+            ["job"] * len(chunk), [str(i).encode() for i in chunk], [0] * len(chunk)
+        )
+    await conn.close()
+
+
+async def _procrastinate_setup(dsn: str, n: int) -> None:
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
+
+    @app.task(name="job")
+    async def job(n: int) -> None:  # pragma: no cover - only deferred here
+        pass
+
+    async with app.open_async():
+        await app.schema_manager.apply_schema_async()
+        for start in range(0, n, 5000):
+            await job.batch_defer_async(*({"n": i} for i in range(start, min(n, start + 5000))))
+
+
+PGBOSS_JS = r"""
+// pg-boss worker for bench_worker_queues.py: setup DSN N | work DSN
+const { PgBoss } = (() => { const m = require('pg-boss'); return { PgBoss: m.PgBoss || m } })()
+const readline = require('readline')
+async function main () {
+  const [cmd, dsn, n] = process.argv.slice(2)
+  const boss = new PgBoss({ connectionString: dsn, max: 2, supervise: false, schedule: false })
+  boss.on('error', e => console.error(e))
+  await boss.start()
+  if (cmd === 'setup') {
+    await boss.createQueue('job')
+    for (let s = 0; s < Number(n); s += 5000) {
+      const jobs = []
+      const stop = Math.min(Number(n), s + 5000)
+      for (let i = s; i < stop; i++) jobs.push({ name: 'job', data: { n: i } })
+      await boss.insert(jobs)
+    }
+    await boss.stop({ graceful: false, wait: true })
+    return
+  }
+  const ran = []
+  console.log('ready')
+  const lines = readline.createInterface({ input: process.stdin })
+  await new Promise(resolve => lines.once('line', resolve))
+  for (;;) {
+    const jobs = await boss.fetch('job')  // one job at a time, as a worker takes it
+    if (!jobs || jobs.length === 0) break
+    ran.push(jobs[0].data.n)  // the no-op job
+    await boss.complete('job', jobs[0].id)
+  }
+  console.log(JSON.stringify({ ran, end: Date.now() / 1000 }))
+  await boss.stop({ graceful: false, wait: true })
+  process.exit(0)
+}
+main().catch(e => { console.error(e); process.exit(1) })
+"""
+
+
+def worker_main(argv: list[str]) -> None:
+    system, url = argv[0], argv[1]
+    if system == "agora":
+        agora_worker(url, argv[4], int(argv[2]), argv[3])
+    elif system == "bare":
+        bare_worker(url, argv[4], int(argv[2]))
+    elif system == "pgqueuer":
+        asyncio.run(_pgqueuer_worker(url, int(argv[2])))
+    elif system == "procrastinate":
+        asyncio.run(_procrastinate_worker(url))
+    elif system == "pgqueuer-setup":
+        asyncio.run(_pgqueuer_setup(url, int(argv[2])))
+    elif system == "procrastinate-setup":
+        asyncio.run(_procrastinate_setup(url, int(argv[2])))
+    else:
+        raise SystemExit(f"unknown worker {system}")
+
+
+# --- the parent: fresh database, load, start W workers, time the drain, verify ----------------
+
+
+def peer_missing(peer: str) -> str | None:
+    if peer == "pg-boss":
+        if not (NODE_DIR / "node_modules" / "pg-boss").is_dir():
+            return f"pg-boss not installed in {NODE_DIR} (cd there; npm install pg-boss)"
+        return None
+    if not Path(PEER_PYTHON).exists():
+        return f"no peer environment at {PEER_PYTHON} (see this file's docstring)"
+    probe = subprocess.run([PEER_PYTHON, "-c", f"import {peer}"], capture_output=True)
+    if probe.returncode != 0:
+        return f"{peer} not installed in {PEER_PYTHON}"
+    return None
+
+
+def plain_dsn(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    return f"postgresql://{u.username}@{u.host}:{u.port or 5432}/{u.database}"
+
+
+def load_agora(url: str, n: int) -> None:
+    sys.path.insert(0, str(HERE))
+    from bench_claim_throughput import load
+
+    from agora_cli.store.engine import open_engine
+    from agora_cli.store.provision import ensure_agent_tables
+
+    engine = open_engine(url)
+    ensure_agent_tables(engine)
+    engine.dispose()
+    load(url, n)
+
+
+REMAINING = {
+    "agora": "SELECT count(*) FROM agent_action_proposal WHERE execution_state <> 'succeeded'",
+    "bare": "SELECT count(*) FROM agent_action_proposal WHERE execution_state <> 'succeeded'",
+    "pgqueuer": "SELECT count(*) FROM pgqueuer",
+    "procrastinate": "SELECT count(*) FROM procrastinate_jobs WHERE status <> 'succeeded'",
+    "pg-boss": "SELECT count(*) FROM pgboss.job WHERE state <> 'completed'",
+}
+
+
+def drained_at(url: str, system: str, procs: list[Any]) -> float:
+    """When the system's own tables say every job is done (polled every 20 ms): the same
+    finish line for all, whatever a worker does after (a peer's shutdown, a final flush)."""
+    from sqlalchemy import text
+
+    from agora_cli.store.engine import open_engine
+
+    engine = open_engine(url, pool_size=1)
+    sql = text(REMAINING[system])
+    try:
+        with engine.connect() as conn:
+            while True:
+                left = conn.execute(sql).scalar()
+                conn.rollback()
+                if left == 0:
+                    return time.time()
+                if all(p.poll() is not None for p in procs):
+                    raise SystemExit(f"{system}: workers stopped with {left} jobs not done")
+                time.sleep(0.02)
+    finally:
+        engine.dispose()
+
+
+def run_system(
+    label: str,
+    system: str,
+    url: str,
+    argv: list[str],
+    n: int,
+    workers: int,
+    cwd: Path | None = None,
+) -> float:
+    procs = []
+    for i in range(workers):
+        proc = subprocess.Popen(
+            [*argv, f"w{i}"],  # the worker's name comes last
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=cwd,
+        )
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if line.strip() != "ready":
+            proc.kill()
+            raise SystemExit(
+                f"{label}: worker did not start: {line}{proc.stderr.read() if proc.stderr else ''}"
+            )
+        procs.append(proc)
+    t0 = time.time()
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    end = drained_at(url, system, procs)
+    ran: list[Any] = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=3600)
+        if proc.returncode != 0:
+            raise SystemExit(f"{label}: worker failed: {err[-2000:]}")
+        doc = json.loads(out.strip().splitlines()[-1])
+        ran.extend(str(x) for x in doc["ran"])
+    elapsed = end - t0
+    counts = Counter(ran)
+    doubles = sum(c - 1 for c in counts.values() if c > 1)
+    missing = n - len(counts)
+    rate = len(ran) / elapsed
+    print(
+        f"  {label:<34} {workers} worker(s): {len(ran)} jobs in {elapsed:6.2f} s = "
+        f"{rate:8,.0f} jobs/s; ran twice {doubles}; never ran {missing}",
+        flush=True,
+    )
+    if doubles or missing:
+        raise SystemExit(f"{label}: {doubles} jobs ran twice, {missing} never ran")
+    return rate
+
+
+def agora_systems(dialect: str) -> list[tuple[str, int, str]]:
+    return [
+        ("agora k=1", 1, "single"),
+        ("agora k=1 settle_and_claim_next", 1, "step"),
+        ("agora k=10", 10, "batch"),
+        ("agora k=100", 100, "batch"),
+    ]
+
+
+def measure(
+    dialect: str, n: int, workers: int, only: set[str] | None, rounds: int
+) -> list[dict[str, float]]:
+    """``rounds`` rounds over every contender, the order reversed every other round (the
+    machine is shared: a load change then hits both sides of a ratio alike)."""
+    return [measure_round(dialect, n, workers, only, reverse=r % 2 == 1) for r in range(rounds)]
+
+
+def measure_round(
+    dialect: str, n: int, workers: int, only: set[str] | None, *, reverse: bool
+) -> dict[str, float]:
+    from _common import create_database, drop_database
+
+    me = [sys.executable, str(Path(__file__).resolve()), "_worker"]
+    rates: dict[str, float] = {}
+
+    def fresh(prefix: str) -> tuple[str, str]:
+        return create_database(dialect, f"agora_bwq_{prefix}")
+
+    def wanted(label: str) -> bool:
+        return only is None or any(o in label for o in only)
+
+    contenders: list[tuple[str, Any]] = []
+    for label, k, mode in agora_systems(dialect):
+        contenders.append((label, ("agora", k, mode)))
+    contenders.append(("bare loop k=1", ("bare", 1, "")))
+    if dialect == "mysql":
+        contenders += [("bare loop k=10", ("bare", 10, "")), ("bare loop k=100", ("bare", 100, ""))]
+    if dialect == "postgresql":
+        contenders += [
+            ("pgqueuer defaults", ("pgqueuer", 0, "")),
+            ("pgqueuer batch 100", ("pgqueuer", 100, "")),
+            ("procrastinate", ("procrastinate", 0, "")),
+            ("pg-boss", ("pg-boss", 0, "")),
+        ]
+    for label, (system, k, mode) in reversed(contenders) if reverse else contenders:
+        if not wanted(label):
+            continue
+        if system in ("pgqueuer", "procrastinate", "pg-boss"):
+            why = peer_missing(system)
+            if why:
+                print(f"  {label:<34} skipped: {why}", flush=True)
+                continue
+        name, url = fresh(system.replace("-", ""))
+        try:
+            if system in ("agora", "bare"):
+                load_agora(url, n)
+                argv = [*me, system, url, str(k), mode]
+                rates[label] = run_system(label, system, url, argv, n, workers)
+            elif system in ("pgqueuer", "procrastinate"):
+                dsn = plain_dsn(url)
+                peer = [PEER_PYTHON, str(Path(__file__).resolve()), "_worker"]
+                subprocess.run([*peer, f"{system}-setup", dsn, str(n)], check=True)
+                extra = [str(k)] if system == "pgqueuer" else []
+                argv = [*peer, system, dsn, *extra]
+                rates[label] = run_system(label, system, url, argv, n, workers)
+            else:
+                dsn = plain_dsn(url)
+                script = NODE_DIR / "agora_bench_pgboss.js"
+                script.write_text(PGBOSS_JS)
+                subprocess.run(
+                    ["node", str(script), "setup", dsn, str(n)], check=True, cwd=NODE_DIR
+                )
+                argv = ["node", str(script), "work", dsn]
+                rates[label] = run_system(label, system, url, argv, n, workers, NODE_DIR)
+        finally:
+            drop_database(dialect, name)
+    return rates
+
+
+def ratios(dialect: str, workers: int, rounds: list[dict[str, float]]) -> None:
+    """Each ratio per round (its two sides measured minutes apart at most), then the median."""
+    pairs = [
+        ("agora k=1", "bare loop k=1"),
+        ("agora k=1 settle_and_claim_next", "bare loop k=1"),
+        ("agora k=1 settle_and_claim_next", "agora k=1"),
+        ("agora k=10", "bare loop k=10"),
+        ("agora k=100", "bare loop k=100"),
+        ("agora k=10", "pgqueuer defaults"),
+        ("agora k=100", "pgqueuer batch 100"),
+        ("agora k=1", "procrastinate"),
+        ("agora k=1", "pg-boss"),
+        ("agora k=1", "pgqueuer defaults"),
+    ]
+    labels = sorted({label for r in rounds for label in r}, key=lambda x: (x[:5] != "agora", x))
+    for label in labels:
+        values = [r[label] for r in rounds if label in r]
+        print(f"  {dialect} {workers}w median {label}: {statistics.median(values):,.0f} jobs/s")
+    for a, b in pairs:
+        per_round = [r[a] / r[b] for r in rounds if a in r and b in r]
+        if per_round:
+            shown = ", ".join(f"{x:.2f}" for x in per_round)
+            print(
+                f"  {dialect} {workers}w ratio {a} / {b}: {statistics.median(per_round):.2f} "
+                f"(rounds: {shown})",
+                flush=True,
+            )
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "_worker":
+        worker_main(sys.argv[2:])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--workers", default="4,1", help="worker counts, e.g. 4,1")
+    parser.add_argument("--dialects", default="postgresql,mysql")
+    parser.add_argument("--only", default="", help="comma-separated label parts to run")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    only = {o.strip() for o in args.only.split(",") if o.strip()} or None
+    print(
+        f"worker_queues: jobs={args.jobs}, workers={args.workers}, rounds={args.rounds}, "
+        f"cpus={os.cpu_count()}, load average {os.getloadavg()[0]:.1f}, "
+        f"no-op jobs, every job verified to run exactly once",
+        flush=True,
+    )
+    for dialect in args.dialects.split(","):
+        for workers in (int(w) for w in args.workers.split(",")):
+            print(f"{dialect}, {workers} worker process(es):", flush=True)
+            ratios(dialect, workers, measure(dialect, args.jobs, workers, only, args.rounds))
+
+
+if __name__ == "__main__":
+    main()
