@@ -47,12 +47,13 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from _common import create_database, drop_database
+from _common import ADMIN, create_database, drop_database
 from sqlalchemy import event, text
+from sqlalchemy.engine import make_url
 
 from agora_cli.store.budgets import scope_quota, sum_scope_usage
 from agora_cli.store.clock import DAY_MS, day_window, month_window, parse_instant
-from agora_cli.store.engine import open_engine
+from agora_cli.store.engine import normalize_url, open_engine
 from agora_cli.store.fold import day_number, fold, fold_day
 from agora_cli.store.ledger import SpendReport, spend
 from agora_cli.store.provision import ensure_agent_tables
@@ -322,12 +323,23 @@ def prepare(dialect: str, rows: int, actors: int) -> tuple[str, str, Any]:
     return name, url, engine
 
 
-def bench(dialect: str, rows: int, actors: int, repeat: int, keep: bool) -> None:
+def reuse(dialect: str, name: str) -> tuple[str, str, Any]:
+    """A database a ``--keep`` run left (already loaded and folded)."""
+    url = make_url(normalize_url(ADMIN[dialect])).set(database=name)
+    text_url = url.render_as_string(hide_password=False)
+    return name, text_url, open_engine(text_url)
+
+
+def bench(dialect: str, rows: int, actors: int, repeat: int, keep: bool, reused: list[str]) -> None:
     small_rows = rows // 10
     made: list[tuple[str, str, Any]] = []
     try:
-        made.append(prepare(dialect, small_rows, actors))
-        made.append(prepare(dialect, rows, actors))
+        if reused:
+            made += [reuse(dialect, name) for name in reused]
+            keep = True
+        else:
+            made.append(prepare(dialect, small_rows, actors))
+            made.append(prepare(dialect, rows, actors))
         run_figures(dialect, rows, small_rows, made[1], made[0], repeat)
     finally:
         for name, url, engine in made:
@@ -513,7 +525,15 @@ def main() -> None:
     parser.add_argument("--actors", type=int, default=500, help="actors in the population")
     parser.add_argument("--repeat", type=int, default=5, help="interleaved runs per figure")
     parser.add_argument("--keep", action="store_true", help="keep the databases")
+    parser.add_argument(
+        "--reuse",
+        default="",
+        help="SMALL_DB,BIG_DB: measure databases a --keep run left (one dialect, same --rows)",
+    )
     args = parser.parse_args()
+    reused = [name for name in args.reuse.split(",") if name]
+    if reused and (len(reused) != 2 or "," in args.dialect):
+        parser.error("--reuse takes two database names (small,big) and one --dialect")
     print(
         f"bench fold: rows={args.rows:,} (and {args.rows // 10:,}) actors={args.actors} "
         f"repeat={args.repeat} cpus={os.cpu_count()} "
@@ -523,7 +543,7 @@ def main() -> None:
     for dialect in (d.strip() for d in args.dialect.split(",") if d.strip()):
         if dialect not in ("postgresql", "mysql"):
             parser.error(f"unknown dialect {dialect!r}")
-        bench(dialect, args.rows, args.actors, args.repeat, args.keep)
+        bench(dialect, args.rows, args.actors, args.repeat, args.keep, reused)
 
 
 if __name__ == "__main__":
