@@ -10,9 +10,10 @@ fold``), and then measures side by side, the runs of each figure interleaved aft
 3. ``quota`` for one tenant at 2025-06-30 12:00 (``budgets.scope_quota``, what ``agora quota
    --tenant`` runs: its day and month windows) vs the same windows read raw
    (``sum_scope_usage(raw=True)``), and the month window alone folded vs raw (goal: at least 20x);
-4. folding one day (~55k rows at full size: ``fold(refold=(day, day))``, one transaction that
-   claims the day, groups its rows, replaces its fold rows) vs the same ``GROUP BY`` run bare
-   (goal: at most 1.5x);
+4. folding one day (~55k rows at full size: ``fold(refold=(day, day))``, what ``agora spend
+   fold --refold D..D`` runs: it marks the day dirty, then in one transaction claims it, deletes
+   its fold rows and writes them again with one ``INSERT … SELECT … GROUP BY``) vs the same
+   ``GROUP BY`` run bare, its rows fetched (goal: at most 1.5x);
 5. the folded year report on the small ledger vs the large one (it should not grow with rows);
 6. one end-to-end ``agora spend --by model --json`` subprocess over the year, folded and
    ``--raw``, for honesty (process start included).
@@ -221,11 +222,12 @@ def interleaved(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, flo
 
 @contextmanager
 def captured(conn: Any) -> Iterator[list[tuple[str, Any]]]:
-    """The SELECT statements (and their parameters) run on ``conn`` inside the block."""
+    """The SELECT statements and the fold's INSERT … SELECT (and their parameters) run on
+    ``conn`` inside the block."""
     seen: list[tuple[str, Any]] = []
 
     def listen(_c: Any, _cur: Any, statement: str, params: Any, _ctx: Any, _many: bool) -> None:
-        if statement.lstrip().upper().startswith("SELECT"):
+        if statement.lstrip().upper().startswith(("SELECT", "INSERT INTO AGENT_USAGE_DAILY")):
             seen.append((statement, params))
 
     event.listen(conn, "before_cursor_execute", listen)
