@@ -83,6 +83,7 @@ MODELS = [
     "custom-ft-0613",  # unpriced
 ]
 AGORA = Path(sys.executable).with_name("agora")
+FIGURES = ("spend", "quota", "fold", "growth", "cli")
 P = 65521  # a prime below 2**16: cubes of residues times the actor count stay within BIGINT
 
 
@@ -332,7 +333,15 @@ def reuse(dialect: str, name: str) -> tuple[str, str, Any]:
     return name, text_url, open_engine(text_url)
 
 
-def bench(dialect: str, rows: int, actors: int, repeat: int, keep: bool, reused: list[str]) -> None:
+def bench(
+    dialect: str,
+    rows: int,
+    actors: int,
+    repeat: int,
+    keep: bool,
+    reused: list[str],
+    figures: set[str],
+) -> None:
     small_rows = rows // 10
     made: list[tuple[str, str, Any]] = []
     try:
@@ -342,7 +351,7 @@ def bench(dialect: str, rows: int, actors: int, repeat: int, keep: bool, reused:
         else:
             made.append(prepare(dialect, small_rows, actors))
             made.append(prepare(dialect, rows, actors))
-        run_figures(dialect, rows, small_rows, made[1], made[0], repeat)
+        run_figures(dialect, rows, small_rows, made[1], made[0], repeat, figures)
     finally:
         for name, url, engine in made:
             engine.dispose()
@@ -359,6 +368,7 @@ def run_figures(
     big: tuple[str, str, Any],
     small: tuple[str, str, Any],
     repeat: int,
+    figures: set[str],
 ) -> None:
     _, url, engine = big
     _, _, small_engine = small
@@ -371,151 +381,159 @@ def run_figures(
         return r
 
     # 1, 2: spend over the year and a month, folded vs raw (exactness first)
-    for label, window in (("year", YEAR), ("month", JUNE)):
-        folded, raw = report(conn, window, False), report(conn, window, True)
-        same_report(folded, raw)
-        print_plans(conn, dialect, f"spend {label} folded", lambda w=window: report(conn, w, False))
-        print_plans(conn, dialect, f"spend {label} raw", lambda w=window: report(conn, w, True))
-        n = repeat if label == "month" else max(3, repeat // 2)
+    if "spend" in figures:
+        for label, window in (("year", YEAR), ("month", JUNE)):
+            folded, raw = report(conn, window, False), report(conn, window, True)
+            same_report(folded, raw)
+            print_plans(
+                conn, dialect, f"spend {label} folded", lambda w=window: report(conn, w, False)
+            )
+            print_plans(conn, dialect, f"spend {label} raw", lambda w=window: report(conn, w, True))
+            n = repeat if label == "month" else max(3, repeat // 2)
+            ms = interleaved(
+                {
+                    "folded": lambda w=window: report(conn, w, False),
+                    "raw": lambda w=window: report(conn, w, True),
+                },
+                n,
+            )
+            goal = 100 if label == "year" else 20
+            print(
+                f"{dialect} spend --by model, {label} ({raw.total.turns:,} ledger rows, "
+                f"{folded.folded_days} folded days, equal to raw): folded {ms['folded']:.1f} ms vs "
+                f"raw {ms['raw']:.1f} ms: {ms['raw'] / ms['folded']:.0f}x faster (goal >= {goal}x)",
+                flush=True,
+            )
+
+    # 3: quota of one tenant (day and month windows), folded vs raw
+    if "quota" in figures:
+
+        def sums(c: Any, bounds: tuple[int, int], raw: bool) -> tuple[int, float, int]:
+            s = sum_scope_usage(
+                c,
+                scope_kind="tenant",
+                scope_ref=TENANT,
+                from_ms=bounds[0],
+                to_ms=min(bounds[1], QUOTA_AT),
+                raw=raw,
+            )
+            c.rollback()
+            return s
+
+        at_day = date(2025, 6, 30)
+        windows = (day_window(at_day), month_window(at_day))
+
+        def quota_store() -> list[Any]:
+            statuses = scope_quota(conn, scope_kind="tenant", scope_ref=TENANT, at_ms=QUOTA_AT)
+            conn.rollback()
+            return statuses
+
+        def quota_raw() -> list[tuple[int, float, int]]:
+            return [sums(conn, w, True) for w in windows]
+
+        statuses = quota_store()
+        for status, (tokens, usd, unpriced) in zip(statuses, quota_raw(), strict=True):
+            same_sums((status.tokens, status.usd, status.unpriced_turns), (tokens, usd, unpriced))
+        for raw in (False, True):
+            print_plans(
+                conn,
+                dialect,
+                f"quota month {'raw' if raw else 'folded'}",
+                lambda raw=raw: sums(conn, windows[1], raw),
+            )
         ms = interleaved(
             {
-                "folded": lambda w=window: report(conn, w, False),
-                "raw": lambda w=window: report(conn, w, True),
+                "quota": quota_store,
+                "quota_raw": quota_raw,
+                "month": lambda: sums(conn, windows[1], False),
+                "month_raw": lambda: sums(conn, windows[1], True),
             },
-            n,
+            repeat,
         )
-        goal = 100 if label == "year" else 20
+        month = statuses[-1]
         print(
-            f"{dialect} spend --by model, {label} ({raw.total.turns:,} ledger rows, "
-            f"{folded.folded_days} folded days, equal to raw): folded {ms['folded']:.1f} ms vs "
-            f"raw {ms['raw']:.1f} ms: {ms['raw'] / ms['folded']:.0f}x faster (goal >= {goal}x)",
+            f"{dialect} quota --tenant {TENANT} at 2025-06-30 12:00 (month {month.tokens:,} "
+            f"tokens, equal to raw): scope_quota (day + month) {ms['quota']:.2f} ms vs the same "
+            f"windows raw {ms['quota_raw']:.1f} ms: {ms['quota_raw'] / ms['quota']:.0f}x faster; "
+            f"month window alone {ms['month']:.2f} vs {ms['month_raw']:.1f} ms: "
+            f"{ms['month_raw'] / ms['month']:.0f}x faster (goal >= 20x)",
             flush=True,
         )
 
-    # 3: quota of one tenant (day and month windows), folded vs raw
-    def sums(c: Any, bounds: tuple[int, int], raw: bool) -> tuple[int, float, int]:
-        s = sum_scope_usage(
-            c,
-            scope_kind="tenant",
-            scope_ref=TENANT,
-            from_ms=bounds[0],
-            to_ms=min(bounds[1], QUOTA_AT),
-            raw=raw,
-        )
-        c.rollback()
-        return s
-
-    at_day = date(2025, 6, 30)
-    windows = (day_window(at_day), month_window(at_day))
-
-    def quota_store() -> list[Any]:
-        statuses = scope_quota(conn, scope_kind="tenant", scope_ref=TENANT, at_ms=QUOTA_AT)
-        conn.rollback()
-        return statuses
-
-    def quota_raw() -> list[tuple[int, float, int]]:
-        return [sums(conn, w, True) for w in windows]
-
-    statuses = quota_store()
-    for status, (tokens, usd, unpriced) in zip(statuses, quota_raw(), strict=True):
-        same_sums((status.tokens, status.usd, status.unpriced_turns), (tokens, usd, unpriced))
-    for raw in (False, True):
-        print_plans(
-            conn,
-            dialect,
-            f"quota month {'raw' if raw else 'folded'}",
-            lambda raw=raw: sums(conn, windows[1], raw),
-        )
-    ms = interleaved(
-        {
-            "quota": quota_store,
-            "quota_raw": quota_raw,
-            "month": lambda: sums(conn, windows[1], False),
-            "month_raw": lambda: sums(conn, windows[1], True),
-        },
-        repeat,
-    )
-    month = statuses[-1]
-    print(
-        f"{dialect} quota --tenant {TENANT} at 2025-06-30 12:00 (month {month.tokens:,} tokens, "
-        f"equal to raw): scope_quota (day + month) {ms['quota']:.2f} ms vs the same windows raw "
-        f"{ms['quota_raw']:.1f} ms: {ms['quota_raw'] / ms['quota']:.0f}x faster; month window "
-        f"alone {ms['month']:.2f} vs {ms['month_raw']:.1f} ms: "
-        f"{ms['month_raw'] / ms['month']:.0f}x faster (goal >= 20x)",
-        flush=True,
-    )
-
     # 4: folding one day vs the same GROUP BY bare
-    n = day_number(FOLD_DAY)
-    with engine.connect() as c:
-        day_rows = c.exec_driver_sql(
-            "SELECT COUNT(*) FROM agent_token_usage WHERE created_at BETWEEN "
-            f"{n * DAY_MS} AND {(n + 1) * DAY_MS - 1}"
-        ).scalar()
-        c.rollback()
-    tenant_key = "COALESCE(tenant_ref, '')"
-    bare_sql = (
-        f"SELECT model_id, actor_ref, {tenant_key}, COUNT(*), COALESCE(SUM(input_tokens), 0), "
-        "COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cache_read_tokens), 0), "
-        "COALESCE(SUM(cache_write_tokens), 0), SUM(cost_usd), "
-        "COALESCE(SUM(CASE WHEN cost_source = 'estimate' THEN cost_usd ELSE 0 END), 0), "
-        "COALESCE(SUM(CASE WHEN cost_source = 'provider' THEN cost_usd ELSE 0 END), 0), "
-        "COUNT(*) - COUNT(cost_usd) FROM agent_token_usage "
-        f"WHERE created_at BETWEEN {n * DAY_MS} AND {(n + 1) * DAY_MS - 1} "
-        f"GROUP BY model_id, actor_ref, {tenant_key}"
-    )
+    if "fold" in figures:
+        n = day_number(FOLD_DAY)
+        with engine.connect() as c:
+            day_rows = c.exec_driver_sql(
+                "SELECT COUNT(*) FROM agent_token_usage WHERE created_at BETWEEN "
+                f"{n * DAY_MS} AND {(n + 1) * DAY_MS - 1}"
+            ).scalar()
+            c.rollback()
+        tenant_key = "COALESCE(tenant_ref, '')"
+        bare_sql = (
+            f"SELECT model_id, actor_ref, {tenant_key}, COUNT(*), COALESCE(SUM(input_tokens), 0), "
+            "COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cache_read_tokens), 0), "
+            "COALESCE(SUM(cache_write_tokens), 0), SUM(cost_usd), "
+            "COALESCE(SUM(CASE WHEN cost_source = 'estimate' THEN cost_usd ELSE 0 END), 0), "
+            "COALESCE(SUM(CASE WHEN cost_source = 'provider' THEN cost_usd ELSE 0 END), 0), "
+            "COUNT(*) - COUNT(cost_usd) FROM agent_token_usage "
+            f"WHERE created_at BETWEEN {n * DAY_MS} AND {(n + 1) * DAY_MS - 1} "
+            f"GROUP BY model_id, actor_ref, {tenant_key}"
+        )
 
-    def fold_one() -> None:
-        result = fold(engine, through=FOLD_DAY, refold=(FOLD_DAY, FOLD_DAY))
-        assert result.folded == 1 and result.rows == day_rows, result
+        def fold_one() -> None:
+            result = fold(engine, through=FOLD_DAY, refold=(FOLD_DAY, FOLD_DAY))
+            assert result.folded == 1 and result.rows == day_rows, result
 
-    def bare() -> None:
-        conn.exec_driver_sql(bare_sql).all()
-        conn.rollback()
+        def bare() -> None:
+            conn.exec_driver_sql(bare_sql).all()
+            conn.rollback()
 
-    with engine.connect() as c:  # the fold's own statements, for the plan (rolled back)
-        c.exec_driver_sql(f"UPDATE agent_usage_fold SET dirty = 1 WHERE day = {n}")
-        print_plans(c, dialect, "fold one day", lambda c=c: fold_day(c, n, 0))
-    ms = interleaved({"fold": fold_one, "bare": bare}, repeat)
-    print(
-        f"{dialect} fold one day ({day_rows:,} rows): fold {ms['fold']:.1f} ms vs the same "
-        f"GROUP BY bare {ms['bare']:.1f} ms: ratio {ms['fold'] / ms['bare']:.2f} (goal <= 1.5)",
-        flush=True,
-    )
+        with engine.connect() as c:  # the fold's own statements, for the plan (rolled back)
+            c.exec_driver_sql(f"UPDATE agent_usage_fold SET dirty = 1 WHERE day = {n}")
+            print_plans(c, dialect, "fold one day", lambda c=c: fold_day(c, n, 0))
+        ms = interleaved({"fold": fold_one, "bare": bare}, repeat)
+        print(
+            f"{dialect} fold one day ({day_rows:,} rows): fold {ms['fold']:.1f} ms vs the same "
+            f"GROUP BY bare {ms['bare']:.1f} ms: ratio {ms['fold'] / ms['bare']:.2f} (goal <= 1.5)",
+            flush=True,
+        )
 
     # 5: the folded year report, small ledger vs large
-    same_report(report(small_conn, YEAR, False), report(small_conn, YEAR, True))
-    ms = interleaved(
-        {
-            "small": lambda: report(small_conn, YEAR, False),
-            "big": lambda: report(conn, YEAR, False),
-        },
-        repeat,
-    )
-    print(
-        f"{dialect} folded year report: {small_rows:,} rows {ms['small']:.1f} ms vs "
-        f"{rows:,} rows {ms['big']:.1f} ms: ratio {ms['big'] / ms['small']:.2f} "
-        f"for {rows / small_rows:.0f}x the rows",
-        flush=True,
-    )
+    if "growth" in figures:
+        same_report(report(small_conn, YEAR, False), report(small_conn, YEAR, True))
+        ms = interleaved(
+            {
+                "small": lambda: report(small_conn, YEAR, False),
+                "big": lambda: report(conn, YEAR, False),
+            },
+            repeat,
+        )
+        print(
+            f"{dialect} folded year report: {small_rows:,} rows {ms['small']:.1f} ms vs "
+            f"{rows:,} rows {ms['big']:.1f} ms: ratio {ms['big'] / ms['small']:.2f} "
+            f"for {rows / small_rows:.0f}x the rows",
+            flush=True,
+        )
 
     # 6: one end-to-end CLI run each way
-    cli = [str(AGORA), "spend", "--by", "model", "--from", YEAR[0].isoformat()]
-    cli += ["--to", YEAR[1].isoformat(), "--db", url, "--json"]
-    took: dict[str, float] = {}
-    docs: dict[str, Any] = {}
-    for label, extra in (("folded", []), ("raw", ["--raw"])):
-        t = time.perf_counter()
-        out = subprocess.run([*cli, *extra], capture_output=True, text=True, check=True).stdout
-        took[label] = (time.perf_counter() - t) * 1000
-        docs[label] = json.loads(out)
-    assert docs["folded"]["total"]["turns"] == docs["raw"]["total"]["turns"] == rows
-    print(
-        f"{dialect} agora spend --by model --json, the year, one run each: folded "
-        f"({docs['folded'].get('folded_days')} folded days) {took['folded']:.0f} ms vs --raw "
-        f"{took['raw']:.0f} ms: {took['raw'] / took['folded']:.1f}x (process start included)",
-        flush=True,
-    )
+    if "cli" in figures:
+        cli = [str(AGORA), "spend", "--by", "model", "--from", YEAR[0].isoformat()]
+        cli += ["--to", YEAR[1].isoformat(), "--db", url, "--json"]
+        took: dict[str, float] = {}
+        docs: dict[str, Any] = {}
+        for label, extra in (("folded", []), ("raw", ["--raw"])):
+            t = time.perf_counter()
+            out = subprocess.run([*cli, *extra], capture_output=True, text=True, check=True).stdout
+            took[label] = (time.perf_counter() - t) * 1000
+            docs[label] = json.loads(out)
+        assert docs["folded"]["total"]["turns"] == docs["raw"]["total"]["turns"] == rows
+        print(
+            f"{dialect} agora spend --by model --json, the year, one run each: folded "
+            f"({docs['folded'].get('folded_days')} folded days) {took['folded']:.0f} ms vs --raw "
+            f"{took['raw']:.0f} ms: {took['raw'] / took['folded']:.1f}x (process start included)",
+            flush=True,
+        )
     conn.close()
     small_conn.close()
 
@@ -527,6 +545,7 @@ def main() -> None:
     parser.add_argument("--actors", type=int, default=500, help="actors in the population")
     parser.add_argument("--repeat", type=int, default=5, help="interleaved runs per figure")
     parser.add_argument("--keep", action="store_true", help="keep the databases")
+    parser.add_argument("--figures", default=",".join(FIGURES), help="which figures to measure")
     parser.add_argument(
         "--reuse",
         default="",
@@ -534,6 +553,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     reused = [name for name in args.reuse.split(",") if name]
+    figures = {name.strip() for name in args.figures.split(",") if name.strip()}
+    if figures - set(FIGURES):
+        parser.error(f"--figures: choose from {','.join(FIGURES)}")
     if reused and (len(reused) != 2 or "," in args.dialect):
         parser.error("--reuse takes two database names (small,big) and one --dialect")
     print(
@@ -545,7 +567,7 @@ def main() -> None:
     for dialect in (d.strip() for d in args.dialect.split(",") if d.strip()):
         if dialect not in ("postgresql", "mysql"):
             parser.error(f"unknown dialect {dialect!r}")
-        bench(dialect, args.rows, args.actors, args.repeat, args.keep, reused)
+        bench(dialect, args.rows, args.actors, args.repeat, args.keep, reused, figures)
 
 
 if __name__ == "__main__":
