@@ -273,7 +273,10 @@ def fold_day(conn: Connection, day: int, now: int) -> tuple[str, int]:
     ``unfoldable``, and the ledger rows folded.
 
     The day's groups are written by one ``INSERT … SELECT … GROUP BY`` on the server (measured
-    in ``tests/bench/bench_fold.py`` against the bare ``GROUP BY``).
+    in ``tests/bench/bench_fold.py`` against the bare ``GROUP BY``). On MySQL/MariaDB under
+    REPEATABLE READ that statement share-locks the day's ledger rows until the day's transaction
+    ends: a writer of a late row for that day (or the gap just after it) waits for it, at most
+    one day's fold; a deadlock is retried by ``fold``.
     """
     state = _claim_day(conn, day, now)
     if state != "claimed":
