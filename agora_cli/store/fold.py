@@ -54,7 +54,7 @@ from agora_cli.store.schema import usage_fold as f
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
-    from sqlalchemy.sql import ColumnElement
+    from sqlalchemy.sql import ColumnElement, Select
 
 __all__ = [
     "DEFAULT_GRACE_MS",
@@ -71,7 +71,6 @@ __all__ = [
 
 DEFAULT_GRACE_MS = 2 * 3_600_000  # a day is closed two hours after its end
 _EPOCH = date(1970, 1, 1)
-_INSERT_CHUNK = 500  # fold rows per INSERT
 _VERIFY_DAYS = 31  # days compared per grouped query
 
 
@@ -211,16 +210,6 @@ def _measures() -> list[ColumnElement[Any]]:
     ]
 
 
-def _pad_collides(keys: list[tuple[str, str, str]]) -> bool:
-    seen: set[tuple[str, str, str]] = set()
-    for key in keys:
-        folded = tuple(part.rstrip(" ") for part in key)
-        if folded in seen:
-            return True
-        seen.add(folded)  # type: ignore[arg-type]
-    return False
-
-
 def _claim_day(conn: Connection, day: int, now: int) -> str:
     """Take the day's fold row for this transaction: ``claimed``, ``busy`` or ``clean``."""
     locked = select(f.c.dirty).where(f.c.day == day)
@@ -237,48 +226,73 @@ def _claim_day(conn: Connection, day: int, now: int) -> str:
     return "claimed" if found[0] else "clean"
 
 
-def fold_day(conn: Connection, day: int, now: int) -> tuple[str, int]:
-    """Fold one day in the caller's transaction: ``folded``, ``busy``, ``clean`` or
-    ``unfoldable``, and the ledger rows folded."""
-    state = _claim_day(conn, day, now)
-    if state != "claimed":
-        return state, 0
+def _day_groups(conn: Connection, day: int, now: int) -> Select[Any]:
+    """The day's ledger rows grouped by (model, actor, tenant), as ``agent_usage_daily`` rows.
+
+    On MySQL the keys' lengths are grouped by too: its PAD SPACE collation would put ``'a'`` and
+    ``'a '`` in one group, and the fold's primary key then refuses the second of the two.
+    """
     lo = day * DAY_MS
     # The empty string inlined: PostgreSQL refuses a GROUP BY that differs from the SELECT by a
     # bound parameter.
     tenant_key = func.coalesce(u.c.tenant_ref, literal_column("''"))
-    groups = conn.execute(
-        select(u.c.model_id, u.c.actor_ref, tenant_key.label("tenant_key"), *_measures())
+    keys: list[ColumnElement[Any]] = [u.c.model_id, u.c.actor_ref, tenant_key]
+    lengths = [func.char_length(k) for k in keys] if dialect_name(conn) == "mysql" else []
+    return (
+        select(
+            literal_column(str(int(day)), BigInteger()),
+            *keys,
+            *_measures(),
+            literal_column(str(int(now)), BigInteger()),
+        )
         .where(u.c.created_at.between(lo, lo + DAY_MS - 1))
-        .group_by(u.c.model_id, u.c.actor_ref, tenant_key)
-    ).all()
-    if dialect_name(conn) == "mysql" and _pad_collides([tuple(g[:3]) for g in groups]):
-        conn.execute(delete(f).where(f.c.day == day))  # leave the day unfolded: read raw
-        conn.execute(delete(d).where(d.c.day == day))
-        return "unfoldable", 0
+        .group_by(*keys, *lengths)
+    )
+
+
+_FOLD_COLUMNS = [
+    "day",
+    "model_id",
+    "actor_ref",
+    "tenant_key",
+    "turns",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "cost_usd",
+    "estimated_usd",
+    "provider_usd",
+    "unpriced_turns",
+    "folded_at",
+]
+
+
+def fold_day(conn: Connection, day: int, now: int) -> tuple[str, int]:
+    """Fold one day in the caller's transaction: ``folded``, ``busy``, ``clean`` or
+    ``unfoldable``, and the ledger rows folded.
+
+    The day's groups are written by one ``INSERT … SELECT … GROUP BY`` on the server (measured
+    in ``tests/bench/bench_fold.py`` against the bare ``GROUP BY``). On MySQL/MariaDB under
+    REPEATABLE READ that statement share-locks the day's ledger rows until the day's transaction
+    ends: a writer of a late row for that day (or the gap just after it) waits for it, at most
+    one day's fold; a deadlock is retried by ``fold``.
+    """
+    state = _claim_day(conn, day, now)
+    if state != "claimed":
+        return state, 0
     conn.execute(delete(d).where(d.c.day == day))
-    rows = [
-        {
-            "day": day,
-            "model_id": g.model_id,
-            "actor_ref": g.actor_ref,
-            "tenant_key": g.tenant_key,
-            "turns": int(g.turns),
-            "input_tokens": int(g.input_tokens),
-            "output_tokens": int(g.output_tokens),
-            "cache_read_tokens": int(g.cache_read_tokens),
-            "cache_write_tokens": int(g.cache_write_tokens),
-            "cost_usd": None if g.cost_usd is None else float(g.cost_usd),
-            "estimated_usd": float(g.estimated_usd),
-            "provider_usd": float(g.provider_usd),
-            "unpriced_turns": int(g.unpriced_turns),
-            "folded_at": now,
-        }
-        for g in groups
-    ]
-    for i in range(0, len(rows), _INSERT_CHUNK):
-        conn.execute(insert(d), rows[i : i + _INSERT_CHUNK])
-    total = sum(r["turns"] for r in rows)
+    write = insert(d).from_select(_FOLD_COLUMNS, _day_groups(conn, day, now))
+    try:
+        with conn.begin_nested():
+            conn.execute(write)
+    except IntegrityError:  # MySQL: two identities that differ only by trailing spaces
+        conn.execute(delete(f).where(f.c.day == day))  # leave the day unfolded: read raw
+        return "unfoldable", 0
+    total = int(
+        conn.execute(select(func.coalesce(func.sum(d.c.turns), 0)).where(d.c.day == day)).scalar()
+        or 0
+    )
     conn.execute(update(f).where(f.c.day == day).values(rows=total, folded_at=now, dirty=0))
     return "folded", total
 
