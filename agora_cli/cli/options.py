@@ -78,13 +78,17 @@ def days_window(
     )
 
 
-def open_db(db: str | None, *, create: bool = False, readonly: bool = False) -> Engine:
+def open_db(
+    db: str | None, *, create: bool = False, readonly: bool = False, tenant: str | None = None
+) -> Engine:
     """Open (and prove) the engine for ``--db`` / ``AGORA_DATABASE_URL`` / the SQLite default.
 
     Only the commands that create a database pass ``create=True`` (``db provision``, ``db
     upgrade``, ``demo``); anything else refuses a SQLite file that does not exist. Reports pass
-    ``readonly=True``: on SQLite they then never take the write lock.
+    ``readonly=True``: on SQLite they then never take the write lock. ``tenant`` (a command's
+    ``--tenant``; else ``AGORA_TENANT``) scopes every PostgreSQL transaction to that tenant, for
+    row-level security.
     """
     from agora_cli.store.engine import open_engine
 
-    return open_engine(db, create=create, readonly=readonly)
+    return open_engine(db, create=create, readonly=readonly, tenant=tenant)
