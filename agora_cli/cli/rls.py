@@ -76,7 +76,9 @@ def _show_plan(plan: RlsPlan, done: str) -> None:
         elif plan.role_dropped:
             role = f"; role {plan.app_role} dropped"
         console.print(
-            f"Row-level security {done} ({len(plan.sql)} statement(s){role}).", markup=False
+            f"Row-level security {done} ({len(plan.sql)} statement(s){role}).",
+            markup=False,
+            soft_wrap=True,
         )
     for note in plan.notes:
         say(f"note: {note}", style="yellow")

@@ -575,7 +575,7 @@ def _set_tenant_sql() -> str:
 
 @contextmanager
 def tenant_session(conn: Connection, tenant: str | None) -> Iterator[Connection]:
-    """Scope the current transaction of ``conn`` to ``tenant`` (``None``: untenanted).
+    """Scope the current transaction of ``conn`` to ``tenant`` (``None`` or ``''``: untenanted).
 
     Runs ``set_config('agora.tenant', tenant, true)`` — ``SET LOCAL``: it ends with the
     transaction, so a pooled connection never carries it over — beginning the transaction if the
@@ -584,7 +584,7 @@ def tenant_session(conn: Connection, tenant: str | None) -> Iterator[Connection]
     """
     from sqlalchemy import text
 
-    if tenant is not None:
+    if tenant:
         check_identity("tenant", tenant)
     if dialect_name(conn) != "postgresql":
         yield conn
