@@ -1,0 +1,187 @@
+"""Benchmark `rls`: what the tenant policies cost, RLS on vs off, side by side in one run.
+
+On the local PostgreSQL it creates a database, provisions it, loads a ledger of
+``BENCH_RLS_ROWS`` rows (default 2,000,000) over six months (January to June 2026) for 50
+tenants, 1,000 threads, and one thread of 500 messages (100 tool calls, 500 ledger rows). It
+creates a NOBYPASSRLS app role (`agora db rls enable --app-role`) and connects *as that role*
+(`options=-c role=…` in the URL) with ``AGORA_TENANT`` = the tenant (``open_engine(tenant=…)``).
+Then, for ``BENCH_RLS_ROUNDS`` rounds (default 20), it switches RLS off and on (in ABBA order)
+on the same engine — the role's grants stay, only the policies come and go — and after one
+untimed warm-up call times ``BENCH_RLS_REPEAT`` calls (default 5) of each of:
+
+1. ``spend --tenant T`` for one month (March): ``ledger.spend(by="model", tenant=T, raw=True)``,
+   the statement the command runs (goal: ratio on/off <= 1.2);
+2. ``threads show`` of the 500-message thread: ``threads.get_transcript`` (goal <= 1.2).
+
+Both results are checked equal with and without the policies. The medians of all rounds are
+compared (the machine is shared: fine-grained alternation is what keeps load drift out of
+the ratio). Run: ``python tests/bench/bench_rls.py`` (``BENCH_RLS_ROWS=200000`` for a quick run).
+The database and the role are dropped at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import statistics
+import time
+from collections.abc import Callable
+from datetime import date
+from typing import Any
+
+from _common import create_database, drop_database
+from sqlalchemy import text
+
+from agora_cli.store.clock import parse_instant
+from agora_cli.store.engine import open_engine
+from agora_cli.store.ledger import spend
+from agora_cli.store.provision import ensure_agent_tables
+from agora_cli.store.rls import disable_rls, enable_rls
+from agora_cli.store.threads import get_transcript
+
+ROWS = int(os.environ.get("BENCH_RLS_ROWS", "2000000"))
+ROUNDS = int(os.environ.get("BENCH_RLS_ROUNDS", "20"))
+REPEAT = int(os.environ.get("BENCH_RLS_REPEAT", "5"))
+START = parse_instant("2026-01-01T00:00:00Z")
+SPAN = 181 * 86_400_000  # January to June
+MARCH = (date(2026, 3, 1), date(2026, 3, 31))
+TENANTS = 50
+THREADS = 1000
+TENANT = "tenant-7"
+BIG_THREAD = "bench-thread-500"
+MODELS = ["gpt-4o-mini", "gpt-4o", "claude-sonnet-4", "claude-haiku-4-5", "gemini-2.5-pro"]
+
+
+def load(engine: Any) -> None:
+    models = "ARRAY[" + ", ".join(f"'{m}'" for m in MODELS) + "]"
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO agent_thread (id, actor_ref, tenant_ref, title, created_at, updated_at) "
+            f"SELECT 'thread-' || g, 'actor-' || mod(g, 40), 'tenant-' || mod(g, {TENANTS}), "
+            f"'t', {START}, {START} FROM generate_series(0, {THREADS - 1}) g"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO agent_token_usage (id, thread_id, actor_ref, tenant_ref, model_id, "
+            "purpose, input_tokens, output_tokens, cache_read_tokens, cost_usd, cost_source, "
+            "created_at) "
+            f"SELECT 'u-' || g, 'thread-' || mod(g, {THREADS}), 'actor-' || mod(g, 40), "
+            f"'tenant-' || mod(mod(g, {THREADS}), {TENANTS}), "
+            f"({models})[1 + mod(g, {len(MODELS)})], 'chat', 1000 + mod(g, 500), "
+            "100 + mod(g, 50), mod(g, 300), 0.001 * mod(g, 7), 'estimate', "
+            f"{START} + (g * {SPAN // ROWS}) FROM generate_series(1::bigint, {ROWS}) g"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO agent_thread (id, actor_ref, tenant_ref, title, created_at, updated_at) "
+            f"VALUES ('{BIG_THREAD}', 'actor-7', '{TENANT}', 'long', {START}, {START})"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO agent_message (id, thread_id, seq, role, content, created_at) "
+            f"SELECT 'msg-' || g, '{BIG_THREAD}', g, "
+            "CASE WHEN mod(g, 2) = 0 THEN 'assistant' ELSE 'user' END, "
+            f"repeat('word ', 80), {START} + g FROM generate_series(1, 500) g"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO agent_tool_call (id, message_id, tool_name, tool_type, input, output, "
+            "status, created_at) "
+            "SELECT 'call-' || g, 'msg-' || (g * 5), 'search', 'function', '{\"q\": 1}', "
+            f"'{{\"rows\": []}}', 'completed', {START} + g FROM generate_series(1, 100) g"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO agent_token_usage (id, thread_id, actor_ref, tenant_ref, model_id, "
+            "purpose, input_tokens, output_tokens, created_at, message_id) "
+            f"SELECT 'bu-' || g, '{BIG_THREAD}', 'actor-7', '{TENANT}', 'gpt-4o', 'chat', 10, "
+            f"5, {START} + g, 'msg-' || g FROM generate_series(1, 500) g"
+        )
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql("VACUUM ANALYZE")
+
+
+def once_ms(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1000
+
+
+def main() -> None:
+    name, url = create_database("postgresql", "agora_bench_rls")
+    role = f"agora_bench_app_{secrets.token_hex(4)}"
+    owner = open_engine(url)
+    try:
+        ensure_agent_tables(owner)
+        began = time.perf_counter()
+        load(owner)
+        print(f"loaded {ROWS:,} ledger rows in {time.perf_counter() - began:.0f} s")
+        enable_rls(owner, app_role=role)
+        app = open_engine(f"{url}?options=-crole%3D{role}", tenant=TENANT)
+
+        def run_spend() -> Any:
+            with app.connect() as conn:
+                report = spend(
+                    conn, by="model", from_day=MARCH[0], to_day=MARCH[1], tenant=TENANT, raw=True
+                )
+                conn.rollback()
+            return report
+
+        def run_show() -> Any:
+            with app.connect() as conn:
+                transcript = get_transcript(conn, BIG_THREAD)
+                conn.rollback()
+            return transcript
+
+        with app.connect() as conn:
+            assert conn.execute(text("SELECT current_user")).scalar() == role
+            conn.rollback()
+        reference = {"on": (run_spend(), run_show())}
+        samples: dict[str, dict[str, list[float]]] = {
+            "spend": {"off": [], "on": []},
+            "show": {"off": [], "on": []},
+        }
+        for round_no in range(ROUNDS):
+            # ABBA order: a drift of the shared machine's load weighs on both states alike
+            for state in ("off", "on") if round_no % 2 == 0 else ("on", "off"):
+                if state == "off":
+                    disable_rls(owner)
+                else:
+                    enable_rls(owner)
+                reference.setdefault(state, (run_spend(), run_show()))  # also the warm-up
+                run_spend()
+                run_show()
+                for _ in range(REPEAT):
+                    samples["spend"][state].append(once_ms(run_spend))
+                    samples["show"][state].append(once_ms(run_show))
+        spend_on, show_on = reference["on"]
+        spend_off, show_off = reference["off"]
+        assert spend_on.total == spend_off.total, "RLS changed the spend report"
+        assert spend_on.total.turns > 0
+        assert len(show_on.messages) == len(show_off.messages) == 500
+        with app.connect() as conn:  # the plan of the month's SUM under the policy
+            plan = conn.exec_driver_sql(
+                "EXPLAIN SELECT model_id, sum(input_tokens) FROM agent_token_usage "
+                f"WHERE tenant_ref = '{TENANT}' AND created_at >= "
+                f"{parse_instant('2026-03-01T00:00:00Z')} AND created_at < "
+                f"{parse_instant('2026-04-01T00:00:00Z')} GROUP BY model_id"
+            ).all()
+            conn.rollback()
+        print(f"tenant {TENANT}: {spend_on.total.turns:,} ledger rows in March")
+        for what, label in (
+            ("spend", "spend --tenant T, one month of a 2M-row ledger"),
+            ("show", "threads show, 500 messages"),
+        ):
+            off = statistics.median(samples[what]["off"])
+            on = statistics.median(samples[what]["on"])
+            print(f"{label}: RLS off {off:.2f} ms, on {on:.2f} ms: ratio {on / off:.2f}")
+        print("plan (RLS on, app role):")
+        for (line,) in plan:
+            print(f"  {line}")
+        app.dispose()
+    finally:
+        owner.dispose()
+        admin = open_engine(url.rsplit("/", 1)[0] + "/postgres", isolation_level="AUTOCOMMIT")
+        drop_database("postgresql", name)
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP ROLE IF EXISTS "{role}"')
+        admin.dispose()
+
+
+if __name__ == "__main__":
+    main()
