@@ -11,7 +11,12 @@ untimed warm-up call times ``BENCH_RLS_REPEAT`` calls (default 5) of each of:
 
 1. ``spend --tenant T`` for one month (March): ``ledger.spend(by="model", tenant=T, raw=True)``,
    the statement the command runs (goal: ratio on/off <= 1.2);
-2. ``threads show`` of the 500-message thread: ``threads.get_transcript`` (goal <= 1.2).
+2. ``threads show`` of the 500-message thread: ``threads.get_transcript`` (goal <= 1.2);
+3. what the policies cost the server: ``EXPLAIN (ANALYZE, TIMING OFF)`` execution times of the
+   month's SUM, the thread's messages and its tool calls; and the spend once more with the plan
+   pinned (no plain index scans, no parallel workers), because without the policy the planner
+   may choose another index for the month (the created_at one, filtered by tenant), which makes
+   the plain ratio a comparison of two plans rather than of the policy's work.
 
 Both results are checked equal with and without the policies. The medians of all rounds are
 compared (the machine is shared: fine-grained alternation is what keeps load drift out of
@@ -21,6 +26,7 @@ The database and the role are dropped at the end.
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import statistics
@@ -49,6 +55,21 @@ TENANTS = 50
 THREADS = 1000
 TENANT = "tenant-7"
 BIG_THREAD = "bench-thread-500"
+# Pinning the plan: without the policy the planner may prefer a (parallel) scan of the
+# created_at index filtered by tenant; these make both states use the tenant index's bitmap scan,
+# so the difference is the policy's own work.
+PINNED = {"enable_indexscan": "off", "max_parallel_workers_per_gather": "0"}
+MONTH_SQL = (
+    "SELECT model_id, count(*), sum(input_tokens), sum(output_tokens), sum(cost_usd) "
+    f"FROM agent_token_usage WHERE tenant_ref = '{TENANT}' AND created_at BETWEEN "
+    f"{parse_instant('2026-03-01T00:00:00Z')} AND {parse_instant('2026-03-31T23:59:59.999Z')} "
+    "GROUP BY model_id"
+)
+MESSAGES_SQL = f"SELECT * FROM agent_message WHERE thread_id = '{BIG_THREAD}' ORDER BY seq"
+CALLS_SQL = (
+    "SELECT c.* FROM agent_tool_call c JOIN agent_message m ON c.message_id = m.id "
+    f"WHERE m.thread_id = '{BIG_THREAD}' ORDER BY c.created_at, c.id"
+)
 MODELS = ["gpt-4o-mini", "gpt-4o", "claude-sonnet-4", "claude-haiku-4-5", "gemini-2.5-pro"]
 
 
@@ -114,8 +135,13 @@ def main() -> None:
         enable_rls(owner, app_role=role)
         app = open_engine(f"{url}?options=-crole%3D{role}", tenant=TENANT)
 
-        def run_spend() -> Any:
+        def run_spend(pinned: bool = False) -> Any:
             with app.connect() as conn:
+                if pinned:  # the same plan with and without the policy (see the docstring)
+                    for name, value in PINNED.items():
+                        conn.execute(
+                            text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value}
+                        )
                 report = spend(
                     conn, by="model", from_day=MARCH[0], to_day=MARCH[1], tenant=TENANT, raw=True
                 )
@@ -128,14 +154,39 @@ def main() -> None:
                 conn.rollback()
             return transcript
 
+        def server_ms(sql: str, pinned: bool = False) -> float:
+            """The server's own execution time of one statement (EXPLAIN ANALYZE, no timing)."""
+            with app.connect() as conn:
+                if pinned:
+                    for name, value in PINNED.items():
+                        conn.execute(
+                            text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value}
+                        )
+                lines = [r[0] for r in conn.exec_driver_sql(f"EXPLAIN (ANALYZE, TIMING OFF) {sql}")]
+                conn.rollback()
+            return float(next(x for x in lines if x.startswith("Execution Time")).split()[2])
+
+        def top_scans(sql: str) -> list[str]:
+            with app.connect() as conn:
+                lines = [r[0].strip() for r in conn.exec_driver_sql(f"EXPLAIN {sql}")]
+                conn.rollback()
+            return [x.removeprefix("-> ").split("  (")[0].strip() for x in lines if "Scan" in x]
+
         with app.connect() as conn:
             assert conn.execute(text("SELECT current_user")).scalar() == role
             conn.rollback()
-        reference = {"on": (run_spend(), run_show())}
-        samples: dict[str, dict[str, list[float]]] = {
-            "spend": {"off": [], "on": []},
-            "show": {"off": [], "on": []},
+        figures = {
+            "spend": lambda: once_ms(run_spend),
+            "spend_pinned": lambda: once_ms(lambda: run_spend(pinned=True)),
+            "show": lambda: once_ms(run_show),
+            "srv_month": lambda: server_ms(MONTH_SQL),
+            "srv_month_pinned": lambda: server_ms(MONTH_SQL, pinned=True),
+            "srv_messages": lambda: server_ms(MESSAGES_SQL),
+            "srv_calls": lambda: server_ms(CALLS_SQL),
         }
+        samples: dict[str, dict[str, list[float]]] = {k: {"off": [], "on": []} for k in figures}
+        reference: dict[str, tuple[Any, Any]] = {}
+        plans: dict[str, list[str]] = {}
         for round_no in range(ROUNDS):
             # ABBA order: a drift of the shared machine's load weighs on both states alike
             for state in ("off", "on") if round_no % 2 == 0 else ("on", "off"):
@@ -144,35 +195,35 @@ def main() -> None:
                 else:
                     enable_rls(owner)
                 reference.setdefault(state, (run_spend(), run_show()))  # also the warm-up
+                plans.setdefault(state, top_scans(MONTH_SQL))
                 run_spend()
                 run_show()
                 for _ in range(REPEAT):
-                    samples["spend"][state].append(once_ms(run_spend))
-                    samples["show"][state].append(once_ms(run_show))
+                    for key, measure in figures.items():
+                        samples[key][state].append(measure())
         spend_on, show_on = reference["on"]
         spend_off, show_off = reference["off"]
-        assert spend_on.total == spend_off.total, "RLS changed the spend report"
+        for field in ("turns", "input_tokens", "output_tokens", "cache_read_tokens"):
+            assert getattr(spend_on.total, field) == getattr(spend_off.total, field), field
+        # sums of doubles in another row order may differ in the last bits
+        assert math.isclose(spend_on.total.cost_usd or 0, spend_off.total.cost_usd or 0)
         assert spend_on.total.turns > 0
         assert len(show_on.messages) == len(show_off.messages) == 500
-        with app.connect() as conn:  # the plan of the month's SUM under the policy
-            plan = conn.exec_driver_sql(
-                "EXPLAIN SELECT model_id, sum(input_tokens) FROM agent_token_usage "
-                f"WHERE tenant_ref = '{TENANT}' AND created_at >= "
-                f"{parse_instant('2026-03-01T00:00:00Z')} AND created_at < "
-                f"{parse_instant('2026-04-01T00:00:00Z')} GROUP BY model_id"
-            ).all()
-            conn.rollback()
         print(f"tenant {TENANT}: {spend_on.total.turns:,} ledger rows in March")
-        for what, label in (
+        for key, label in (
             ("spend", "spend --tenant T, one month of a 2M-row ledger"),
+            ("spend_pinned", "  same, plan pinned (no plain index scans, no parallel workers)"),
             ("show", "threads show, 500 messages"),
+            ("srv_month", "server time: the month's SUM"),
+            ("srv_month_pinned", "server time: the month's SUM, plan pinned"),
+            ("srv_messages", "server time: the thread's 500 messages"),
+            ("srv_calls", "server time: the thread's 100 tool calls (joined to messages)"),
         ):
-            off = statistics.median(samples[what]["off"])
-            on = statistics.median(samples[what]["on"])
+            off = statistics.median(samples[key]["off"])
+            on = statistics.median(samples[key]["on"])
             print(f"{label}: RLS off {off:.2f} ms, on {on:.2f} ms: ratio {on / off:.2f}")
-        print("plan (RLS on, app role):")
-        for (line,) in plan:
-            print(f"  {line}")
+        for state in ("off", "on"):
+            print(f"plan of the month's SUM, RLS {state}: {' / '.join(plans[state])}")
         app.dispose()
     finally:
         owner.dispose()
