@@ -81,7 +81,10 @@ def _direct(column: str = "tenant_ref") -> str:
 
 def _through(table: str, column: str, parent: str) -> str:
     # The parent's own policy applies inside the EXISTS: the child is visible iff its parent is.
-    return f"EXISTS (SELECT 1 FROM {parent} p WHERE p.id = {table}.{column})"
+    # OFFSET 0 keeps it a lookup by the parent's primary key per row: without it the planner may
+    # hash every parent row of the tenant instead (measured: a 500-message thread of a tenant
+    # with 2,000 threads read all 2,000 of them for each `threads show`).
+    return f"EXISTS (SELECT 1 FROM {parent} p WHERE p.id = {table}.{column} OFFSET 0)"
 
 
 # table -> the policy's expression (USING and WITH CHECK alike), parents before children.
