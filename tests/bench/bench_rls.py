@@ -21,9 +21,11 @@ untimed warm-up call times ``BENCH_RLS_REPEAT`` calls (default 5) of each of:
    may choose another index for the month (the created_at one, filtered by tenant), which makes
    the plain ratio a comparison of two plans rather than of the policy's work.
 
-Both results are checked equal with and without the policies. The medians of all rounds are
-compared (the machine is shared: fine-grained alternation is what keeps load drift out of
-the ratio). Run: ``python tests/bench/bench_rls.py`` (``BENCH_RLS_ROWS=200000`` for a quick run).
+Then, with an index ``(thread_id, tenant_ref)`` added (the proposal in RESULTS.md), ``threads
+show`` and the thread's ledger read once more, off and on. Both results are checked equal with
+and without the policies. The medians of all samples are compared (the machine is shared:
+fine-grained alternation is what keeps load drift out of the ratio).
+Run: ``python tests/bench/bench_rls.py`` (``BENCH_RLS_ROWS=200000`` for a quick run).
 The database and the role are dropped at the end.
 """
 
@@ -69,6 +71,9 @@ MONTH_SQL = (
     "GROUP BY model_id"
 )
 MESSAGES_SQL = f"SELECT * FROM agent_message WHERE thread_id = '{BIG_THREAD}' ORDER BY seq"
+USAGE_SQL = (
+    f"SELECT * FROM agent_token_usage WHERE thread_id = '{BIG_THREAD}' ORDER BY created_at, id"
+)
 CALLS_SQL = (
     "SELECT c.* FROM agent_tool_call c JOIN agent_message m ON c.message_id = m.id "
     f"WHERE m.thread_id = '{BIG_THREAD}' ORDER BY c.created_at, c.id"
@@ -186,6 +191,7 @@ def main() -> None:
             "srv_month_pinned": lambda: server_ms(MONTH_SQL, pinned=True),
             "srv_messages": lambda: server_ms(MESSAGES_SQL),
             "srv_calls": lambda: server_ms(CALLS_SQL),
+            "srv_usage": lambda: server_ms(USAGE_SQL),
         }
         samples: dict[str, dict[str, list[float]]] = {k: {"off": [], "on": []} for k in figures}
         reference: dict[str, tuple[Any, Any]] = {}
@@ -199,6 +205,7 @@ def main() -> None:
                     enable_rls(owner)
                 reference.setdefault(state, (run_spend(), run_show()))  # also the warm-up
                 plans.setdefault(state, top_scans(MONTH_SQL))
+                plans.setdefault(f"usage {state}", top_scans(USAGE_SQL))
                 run_spend()
                 run_show()
                 for _ in range(REPEAT):
@@ -221,12 +228,41 @@ def main() -> None:
             ("srv_month_pinned", "server time: the month's SUM, plan pinned"),
             ("srv_messages", "server time: the thread's 500 messages"),
             ("srv_calls", "server time: the thread's 100 tool calls (joined to messages)"),
+            ("srv_usage", "server time: the thread's 500 ledger rows"),
         ):
             off = statistics.median(samples[key]["off"])
             on = statistics.median(samples[key]["on"])
             print(f"{label}: RLS off {off:.2f} ms, on {on:.2f} ms: ratio {on / off:.2f}")
         for state in ("off", "on"):
             print(f"plan of the month's SUM, RLS {state}: {' / '.join(plans[state])}")
+        for state in ("off", "on"):
+            scans = " / ".join(plans[f"usage {state}"])
+            print(f"plan of the thread's ledger rows, RLS {state}: {scans}")
+        # The proposal in RESULTS.md: an index (thread_id, tenant_ref) lets the thread's ledger
+        # read use both conditions in one index instead of ANDing the tenant's whole range in.
+        with owner.begin() as conn:
+            conn.exec_driver_sql(
+                "CREATE INDEX agent_token_usage_thread_tenant_bench_idx "
+                "ON agent_token_usage (thread_id, tenant_ref)"
+            )
+            conn.exec_driver_sql("ANALYZE agent_token_usage")
+        extra = {"show": lambda: once_ms(run_show), "srv_usage": lambda: server_ms(USAGE_SQL)}
+        with_index: dict[str, dict[str, list[float]]] = {k: {"off": [], "on": []} for k in extra}
+        for round_no in range(max(2, ROUNDS // 2)):
+            for state in ("off", "on") if round_no % 2 == 0 else ("on", "off"):
+                (disable_rls if state == "off" else enable_rls)(owner)
+                run_show()
+                for _ in range(REPEAT):
+                    for key, measure in extra.items():
+                        with_index[key][state].append(measure())
+        for key, label in (
+            ("show", "with an index (thread_id, tenant_ref): threads show"),
+            ("srv_usage", "with an index (thread_id, tenant_ref): server time, the ledger rows"),
+        ):
+            off = statistics.median(with_index[key]["off"])
+            on = statistics.median(with_index[key]["on"])
+            print(f"{label}: RLS off {off:.2f} ms, on {on:.2f} ms: ratio {on / off:.2f}")
+        print(f"plan of the thread's ledger rows, RLS on: {' / '.join(top_scans(USAGE_SQL))}")
         app.dispose()
     finally:
         owner.dispose()
