@@ -12,7 +12,16 @@ from agora_cli.cli.errors import remember_json
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-__all__ = ["CsvOpt", "DbOpt", "FromOpt", "JsonOpt", "ToOpt", "days_window", "open_db"]
+__all__ = [
+    "CsvOpt",
+    "DbOpt",
+    "FromOpt",
+    "JsonOpt",
+    "NoPagerOpt",
+    "ToOpt",
+    "days_window",
+    "open_db",
+]
 
 DbOpt = Annotated[
     str | None,
@@ -34,6 +43,13 @@ JsonOpt = Annotated[
     ),
 ]
 CsvOpt = Annotated[bool, typer.Option("--csv", help="Print CSV on stdout.")]
+NoPagerOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-pager",
+        help="Print straight to the terminal (else through AGORA_PAGER, PAGER or less).",
+    ),
+]
 FromOpt = Annotated[
     str | None,
     typer.Option(
@@ -89,6 +105,9 @@ def open_db(
     ``--tenant``; else ``AGORA_TENANT``) scopes every PostgreSQL transaction to that tenant, for
     row-level security.
     """
+    from agora_cli.cli import startup_done
     from agora_cli.store.engine import open_engine
 
-    return open_engine(db, create=create, readonly=readonly, tenant=tenant)
+    engine = open_engine(db, create=create, readonly=readonly, tenant=tenant)
+    startup_done()  # the heavy imports are done: the collector is back before any real work
+    return engine
