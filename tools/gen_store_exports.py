@@ -41,6 +41,8 @@ MODULES = (
     "frames",
     "proposals",
     "demo",
+    "rls",
+    "redact",
 )
 
 HEADER = '''"""The agora store library: the agent schema, provisioning, and the stores built on it.

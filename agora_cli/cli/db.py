@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from agora_cli.cli import rls
 from agora_cli.cli.options import DbOpt, JsonOpt, open_db
 from agora_cli.cli.output import (
     Col,
@@ -36,6 +37,8 @@ app = typer.Typer(
     help="Provision, upgrade, check and describe the agent schema.",
     no_args_is_help=True,
 )
+app.add_typer(rls.app, name="rls")  # row-level security (PostgreSQL)
+app.command("redact")(rls.redact)  # tool I/O as hashes
 
 
 @app.command("provision")

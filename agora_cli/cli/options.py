@@ -94,16 +94,20 @@ def days_window(
     )
 
 
-def open_db(db: str | None, *, create: bool = False, readonly: bool = False) -> Engine:
+def open_db(
+    db: str | None, *, create: bool = False, readonly: bool = False, tenant: str | None = None
+) -> Engine:
     """Open (and prove) the engine for ``--db`` / ``AGORA_DATABASE_URL`` / the SQLite default.
 
     Only the commands that create a database pass ``create=True`` (``db provision``, ``db
     upgrade``, ``demo``); anything else refuses a SQLite file that does not exist. Reports pass
-    ``readonly=True``: on SQLite they then never take the write lock.
+    ``readonly=True``: on SQLite they then never take the write lock. ``tenant`` (a command's
+    ``--tenant``; else ``AGORA_TENANT``) scopes every PostgreSQL transaction to that tenant, for
+    row-level security.
     """
     from agora_cli.cli import startup_done
     from agora_cli.store.engine import open_engine
 
-    engine = open_engine(db, create=create, readonly=readonly)
+    engine = open_engine(db, create=create, readonly=readonly, tenant=tenant)
     startup_done()  # the heavy imports are done: the collector is back before any real work
     return engine

@@ -119,7 +119,7 @@ def quota(
     if scope_ref is not None:
         check_identity(f"--{scope_kind}", scope_ref)
     at_ms = parse_instant(at, what="--at") if at is not None else SystemClock().now_ms()
-    engine = open_db(db, readonly=True)
+    engine = open_db(db, readonly=True, tenant=tenant)
     notes: list[str] = []
     with engine.connect() as conn:
         if every:

@@ -139,7 +139,7 @@ def list_(
 
     one_format(as_json, csv)
     from_ms, to_ms, _, _ = days_window(from_day, to_day)
-    engine = open_db(db, readonly=True)
+    engine = open_db(db, readonly=True, tenant=tenant)
     with engine.connect() as conn:
         page = list_runs(
             conn,

@@ -182,7 +182,7 @@ def spend(
     if chart:
         _check_chart_window(grouping.split(",")[0], start, end)
     filters = {"actor": actor, "tenant": tenant, "model": model}
-    engine = open_db(db, readonly=True)
+    engine = open_db(db, readonly=True, tenant=tenant)
     with engine.connect() as conn:
         report = spend_report(
             conn,

@@ -157,7 +157,7 @@ def stats(
     one_format(as_json, csv)
     from_ms, to_ms, start, end = days_window(from_day, to_day, default_days=DEFAULT_DAYS)
     assert from_ms is not None and to_ms is not None and start and end
-    engine = open_db(db, readonly=True)
+    engine = open_db(db, readonly=True, tenant=tenant)
     with engine.connect() as conn:
         tools = stats_by_tool(conn, from_ms=from_ms, to_ms=to_ms, tenant_ref=tenant)
         agents = run_reliability(conn, from_ms=from_ms, to_ms=to_ms, tenant_ref=tenant)

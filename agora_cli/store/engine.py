@@ -156,6 +156,7 @@ def open_engine(
     check: bool = True,
     create: bool = True,
     readonly: bool = False,
+    tenant: str | None = None,
     **kwargs: Any,
 ) -> Engine:
     """Create an engine for ``url`` (see module docs) and, with ``check``, prove it connects.
@@ -164,6 +165,10 @@ def open_engine(
     database at /absolute/path") instead of creating an empty one: only provisioning, migrations
     and the demo create databases. ``readonly=True`` makes every SQLite transaction on the engine
     a plain deferred ``BEGIN``, so that a report never takes the write lock.
+
+    ``tenant`` (else ``AGORA_TENANT``) makes every transaction on a PostgreSQL engine begin with
+    ``agora.tenant`` set to it (``SET LOCAL``, for row-level security: see ``rls.py``); other
+    dialects ignore it.
 
     Raises ``InvalidInput`` for a malformed URL or unknown dialect and ``DatabaseUnreachable``
     when the server cannot be reached or refuses the credentials.
@@ -195,6 +200,11 @@ def open_engine(
         engine = create_engine(parsed, **options)
     except (ArgumentError, NoSuchModuleError) as exc:
         raise InvalidInput(f"cannot use {mask_url(raw)!r}: {_first_line(exc, raw)}") from None
+    tenant = tenant or os.environ.get("AGORA_TENANT") or None
+    if tenant is not None and backend == "postgresql":
+        from agora_cli.store.rls import install_tenant_setting
+
+        install_tenant_setting(engine, tenant)
     if backend == "sqlite":
         _install_sqlite_events(engine, event)
         if readonly:

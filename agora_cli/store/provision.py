@@ -386,6 +386,9 @@ def check_agent_tables(bind: Engine | Connection) -> list[Problem]:
                 problems.append(
                     Problem("wrong_collation", t, f"{t} uses {collation}, not utf8mb4_bin")
                 )
+    from agora_cli.store.rls import policy_problems  # PostgreSQL, once RLS is enabled
+
+    problems.extend(policy_problems(bind))
     return problems
 
 

@@ -1,0 +1,367 @@
+"""`agora db rls …` (row-level security, PostgreSQL) and `agora db redact` (tool I/O as hashes)."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from agora_cli.cli.options import DbOpt, JsonOpt, open_db
+from agora_cli.cli.output import Col, finish, out_console, progress, render_table, say
+from agora_cli.store.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from agora_cli.store.rls import RlsPlan
+
+__all__ = ["app", "redact"]
+
+app = typer.Typer(
+    help=(
+        "Row-level security on PostgreSQL: tenants kept apart by the database itself.\n\n"
+        "Example: agora db rls enable --app-role agora_app && agora db rls verify"
+    ),
+    no_args_is_help=True,
+)
+
+AppRoleOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--app-role",
+        metavar="NAME",
+        help="The runtime's role (NOLOGIN NOBYPASSRLS; created if missing, granted the DML).",
+        show_default=False,
+    ),
+]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the SQL; run none.")]
+LockTimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--lock-timeout",
+        metavar="SECONDS",
+        min=0.001,
+        max=3600,
+        help="Give up (exit 3) after waiting this long for a table lock.",
+    ),
+]
+
+
+def _plan_doc(plan: RlsPlan) -> dict[str, Any]:
+    return {
+        "action": plan.action,
+        "dialect": "postgresql",
+        "app_role": plan.app_role,
+        "role_created": plan.role_created,
+        "role_dropped": plan.role_dropped,
+        "dry_run": plan.dry_run,
+        "changed": plan.changed,
+        "statements": len(plan.sql),
+        "sql": plan.sql,
+        "notes": plan.notes,
+    }
+
+
+def _show_plan(plan: RlsPlan, done: str) -> None:
+    console = out_console()
+    if not plan.sql:
+        console.print(f"Nothing to do: row-level security is already {done}.")
+    elif plan.dry_run:
+        console.print(f"-- would run {len(plan.sql)} statement(s)", markup=False)
+        for statement in plan.sql:
+            console.print(statement + ";", markup=False, soft_wrap=True)
+    else:
+        role = ""
+        if plan.role_created:
+            role = f"; role {plan.app_role} created"
+        elif plan.role_dropped:
+            role = f"; role {plan.app_role} dropped"
+        console.print(
+            f"Row-level security {done} ({len(plan.sql)} statement(s){role}).",
+            markup=False,
+            soft_wrap=True,
+        )
+    for note in plan.notes:
+        say(f"note: {note}", style="yellow")
+
+
+@app.command("enable")
+def enable(
+    app_role: AppRoleOpt = None,
+    dry_run: DryRunOpt = False,
+    lock_timeout: LockTimeoutOpt = 10.0,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Enable and force the tenant policy (agent_tenant_isolation) on every tenant-data table.
+
+    Rows are visible and writable when their tenant equals the session setting agora.tenant
+    (AGORA_TENANT); untenanted rows only while it is unset. Child tables follow their parent.
+    Idempotent: only what is missing is created, in one transaction. PostgreSQL only.
+
+    Example: agora db rls enable --app-role agora_app --dry-run
+    """
+    from agora_cli.store.rls import enable_rls
+
+    plan = enable_rls(open_db(db), app_role=app_role, dry_run=dry_run, lock_timeout_s=lock_timeout)
+    finish(_plan_doc(plan), as_json=as_json, show=lambda: _show_plan(plan, "enabled"))
+
+
+@app.command("disable")
+def disable(
+    app_role: AppRoleOpt = None,
+    drop_role: Annotated[
+        bool, typer.Option("--drop-role", help="Also drop the --app-role role.")
+    ] = False,
+    dry_run: DryRunOpt = False,
+    lock_timeout: LockTimeoutOpt = 10.0,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Remove exactly what `db rls enable` created: policies, forcing, the helper function.
+
+    With --app-role, also revoke that role's grants on the agent tables; with --drop-role as
+    well, drop the role. PostgreSQL only.
+
+    Example: agora db rls disable --app-role agora_app --drop-role
+    """
+    from agora_cli.store.rls import disable_rls
+
+    plan = disable_rls(
+        open_db(db),
+        app_role=app_role,
+        drop_role=drop_role,
+        dry_run=dry_run,
+        lock_timeout_s=lock_timeout,
+    )
+    finish(_plan_doc(plan), as_json=as_json, show=lambda: _show_plan(plan, "disabled"))
+
+
+@app.command("status")
+def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Show row-level security per agent table, and which kind of role is connected.
+
+    A superuser or BYPASSRLS role sees every tenant (cross-tenant reports run as one); any
+    other role, the tables' owner included (the policies are forced), sees only its tenant's rows.
+
+    Example: agora db rls status --json
+    """
+    from agora_cli.store.rls import rls_status
+
+    engine = open_db(db, readonly=True)
+    with engine.connect() as conn:
+        st = rls_status(conn)
+        conn.rollback()
+    doc = {
+        "dialect": "postgresql",
+        "role": st.role,
+        "role_kind": st.role_kind,
+        "bypasses_rls": st.bypasses_rls,
+        "tenant": st.tenant,
+        "enabled": st.enabled,
+        "partial": st.partial,
+        "function": st.function,
+        "tables": [
+            {
+                "table": t.table,
+                "protected": t.protected,
+                "exists": t.exists,
+                "rls_enabled": t.enabled,
+                "rls_forced": t.forced,
+                "policy": t.policy,
+            }
+            for t in st.tables
+        ],
+    }
+
+    def show() -> None:
+        console = out_console()
+        state = "enabled" if st.enabled else "partly enabled" if st.partial else "not enabled"
+        console.print(f"row-level security  {state}", markup=False)
+        sees = "every tenant" if st.bypasses_rls else "only its tenant's rows"
+        console.print(f"connected role      {st.role} ({st.role_kind}: sees {sees})", markup=False)
+        console.print(
+            f"agora.tenant        {st.tenant or '(unset: untenanted rows)'}", markup=False
+        )
+        yes = {True: "yes", False: "—"}
+        render_table(
+            [
+                {
+                    "table": t.table,
+                    "tenant data": "yes" if t.protected else "no",
+                    "enabled": yes[t.enabled],
+                    "forced": yes[t.forced],
+                    "policy": yes[t.policy],
+                }
+                for t in st.tables
+                if t.exists or t.protected
+            ],
+            [Col("table"), Col("tenant data"), Col("enabled"), Col("forced"), Col("policy")],
+        )
+
+    finish(doc, as_json=as_json, show=show)
+
+
+@app.command("verify")
+def verify(app_role: AppRoleOpt = None, db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Run the isolation test per table; exit 1 naming every table whose isolation fails.
+
+    In one transaction that is rolled back, it writes rows for two throw-away tenants into every
+    protected table, switches to the app role (SET LOCAL ROLE; without --app-role, a throw-away
+    NOBYPASSRLS role made in the same transaction) and checks that tenant A sees its rows and
+    none of B's, cannot update or delete B's and cannot insert a row for B. Nothing it writes
+    survives: safe against production.
+
+    Example: agora db rls verify --app-role agora_app --json
+    """
+    from agora_cli.store.rls import verify_isolation
+
+    report = verify_isolation(open_db(db), app_role=app_role)
+    mark = {True: "ok", False: "FAIL"}
+    doc = {
+        "ok": report.ok,
+        "role": report.role,
+        "temporary_role": report.temporary_role,
+        "failed": report.failed,
+        "tables": [
+            {
+                "table": t.table,
+                "ok": t.ok,
+                "sees_own": t.sees_own,
+                "hides_other": t.hides_other,
+                "update_blocked": t.update_blocked,
+                "delete_blocked": t.delete_blocked,
+                "insert_blocked": t.insert_blocked,
+                "detail": t.detail,
+            }
+            for t in report.tables
+        ],
+    }
+
+    def show() -> None:
+        render_table(
+            [
+                {
+                    "table": t.table,
+                    "sees own": mark[t.sees_own],
+                    "hides other": mark[t.hides_other],
+                    "update": mark[t.update_blocked],
+                    "delete": mark[t.delete_blocked],
+                    "insert": mark[t.insert_blocked],
+                    "detail": t.detail or "",
+                }
+                for t in report.tables
+            ],
+            [
+                Col("table"),
+                Col("sees own"),
+                Col("hides other"),
+                Col("update"),
+                Col("delete"),
+                Col("insert"),
+                Col("detail"),
+            ],
+            title="Tenant isolation per table (tenant A against B's rows; all rolled back)",
+        )
+        if report.ok:
+            out_console().print(f"ok: {len(report.tables)} table(s) keep tenants apart.")
+        else:
+            say(f"isolation fails on: {', '.join(report.failed)} (agora db rls enable repairs it)")
+
+    finish(doc, as_json=as_json, show=show, exit_code=0 if report.ok else 1)
+
+
+def _stdin_is_terminal() -> bool:
+    return sys.stdin.isatty()
+
+
+def redact(
+    tool_io: Annotated[
+        bool,
+        typer.Option("--tool-io", help="Redact tool calls' input and output (required)."),
+    ] = False,
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than",
+            metavar="DURATION",
+            help="Only calls finished before this long ago: 30d, 12h, 4w (m is minutes).",
+            show_default=False,
+        ),
+    ] = None,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="Only this tenant's calls.", show_default=False)
+    ] = None,
+    batch: Annotated[
+        int, typer.Option("--batch", min=1, max=10_000, help="Rows per transaction (1-10000).")
+    ] = 500,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count; change nothing.")] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Do not ask (required without a terminal).")
+    ] = False,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Replace finished tool calls' input and output with sha256:<hex> hashes, for good.
+
+    A call is finished when its run finished before the cutoff (a call without a run: when it
+    was created before it). Errors keep their first line; counts, status and timing stay.
+    Bounded batches, each its own transaction: an interrupted run resumes. Already-hashed
+    values are skipped. Asks on a terminal; without one needs --yes (else exit 2).
+
+    Example: agora db redact --tool-io --older-than 30d --yes --json
+    """
+    from agora_cli.store.clock import iso_ms
+    from agora_cli.store.redact import redact_cutoff, redact_tool_io
+
+    if not tool_io:
+        raise InvalidInput("say what to redact: --tool-io (tool calls' input and output)")
+    if older_than is None:
+        raise InvalidInput("--older-than is required (e.g. --older-than 30d)")
+    cutoff = redact_cutoff(older_than)
+    if not (yes or dry_run) and not _stdin_is_terminal():
+        raise InvalidInput("not redacting without --yes: there is no terminal to ask on")
+    engine = open_db(db, tenant=tenant)
+    if not (yes or dry_run):
+        counted = redact_tool_io(engine, cutoff_ms=cutoff, tenant=tenant, dry_run=True)
+        if not counted.matched:
+            yes = True  # nothing to ask about
+        elif not typer.confirm(
+            f"Replace the input and output of {counted.matched:,} finished tool call(s) older "
+            f"than {older_than} with SHA-256 hashes? This cannot be undone.",
+            default=False,
+            err=True,
+        ):
+            say("nothing redacted.")
+            raise typer.Exit(1)
+    with progress("redacting", None) as advance:
+        report = redact_tool_io(
+            engine,
+            cutoff_ms=cutoff,
+            tenant=tenant,
+            batch=batch,
+            dry_run=dry_run,
+            on_batch=lambda b: advance(b.redacted),
+        )
+    doc = {
+        "kind": "tool_io",
+        "older_than": older_than,
+        "cutoff": iso_ms(report.cutoff),
+        "tenant": tenant,
+        "dry_run": report.dry_run,
+        "matched": report.matched,
+        "redacted": report.redacted,
+        "inputs": report.inputs,
+        "outputs": report.outputs,
+        "errors_trimmed": report.errors_trimmed,
+        "batches": report.batches,
+        "remaining": report.remaining,
+    }
+    if dry_run:
+        sentence = f"Would redact {report.matched:,} tool call(s) (dry run: nothing changed)."
+    else:
+        sentence = (
+            f"Redacted {report.redacted:,} tool call(s) in {report.batches} batch(es): "
+            f"{report.inputs:,} input(s) and {report.outputs:,} output(s) hashed; "
+            f"{report.remaining:,} remain."
+        )
+    finish(doc, as_json=as_json, show=sentence)

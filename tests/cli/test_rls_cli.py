@@ -1,0 +1,216 @@
+"""`agora db rls …` and `agora db redact` through the real Typer app.
+
+RLS commands on a real PostgreSQL (a database and an app role per test, the role dropped after);
+MySQL/MariaDB and SQLite refuse them with exit 2. Redaction on all three dialects.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from helpers import no_data
+from sqlalchemy import select, text
+
+from agora_cli.store.clock import DAY_MS, ManualClock, SystemClock
+from agora_cli.store.engine import open_engine
+from agora_cli.store.provision import ensure_agent_tables
+from agora_cli.store.rls import PROTECTED_TABLES, tenant_session
+from agora_cli.store.schema import tool_call
+from agora_cli.store.threads import append_message, create_thread, record_tool_call
+from agora_cli.store.usage import record_usage
+
+
+@pytest.fixture
+def pg_url(databases: Any) -> str:
+    databases.require("postgresql")
+    url = str(databases.new("postgresql"))
+    engine = open_engine(url)
+    ensure_agent_tables(engine)
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def app_role(pg_url: str) -> Iterator[str]:
+    role = f"agora_app_c_{secrets.token_hex(5)}"
+    yield role
+    engine = open_engine(pg_url)
+    with engine.begin() as conn:
+        if conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role}).first():
+            conn.exec_driver_sql(f'DROP OWNED BY "{role}"')
+            conn.exec_driver_sql(f'DROP ROLE "{role}"')
+    engine.dispose()
+
+
+def test_enable_dry_run_then_enable_status_verify_disable(
+    cli: Any, pg_url: str, app_role: str
+) -> None:
+    dry = cli("db", "rls", "enable", "--app-role", app_role, "--dry-run", "--db", pg_url)
+    assert dry.exit_code == 0, dry.stderr
+    assert "FORCE ROW LEVEL SECURITY;" in dry.stdout
+    assert f'CREATE ROLE "{app_role}" NOLOGIN NOBYPASSRLS;' in dry.stdout
+    status = cli("db", "rls", "status", "--db", pg_url, "--json").json()
+    assert not status["enabled"] and not status["partial"]  # the dry run ran nothing
+
+    done = cli("db", "rls", "enable", "--app-role", app_role, "--db", pg_url, "--json")
+    assert done.exit_code == 0, done.stderr
+    doc = done.json()
+    assert doc["changed"] and doc["role_created"] and doc["statements"] == len(doc["sql"])
+    again = cli("db", "rls", "enable", "--app-role", app_role, "--db", pg_url, "--json").json()
+    assert (again["changed"], again["statements"], again["role_created"]) == (False, 0, False)
+
+    status = cli("db", "rls", "status", "--db", pg_url, "--json").json()
+    assert status["enabled"] and status["role_kind"] == "superuser" and status["bypasses_rls"]
+    protected = {t["table"] for t in status["tables"] if t["protected"]}
+    assert protected == set(PROTECTED_TABLES)
+    assert all(
+        t["rls_enabled"] and t["rls_forced"] and t["policy"]
+        for t in status["tables"]
+        if t["protected"]
+    )
+    assert not any(t["policy"] for t in status["tables"] if not t["protected"])
+    human = cli("db", "rls", "status", "--db", pg_url)
+    assert "superuser" in human.stdout and "agent_tool_call" in human.stdout
+
+    verify = cli("db", "rls", "verify", "--app-role", app_role, "--db", pg_url, "--json")
+    assert verify.exit_code == 0, verify.stdout
+    assert verify.json()["ok"] and verify.json()["failed"] == []
+    assert cli("db", "check", "--db", pg_url).exit_code == 0
+
+    off = cli("db", "rls", "disable", "--app-role", app_role, "--drop-role", "--db", pg_url)
+    assert off.exit_code == 0, off.stderr
+    assert f"role {app_role} dropped" in off.stdout
+    status = cli("db", "rls", "status", "--db", pg_url, "--json").json()
+    assert not status["enabled"] and not status["partial"] and not status["function"]
+
+
+def test_verify_exits_1_naming_the_table_whose_policy_was_dropped(cli: Any, pg_url: str) -> None:
+    assert cli("db", "rls", "enable", "--db", pg_url).exit_code == 0
+    engine = open_engine(pg_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP POLICY agent_tenant_isolation ON agent_genui_call")
+    engine.dispose()
+    result = cli("db", "rls", "verify", "--db", pg_url)
+    assert result.exit_code == 1
+    assert "isolation fails on: agent_genui_call" in result.stderr
+    doc = cli("db", "rls", "verify", "--db", pg_url, "--json")
+    assert doc.exit_code == 1 and doc.json()["failed"] == ["agent_genui_call"]
+    check = cli("db", "check", "--db", pg_url, "--json")
+    assert check.exit_code == 1
+    assert [(p["kind"], p["table"]) for p in check.json()["problems"]] == [
+        ("missing_policy", "agent_genui_call")
+    ]
+    assert cli("db", "rls", "enable", "--db", pg_url).exit_code == 0
+    assert cli("db", "rls", "verify", "--db", pg_url).exit_code == 0
+
+
+@pytest.mark.parametrize("command", ["enable", "disable", "status", "verify"])
+def test_rls_is_exit_2_on_mysql_and_sqlite(
+    cli: Any, dialect: str, db_url: str, command: str
+) -> None:
+    if dialect == "postgresql":
+        pytest.skip("PostgreSQL has row-level security")
+    result = cli("db", "rls", command, "--db", db_url)
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert "no row-level security" in result.stderr and "by database" in result.stderr
+    assert no_data(result)
+
+
+def test_tenant_session_does_nothing_on_mysql_and_sqlite(dialect: str, engine: Any) -> None:
+    if dialect == "postgresql":
+        pytest.skip("covered by tests/store/test_rls.py")
+    with engine.connect() as conn, tenant_session(conn, "acme"):
+        assert conn.execute(select(tool_call.c.id)).all() == []
+
+
+def test_agora_tenant_and_spend_tenant_scope_the_app_roles_view(
+    cli: Any, pg_url: str, app_role: str
+) -> None:
+    engine = open_engine(pg_url)
+    with engine.begin() as conn:
+        for tenant, n in (("acme", 3), ("globex", 2), (None, 1)):
+            t = create_thread(conn, actor_ref="alice", tenant_ref=tenant, title=f"{tenant}")
+            for _ in range(n):
+                record_usage(
+                    conn,
+                    thread_id=t.id,
+                    actor_ref="alice",
+                    tenant_ref=tenant,
+                    model_id="m",
+                    purpose="chat",
+                    input_tokens=10,
+                    output_tokens=1,
+                )
+    engine.dispose()
+    assert cli("db", "rls", "enable", "--app-role", app_role, "--db", pg_url).exit_code == 0
+    as_app = f"{pg_url}?options=-crole%3D{app_role}"
+
+    listed = cli("threads", "list", "--db", as_app, "--json", env={"AGORA_TENANT": "acme"})
+    assert listed.exit_code == 0, listed.stderr
+    assert [t["tenant_ref"] for t in listed.json()["threads"]] == ["acme"]
+    unset = cli("threads", "list", "--db", as_app, "--json").json()
+    assert [t["tenant_ref"] for t in unset["threads"]] == [None]
+
+    spend = cli("spend", "--by", "tenant", "--tenant", "acme", "--db", as_app, "--json")
+    assert spend.exit_code == 0, spend.stderr
+    assert spend.json()["total"]["turns"] == 3
+    # as the owner (a superuser, bypassing the policies) the cross-tenant report sees everyone
+    everyone = cli("spend", "--by", "tenant", "--db", pg_url, "--json").json()
+    assert everyone["total"]["turns"] == 6
+
+
+# --- db redact --------------------------------------------------------------------------------
+
+
+def _seed_calls(engine: Any) -> None:
+    old = ManualClock(SystemClock().now_ms() - 60 * DAY_MS)
+    with engine.begin() as conn:
+        t = create_thread(conn, actor_ref="alice", tenant_ref="acme", clock=old)
+        m = append_message(conn, thread_id=t.id, role="assistant", content="x", clock=old)
+        for n in range(3):
+            record_tool_call(
+                conn,
+                message_id=m.id,
+                tool_call_id=f"call-{n}",
+                tool_name="search",
+                input={"q": f"secret {n}"},
+                clock=old,
+            )
+
+
+def test_redact_asks_and_needs_yes_without_a_terminal(cli: Any, engine: Any, db_url: str) -> None:
+    _seed_calls(engine)
+    result = cli("db", "redact", "--tool-io", "--older-than", "30d", "--db", db_url)
+    assert result.exit_code == 2
+    assert "without --yes" in result.stderr and no_data(result)
+    for bad in (["--older-than", "30d"], ["--tool-io", "--older-than", "soon"], ["--tool-io"]):
+        wrong = cli("db", "redact", *bad, "--yes", "--db", db_url)
+        assert wrong.exit_code == 2 and wrong.stderr.startswith("error: "), bad
+    with engine.connect() as conn:
+        inputs = conn.execute(select(tool_call.c.input)).scalars().all()
+        conn.rollback()
+    assert all(not i.startswith("sha256:") for i in inputs)
+
+
+def test_redact_dry_run_then_yes_then_again(cli: Any, engine: Any, db_url: str) -> None:
+    _seed_calls(engine)
+    args = ("db", "redact", "--tool-io", "--older-than", "30d", "--db", db_url, "--json")
+    dry = cli(*args, "--dry-run").json()
+    assert (dry["matched"], dry["redacted"], dry["remaining"], dry["dry_run"]) == (3, 0, 3, True)
+    done = cli(*args, "--yes", "--batch", "2")
+    assert done.exit_code == 0, done.stderr
+    doc = done.json()
+    assert (doc["redacted"], doc["inputs"], doc["outputs"], doc["batches"]) == (3, 3, 0, 2)
+    assert doc["remaining"] == 0 and doc["kind"] == "tool_io"
+    again = cli(*args, "--yes").json()
+    assert (again["matched"], again["redacted"]) == (0, 0)
+    with engine.connect() as conn:
+        inputs = conn.execute(select(tool_call.c.input)).scalars().all()
+        conn.rollback()
+    assert len(inputs) == 3 and all(i.startswith("sha256:") and len(i) == 71 for i in inputs)
+    human = cli("db", "redact", "--tool-io", "--older-than", "30d", "--yes", "--db", db_url)
+    assert human.stdout.startswith("Redacted 0 tool call(s)")

@@ -1,0 +1,366 @@
+"""Row-level security on a real PostgreSQL, under a real NOBYPASSRLS app role.
+
+Every test gets its own database, provisioned, with `enable_rls(app_role=…)`; the role is created
+for that database and dropped afterwards (roles are cluster-wide). For every protected table:
+tenant A cannot read, update, delete or insert B's rows; untenanted rows are visible only while
+`agora.tenant` is unset; the policy keeps the tenant indexes in use (EXPLAIN); `rls verify` passes
+on a fresh schema and names the table whose policy was dropped by hand.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import BigInteger, Double, Integer, and_, func, select, text, update
+from sqlalchemy.exc import DBAPIError
+
+from agora_cli.store.engine import open_engine
+from agora_cli.store.provision import check_agent_tables, ensure_agent_tables
+from agora_cli.store.rls import (
+    POLICY_NAME,
+    PROTECTED_TABLES,
+    disable_rls,
+    enable_rls,
+    rls_status,
+    tenant_session,
+    verify_isolation,
+)
+from agora_cli.store.schema import metadata
+
+TABLES = {t.name: t for t in metadata.sorted_tables}
+TENANTS = ("acme", "globex", None)  # None: an untenanted row
+PARENT = {
+    "agent_message": ("thread_id", "agent_thread"),
+    "agent_genui_call": ("thread_id", "agent_thread"),
+    "agent_confirm_token": ("thread_id", "agent_thread"),
+    "agent_queued_message": ("thread_id", "agent_thread"),
+    "agent_token_usage": ("thread_id", "agent_thread"),
+    "agent_run": ("thread_id", "agent_thread"),
+    "agent_action_proposal": ("thread_id", "agent_thread"),
+    "agent_tool_call": ("message_id", "agent_message"),
+    "agent_stream_frame": ("run_id", "agent_run"),
+}
+
+
+@pytest.fixture
+def pg_url(databases: Any) -> str:
+    databases.require("postgresql")
+    url = str(databases.new("postgresql"))
+    engine = open_engine(url)
+    ensure_agent_tables(engine)
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def app_role(pg_url: str) -> Iterator[str]:
+    role = f"agora_app_t_{secrets.token_hex(5)}"
+    yield role
+    engine = open_engine(pg_url)
+    with engine.begin() as conn:
+        exists = conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role})
+        if exists.first():
+            conn.exec_driver_sql(f'DROP OWNED BY "{role}"')
+            conn.exec_driver_sql(f'DROP ROLE "{role}"')
+    engine.dispose()
+
+
+@pytest.fixture
+def rls(pg_url: str, app_role: str) -> Iterator[Any]:
+    engine = open_engine(pg_url)
+    plan = enable_rls(engine, app_role=app_role)
+    assert plan.role_created
+    yield engine
+    engine.dispose()
+
+
+def _row(
+    table: Any, key: str, tenant: str | None, parents: dict[str, Any], n: int
+) -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    for column in table.columns:
+        if (column.nullable or column.server_default is not None) and not column.primary_key:
+            continue
+        if isinstance(column.type, Integer | BigInteger):
+            row[column.name] = n
+        elif isinstance(column.type, Double):
+            row[column.name] = 0.0
+        else:
+            row[column.name] = f"{key}-{table.name}-{column.name}"
+    if "tenant_ref" in table.columns:
+        row["tenant_ref"] = tenant
+    if table.name == "agent_usage_daily":
+        row["tenant_key"] = tenant or ""
+    if table.name in PARENT:
+        column, parent = PARENT[table.name]
+        row[column] = parents[parent]["id"]
+    return row
+
+
+def seed(engine: Any) -> dict[str | None, dict[str, dict[str, Any]]]:
+    """One row per protected table for acme, globex and no tenant, written as the owner."""
+    rows: dict[str | None, dict[str, dict[str, Any]]] = {}
+    with engine.begin() as conn:
+        for n, tenant in enumerate(TENANTS, start=1):
+            key = tenant or "none"
+            rows[tenant] = {}
+            for name in PROTECTED_TABLES:
+                row = _row(TABLES[name], key, tenant, rows[tenant], n)
+                conn.execute(TABLES[name].insert().values(**row))
+                rows[tenant][name] = row
+    return rows
+
+
+def pk(table: Any, row: dict[str, Any]) -> Any:
+    return and_(*(c == row[c.name] for c in table.primary_key.columns))
+
+
+def pk_value(table: Any, row: Any) -> tuple[Any, ...]:
+    return tuple(row[c.name] for c in table.primary_key.columns)
+
+
+@contextmanager
+def as_app(engine: Any, role: str, tenant: str | None) -> Iterator[Any]:
+    """A transaction as the app role, scoped by the library's tenant_session; rolled back."""
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f'SET LOCAL ROLE "{role}"')
+        with tenant_session(conn, tenant):
+            yield conn
+        conn.rollback()
+
+
+def visible(conn: Any, table: Any) -> set[tuple[Any, ...]]:
+    return {pk_value(table, r) for r in conn.execute(select(table)).mappings()}
+
+
+def refused(conn: Any, statement: Any) -> bool:
+    """Whether the policy refuses ``statement`` (in a savepoint, so the test can go on)."""
+    savepoint = conn.begin_nested()
+    try:
+        conn.execute(statement)
+    except DBAPIError as exc:
+        savepoint.rollback()
+        assert "row-level security" in str(exc.orig), exc
+        return True
+    savepoint.rollback()
+    return False
+
+
+@pytest.mark.parametrize("name", PROTECTED_TABLES)
+def test_a_tenant_cannot_read_update_delete_or_insert_another_tenants_rows(
+    rls: Any, app_role: str, name: str
+) -> None:
+    rows = seed(rls)
+    table = TABLES[name]
+    mine, theirs = rows["acme"][name], rows["globex"][name]
+    with as_app(rls, app_role, "acme") as conn:
+        assert visible(conn, table) == {pk_value(table, mine)}
+        first = next(c for c in table.columns if not c.primary_key)
+        assert (
+            conn.execute(update(table).where(pk(table, theirs)).values({first: first})).rowcount
+            == 0
+        )
+        assert conn.execute(table.delete().where(pk(table, theirs))).rowcount == 0
+        intruder = _row(table, "intruder", "globex", rows["globex"], 99)
+        assert refused(conn, table.insert().values(**intruder))
+        # nor can it move its own row over to the other tenant
+        if "tenant_ref" in table.columns:
+            moved = {"tenant_ref": "globex"}
+        elif name == "agent_usage_daily":
+            moved = {"tenant_key": "globex"}
+        else:
+            column, parent = PARENT[name]
+            moved = {column: rows["globex"][parent]["id"]}
+        assert refused(conn, update(table).where(pk(table, mine)).values(**moved))
+        # and its own row stays writable
+        assert (
+            conn.execute(update(table).where(pk(table, mine)).values({first: first})).rowcount == 1
+        )
+    with rls.connect() as conn:  # the owner (a superuser here) sees that nothing changed
+        assert conn.execute(select(table).where(pk(table, theirs))).mappings().one() is not None
+        assert conn.execute(select(func.count()).select_from(table)).scalar() == 3
+        conn.rollback()
+
+
+@pytest.mark.parametrize("name", PROTECTED_TABLES)
+def test_untenanted_rows_are_visible_only_while_the_setting_is_unset(
+    rls: Any, app_role: str, name: str
+) -> None:
+    rows = seed(rls)
+    table = TABLES[name]
+    untenanted = pk_value(table, rows[None][name])
+    with as_app(rls, app_role, None) as conn:
+        assert visible(conn, table) == {untenanted}
+        intruder = _row(table, "intruder", "acme", rows["acme"], 99)
+        assert refused(conn, table.insert().values(**intruder))
+        own = _row(table, "fresh", None, rows[None], 98)
+        conn.execute(table.insert().values(**own))  # an untenanted session writes untenanted rows
+    with as_app(rls, app_role, "acme") as conn:
+        assert untenanted not in visible(conn, table)
+    with as_app(rls, app_role, "") as conn:  # empty is unset
+        assert visible(conn, table) == {untenanted}
+
+
+def test_frames_of_a_run_without_a_run_row_are_visible_only_untenanted(
+    rls: Any, app_role: str
+) -> None:
+    seed(rls)
+    frames = TABLES["agent_stream_frame"]
+    with rls.begin() as conn:
+        conn.execute(frames.insert().values(run_id="ghost", seq=1, frame="{}", created_at=1))
+    with as_app(rls, app_role, None) as conn:
+        runs = {r for (r, _) in visible(conn, frames)}
+        assert runs == {"none-agent_run-id", "ghost"}  # never globex's or acme's
+    with as_app(rls, app_role, "acme") as conn:
+        assert {r for (r, _) in visible(conn, frames)} == {"acme-agent_run-id"}
+
+
+def _plan(conn: Any, sql: str) -> str:
+    return "\n".join(r[0] for r in conn.exec_driver_sql("EXPLAIN " + sql))
+
+
+def test_the_policy_keeps_the_tenant_indexes_in_use(rls: Any, app_role: str) -> None:
+    with rls.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO agent_thread (id, actor_ref, tenant_ref, title, created_at, updated_at) "
+            "SELECT 't' || g, 'actor' || mod(g, 20), 'tenant' || mod(g, 50), '', g, g "
+            "FROM generate_series(1, 5000) g"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO agent_token_usage (id, thread_id, actor_ref, tenant_ref, model_id, "
+            "purpose, input_tokens, output_tokens, created_at) "
+            "SELECT 'u' || g, 't' || (1 + mod(g, 5000)), 'actor', 'tenant' || mod(g, 50), 'm', "
+            "'chat', 1, 1, g FROM generate_series(1, 20000) g"
+        )
+        conn.exec_driver_sql("ANALYZE agent_thread")
+        conn.exec_driver_sql("ANALYZE agent_token_usage")
+    with as_app(rls, app_role, "tenant7") as conn:
+        # The policy's own condition is an index condition: no user filter on the tenant at all.
+        ledger = _plan(conn, "SELECT sum(input_tokens) FROM agent_token_usage")
+        assert "agent_token_usage_tenant_created_idx" in ledger, ledger
+        assert "Index Cond: ((tenant_ref)::text = NULLIF(current_setting(" in ledger, ledger
+        month = _plan(
+            conn,
+            "SELECT sum(input_tokens) FROM agent_token_usage WHERE tenant_ref = 'tenant7' "
+            "AND created_at >= 100 AND created_at < 10000",
+        )
+        assert "agent_token_usage_tenant_created_idx" in month, month
+        threads = _plan(conn, "SELECT id FROM agent_thread WHERE actor_ref = 'actor3'")
+        assert "agent_thread_tenant_actor_idx" in threads, threads
+        assert "Seq Scan" not in ledger + month + threads
+        total = conn.execute(text("SELECT count(*) FROM agent_token_usage")).scalar()
+        assert total == 400  # and the rows are exactly tenant7's
+
+
+def test_verify_passes_on_a_fresh_schema_and_leaves_nothing(rls: Any, app_role: str) -> None:
+    report = verify_isolation(rls)
+    assert report.ok, [(t.table, t.detail) for t in report.tables if not t.ok]
+    assert report.temporary_role
+    assert [t.table for t in report.tables] == list(PROTECTED_TABLES)
+    named = verify_isolation(rls, app_role=app_role)
+    assert named.ok and named.role == app_role
+    with rls.connect() as conn:
+        for name in PROTECTED_TABLES:
+            assert conn.execute(select(func.count()).select_from(TABLES[name])).scalar() == 0
+        gone = conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": report.role})
+        assert gone.first() is None  # the throw-away role was rolled back with the rest
+        conn.rollback()
+
+
+def test_verify_fails_without_rls_on_every_table(pg_url: str) -> None:
+    engine = open_engine(pg_url)
+    report = verify_isolation(engine)
+    engine.dispose()
+    assert not report.ok
+    assert report.failed == list(PROTECTED_TABLES)
+    assert all(not t.hides_other for t in report.tables)
+
+
+def test_a_policy_dropped_by_hand_is_named_by_verify_and_check(rls: Any) -> None:
+    assert check_agent_tables(rls) == []
+    with rls.begin() as conn:
+        conn.exec_driver_sql(f"DROP POLICY {POLICY_NAME} ON agent_tool_call")
+    report = verify_isolation(rls)
+    assert report.failed == ["agent_tool_call"]
+    problems = check_agent_tables(rls)
+    assert [(p.kind, p.table) for p in problems] == [("missing_policy", "agent_tool_call")]
+    repair = enable_rls(rls)
+    assert len(repair.sql) == 1
+    assert repair.sql[0].startswith(f'CREATE POLICY {POLICY_NAME} ON "agent_tool_call"')
+    assert verify_isolation(rls).ok
+    assert check_agent_tables(rls) == []
+
+
+def test_enable_is_idempotent_and_disable_removes_exactly_it(rls: Any, app_role: str) -> None:
+    again = enable_rls(rls, app_role=app_role)
+    assert again.sql == [] and not again.role_created
+    with rls.connect() as conn:
+        st = rls_status(conn)
+        conn.rollback()
+    assert st.enabled and st.role_kind == "superuser" and st.bypasses_rls
+    assert {t.table for t in st.tables if t.policy} == set(PROTECTED_TABLES)
+    dry = disable_rls(rls, app_role=app_role, drop_role=True, dry_run=True)
+    assert dry.sql and dry.sql[-1] == f'DROP ROLE "{app_role}"'
+    with rls.connect() as conn:
+        assert rls_status(conn).enabled  # a dry run changes nothing
+        conn.rollback()
+    done = disable_rls(rls, app_role=app_role, drop_role=True)
+    assert done.role_dropped
+    with rls.connect() as conn:
+        st = rls_status(conn)
+        roles = conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": app_role})
+        assert roles.first() is None
+        conn.rollback()
+    assert not st.enabled and not st.partial and not st.function
+    assert not any(t.enabled or t.forced or t.policy for t in st.tables)
+    assert disable_rls(rls).sql == []
+
+
+def test_an_app_role_that_bypasses_rls_is_refused(rls: Any) -> None:
+    from agora_cli.store.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="bypasses row-level security"):
+        enable_rls(rls, app_role="postgres")
+    with pytest.raises(InvalidInput, match="not a usable role name"):
+        enable_rls(rls, app_role="bad;name")
+
+
+def test_open_engine_tenant_sets_the_setting_per_transaction(
+    rls: Any, pg_url: str, app_role: str
+) -> None:
+    seed(rls)
+    as_role = f"{pg_url}?options=-crole%3D{app_role}"
+    scoped = open_engine(as_role, tenant="acme")
+    plain = open_engine(as_role)
+    try:
+        for _ in range(2):  # every transaction, not just the first
+            with scoped.begin() as conn:
+                setting = conn.execute(text("SELECT current_setting('agora.tenant', true)"))
+                assert setting.scalar() == "acme"
+                assert conn.execute(select(TABLES["agent_thread"].c.id)).scalars().all() == [
+                    "acme-agent_thread-id"
+                ]
+        with plain.begin() as conn:  # the same pooled server, another engine: nothing carried
+            ids = conn.execute(select(TABLES["agent_thread"].c.id)).scalars().all()
+            assert ids == ["none-agent_thread-id"]
+    finally:
+        scoped.dispose()
+        plain.dispose()
+
+
+def test_tenant_session_nests_and_ends_with_the_transaction(rls: Any) -> None:
+    with rls.connect() as conn:
+        with tenant_session(conn, "acme"):
+            with tenant_session(conn, "globex"):
+                now = conn.execute(text("SELECT current_setting('agora.tenant', true)")).scalar()
+                assert now == "globex"
+            assert conn.execute(text("SELECT current_setting('agora.tenant')")).scalar() == "acme"
+        conn.commit()
+        # SET LOCAL: gone with the transaction
+        after = conn.execute(text("SELECT coalesce(current_setting('agora.tenant', true), '')"))
+        assert after.scalar() == ""
+        conn.rollback()
