@@ -72,6 +72,7 @@ if TYPE_CHECKING:
         DEMO_PRICES,
         DemoSummary,
         demo_has_agent_data,
+        demo_kek,
         write_demo_data,
     )
     from agora_cli.store.engine import (
@@ -611,6 +612,7 @@ _EXPORTS: dict[str, str] = {
     "delete_thread": "threads",
     "deliver_outcome": "proposals",
     "demo_has_agent_data": "demo",
+    "demo_kek": "demo",
     "describe_url": "engine",
     "dialect_name": "engine",
     "downgrade": "migrate",
@@ -945,6 +947,7 @@ __all__ = [
     "delete_thread",
     "deliver_outcome",
     "demo_has_agent_data",
+    "demo_kek",
     "describe_url",
     "dialect_name",
     "downgrade",
