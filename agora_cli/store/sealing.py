@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import json
@@ -449,8 +450,18 @@ def _split(value: str) -> tuple[str, str]:
     return key_id, body
 
 
+@functools.lru_cache(maxsize=256)
+def _ad_head(table: str, column: str, tenant: str, key_id: str) -> str:
+    return json.dumps(["agora:sealed:v1", f"{table}.{column}", tenant, key_id])[:-1] + ", "
+
+
 def _value_ad(table: str, column: str, tenant: str, row_id: str, key_id: str) -> bytes:
-    return json.dumps(["agora:sealed:v1", f"{table}.{column}", tenant, row_id, key_id]).encode()
+    """The associated data: ``["agora:sealed:v1", "<table>.<column>", tenant, key id, row id]``
+    as JSON (unambiguous whatever the identities hold); the head is the same for a whole thread."""
+    return (_ad_head(table, column, tenant, key_id) + json.dumps(row_id) + "]").encode()
+
+
+_URLSAFE_TO_STD = bytes.maketrans(b"-_", b"+/")
 
 
 def _seal(dk: _DataKey, table: str, column: str, row_id: str, plaintext: str) -> str:
@@ -463,19 +474,21 @@ def _seal(dk: _DataKey, table: str, column: str, row_id: str, plaintext: str) ->
 def _open(
     dk: _DataKey, table: str, column: str, tenant: str | None, row_id: str, value: str
 ) -> str:
-    where = f"{table}.{column} of row {row_id!r}"
     if tenant != dk.tenant:
-        raise SealBroken(f"{where} does not open: it was sealed for another tenant's key ({dk.id})")
-    _key_id, body = _split(value)
-    try:
-        blob = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-        plain = dk.aead.decrypt(
-            blob[:_NONCE], blob[_NONCE:], _value_ad(table, column, tenant, row_id, dk.id)
-        )
-        return str(plain.decode("utf-8"))
-    except (binascii.Error, ValueError, UnicodeDecodeError, _invalid_tag()):
         raise SealBroken(
-            f"{where} does not open: sealed for another row, column or tenant, or altered"
+            f"{table}.{column} of row {row_id!r} does not open: it was sealed for another "
+            f"tenant's key ({dk.id})"
+        )
+    body = value[len(SEALED_PREFIX) + len(dk.id) + 1 :]
+    try:
+        raw = body.encode("ascii").translate(_URLSAFE_TO_STD) + b"=" * (-len(body) % 4)
+        blob = binascii.a2b_base64(raw, strict_mode=True)
+        ad = _value_ad(table, column, tenant, row_id, dk.id)
+        return str(dk.aead.decrypt(blob[:_NONCE], blob[_NONCE:], ad).decode("utf-8"))
+    except (binascii.Error, ValueError, UnicodeError, _invalid_tag()):
+        raise SealBroken(
+            f"{table}.{column} of row {row_id!r} does not open: sealed for another row, column "
+            "or tenant, or altered"
         ) from None
 
 
@@ -541,11 +554,11 @@ def open_values(
         for i in sealed:
             values[i] = SEALED_MARKER
         return values
-    rows = _key_rows(conn, [_split(values[i])[0] for i in sealed])
+    key_ids = {i: _split(values[i])[0] for i in sealed}
+    rows = _key_rows(conn, list(key_ids.values()))
     keys: dict[str, _DataKey] = {}
-    for i in sealed:
+    for i, key_id in key_ids.items():
         row_id, tenant, value = cells[i]
-        key_id = _split(value)[0]
         if key_id not in keys:
             row = rows.get(key_id)
             if row is None:
