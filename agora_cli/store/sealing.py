@@ -451,14 +451,15 @@ def _split(value: str) -> tuple[str, str]:
 
 
 @functools.lru_cache(maxsize=256)
-def _ad_head(table: str, column: str, tenant: str, key_id: str) -> str:
-    return json.dumps(["agora:sealed:v1", f"{table}.{column}", tenant, key_id])[:-1] + ", "
+def _ad_head(table: str, column: str, tenant: str, key_id: str) -> bytes:
+    return json.dumps(["agora:sealed:v1", f"{table}.{column}", tenant, key_id]).encode()
 
 
 def _value_ad(table: str, column: str, tenant: str, row_id: str, key_id: str) -> bytes:
-    """The associated data: ``["agora:sealed:v1", "<table>.<column>", tenant, key id, row id]``
-    as JSON (unambiguous whatever the identities hold); the head is the same for a whole thread."""
-    return (_ad_head(table, column, tenant, key_id) + json.dumps(row_id) + "]").encode()
+    """The associated data: ``["agora:sealed:v1", "<table>.<column>", tenant, key id]`` as JSON,
+    then the row id. The JSON array ends where it closes, so the whole is unambiguous whatever
+    the identities hold; the head is the same for every row of a thread (cached)."""
+    return _ad_head(table, column, tenant, key_id) + row_id.encode("utf-8")
 
 
 _URLSAFE_TO_STD = bytes.maketrans(b"-_", b"+/")

@@ -4,9 +4,9 @@ For each dialect (local PostgreSQL and MariaDB, and a SQLite file):
 
 1. ``threads show`` of a 500-message thread whose messages are sealed (opened with the KEK) vs
    the same thread in plaintext, both in one database and measured interleaved — the median of
-   ``BENCH_SEAL_REPEAT`` runs (default 15) of the library read (``get_transcript``) and of the
-   whole command in-process (``agora threads show ID --json``: engine, read, JSON). Goal: the
-   sealed/plaintext ratio <= 1.5.
+   ``BENCH_SEAL_REPEAT`` runs (default 15) of the library read (``get_transcript``; also timed
+   with the garbage collector off, as ``timeit`` does) and of the whole command in-process
+   (``agora threads show ID --json``: engine, read, JSON). Goal: sealed/plaintext <= 1.5.
 2. ``db seal`` of ``BENCH_SEAL_ROWS`` plaintext messages (default 200,000; 200 threads of one
    tenant, ~400 characters each) with ``seal_tenant`` in batches of 1,000, vs a bare
    ``UPDATE agent_message SET content = :c WHERE id = :id`` of the same rows in the same batches
@@ -15,12 +15,14 @@ For each dialect (local PostgreSQL and MariaDB, and a SQLite file):
    and bare/seal (goal >= 0.3).
 
 Run: ``python tests/bench/bench_seal.py`` (``BENCH_SEAL_ROWS=20000`` for a quick run;
-``AGORA_BENCH_DIALECTS=postgresql`` for one server). One line per figure on stdout; the
+``AGORA_BENCH_DIALECTS=postgresql`` for one server; ``BENCH_SEAL_PARTS=show`` or ``seal`` for
+one part). One line per figure on stdout; the
 databases are dropped at the end.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import statistics
@@ -59,14 +61,23 @@ def _text(rng: random.Random, chars: int = 400) -> str:
     return " ".join(out)
 
 
-def _interleaved(a: Any, b: Any, repeat: int) -> tuple[float, float]:
+def _interleaved(a: Any, b: Any, repeat: int, *, no_gc: bool = False) -> tuple[float, float]:
+    """The medians of ``a`` and ``b``, run alternately; ``no_gc`` times them as ``timeit``
+    does, with the cyclic garbage collector off (a collection triggered by one side's
+    allocations otherwise lands, 20 ms at a time, on whichever call is running)."""
     a(), b()  # warm up
     ta, tb = [], []
     for _ in range(repeat):
         for fn, times in ((a, ta), (b, tb)):
+            if no_gc:
+                gc.collect()
+                gc.disable()
             start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
+            try:
+                fn()
+            finally:
+                times.append(time.perf_counter() - start)
+                gc.enable()
     return statistics.median(ta), statistics.median(tb)
 
 
@@ -107,11 +118,13 @@ def bench_show(dialect: str, url: str, kek: Kek) -> None:
 
         return go
 
-    plain, sealed = _interleaved(read("plain-co"), read("sealed-co"), REPEAT)
-    print(
-        f"{dialect}: get_transcript of {SHOW_MESSAGES} messages: plaintext {plain * 1000:.1f} ms, "
-        f"sealed {sealed * 1000:.1f} ms, ratio {sealed / plain:.2f} (goal <= 1.5)"
-    )
+    for no_gc in (False, True):
+        plain, sealed = _interleaved(read("plain-co"), read("sealed-co"), REPEAT, no_gc=no_gc)
+        print(
+            f"{dialect}: get_transcript of {SHOW_MESSAGES} messages"
+            f"{' (GC off, as timeit)' if no_gc else ''}: plaintext {plain * 1000:.1f} ms, "
+            f"sealed {sealed * 1000:.1f} ms, ratio {sealed / plain:.2f} (goal <= 1.5)"
+        )
     os.environ[KEK_ENV] = _KEK_TEXT
     try:
         plain, sealed = _interleaved(command("plain-co"), command("sealed-co"), REPEAT)
@@ -236,11 +249,14 @@ def main() -> None:
     kek = Kek.from_text(_KEK_TEXT)
     os.environ.pop(KEK_ENV, None)
     os.environ.pop("AGORA_KEK_FILE", None)
+    parts = os.environ.get("BENCH_SEAL_PARTS", "show,seal").split(",")
     for dialect in dialects():
-        with scratch_database(dialect, "agora_bench_seal") as url:
-            bench_show(dialect, url, kek)
-        with scratch_database(dialect, "agora_bench_seal") as url:
-            bench_seal(dialect, url, kek)
+        if "show" in parts:
+            with scratch_database(dialect, "agora_bench_seal") as url:
+                bench_show(dialect, url, kek)
+        if "seal" in parts:
+            with scratch_database(dialect, "agora_bench_seal") as url:
+                bench_seal(dialect, url, kek)
 
 
 if __name__ == "__main__":
