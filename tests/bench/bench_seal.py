@@ -191,9 +191,29 @@ def _restore(engine: Any, dialect: str, texts: dict[str, str]) -> None:
     for batch in _batches(rows):
         with engine.begin() as conn:
             conn.execute(stmt, batch)
-    if dialect == "postgresql":
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        if dialect == "postgresql":
             conn.exec_driver_sql("VACUUM ANALYZE agent_message")
+        elif dialect == "mysql":
+            conn.exec_driver_sql("ANALYZE TABLE agent_message, agent_thread").all()
+
+
+def _print_batch_plan(conn: Any, dialect: str, key_id: str) -> None:
+    """The plan of one ``db seal`` batch read (a middle one: ``id >`` the halfway row)."""
+    from agora_cli.store.sealing import _needs_sealing, _sealed_tables
+
+    table, of = _sealed_tables()[0]
+    q = (
+        select(table.c.id, table.c.content)
+        .where(of("acme"), _needs_sealing(table, key_id, False), table.c.id > f"m{ROWS // 2:07d}")
+        .order_by(table.c.id)
+        .limit(BATCH)
+    )
+    sql = str(q.compile(conn, compile_kwargs={"literal_binds": True}))
+    explain = {"sqlite": "EXPLAIN QUERY PLAN ", "postgresql": "EXPLAIN ", "mysql": "EXPLAIN "}
+    rows = conn.exec_driver_sql(explain[dialect] + sql).all()
+    plan = [" ".join(str(v) for v in row if v is not None) for row in rows]
+    print(f"{dialect}: plan of a db seal batch: " + " | ".join(plan))
 
 
 def bench_seal(dialect: str, url: str, kek: Kek) -> None:
@@ -217,8 +237,11 @@ def bench_seal(dialect: str, url: str, kek: Kek) -> None:
         .values(content=bindparam("b_content"))
     )
     bare_times, seal_times = [], []
-    for _ in range(int(os.environ.get("BENCH_SEAL_ROUNDS", "1"))):
+    for n in range(int(os.environ.get("BENCH_SEAL_ROUNDS", "1"))):
         _restore(engine, dialect, texts)
+        if n == 0:  # with the statistics of the loaded table
+            with engine.connect() as conn:
+                _print_batch_plan(conn, dialect, sealer.key_id)
         start = time.perf_counter()
         for batch in _batches(sealed_text):
             with engine.begin() as conn:
