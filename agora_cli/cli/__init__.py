@@ -17,6 +17,7 @@ from agora_cli.cli import (
     db,
     demo,
     frames,
+    keys,
     prices,
     proposals,
     quota,
@@ -82,6 +83,7 @@ app.add_typer(proposals.app, name="proposals")
 app.add_typer(threads.app, name="threads")
 app.add_typer(runs.app, name="runs")
 app.add_typer(tools.app, name="tools")
+app.add_typer(keys.app, name="keys")
 app.command("demo")(demo.demo)
 app.add_typer(config.app, name="config")
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from agora_cli.cli import rls
+from agora_cli.cli import keys, rls
 from agora_cli.cli.options import DbOpt, JsonOpt, open_db
 from agora_cli.cli.output import (
     Col,
@@ -324,3 +324,7 @@ def backfill(
         as_json=as_json,
         show=f"Backfilled {backfilled:,} proposal(s) in {batches} batch(es); {remaining:,} remain.",
     )
+
+
+# `db seal` lives with the keys (keys.py); it is a `db` command because it rewrites rows in bulk.
+app.command("seal")(keys.seal)

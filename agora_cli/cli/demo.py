@@ -33,14 +33,24 @@ def demo(
     tool calls with durations and failures, a ledger over several models and days (some priced,
     one unpriced, one dated model id, one provider-reported cost), pending, approved (queued,
     executed, failed, stuck), rejected and expired proposals, and the frames of finished,
-    running and expired streams. Refuses (exit 1) a database that already holds agent data
-    unless --force.
+    running and expired streams. Tenant globex has a data key: its messages are stored sealed,
+    wrapped by the KEK in AGORA_KEK or AGORA_KEK_FILE; with neither set, a SQLite demo writes
+    its own KEK to a file next to the database (DB.kek, mode 0600; reused by --force), and a
+    server database gets no sealed tenant. Refuses (exit 1) a database that already holds
+    agent data unless --force.
 
     Example: agora demo && agora spend --by model
     """
-    from agora_cli.store.demo import write_demo_data
+    from agora_cli.store.demo import demo_kek, write_demo_data
 
-    summary = write_demo_data(open_db(db, create=True), seed=seed, days=days, force=force)
+    engine = open_db(db, create=True)
+    kek_file: list[str | None] = [None]
+
+    def kek() -> Any:
+        found, kek_file[0] = demo_kek(engine)
+        return found
+
+    summary = write_demo_data(engine, seed=seed, days=days, force=force, kek=kek)
     scope = f"--actor {summary.sample_actor} --thread {summary.sample_thread} " + (
         f"--tenant {summary.sample_tenant}" if summary.sample_tenant else "--no-tenant"
     )
@@ -56,6 +66,11 @@ def demo(
         f"agora quota --actor alice --day-usd 0.01{db_opt}",
         f"agora prices resolve gpt-4o-mini-2024-07-18{db_opt}",
         f"agora threads show {summary.sample_thread}{db_opt}",
+        *(
+            [f"agora threads show {summary.sealed_thread}{db_opt}", f"agora keys list{db_opt}"]
+            if summary.sealed_tenant
+            else []
+        ),
         f"agora proposals list {scope}{db_opt}",
         f"agora frames tail {summary.frame_runs.get('finished', '')}{db_opt}",
         f"agora db status{db_opt}",
@@ -78,6 +93,12 @@ def demo(
             "unpriced_models": summary.unpriced_models,
             "proposals": summary.proposals,
             "frame_runs": summary.frame_runs,
+            "sealed": {
+                "tenant": summary.sealed_tenant,
+                "thread": summary.sealed_thread or None,
+                "messages": summary.sealed_messages,
+                "kek_file": kek_file[0],
+            },
             "try_next": try_next,
         }
         emit_json(doc)
@@ -97,6 +118,23 @@ def demo(
         markup=False,
         soft_wrap=True,
     )
+    if summary.sealed_tenant:
+        import shlex
+
+        opener = f"AGORA_KEK_FILE={shlex.quote(kek_file[0])} " if kek_file[0] else ""
+        console.print(
+            f"  sealed: tenant {summary.sealed_tenant}'s {summary.sealed_messages} messages "
+            + (f"(its KEK is in {kek_file[0]}: keep it private)" if kek_file[0] else "")
+            + f"; {opener}agora threads show {summary.sealed_thread} opens them",
+            markup=False,
+            soft_wrap=True,
+        )
+    else:
+        console.print(
+            "  sealed: none (set AGORA_KEK to give tenant globex a key and seal its messages)",
+            markup=False,
+            soft_wrap=True,
+        )
     console.print("\nTry next:", style="bold")
     for command in try_next:
         console.print(f"  {command}", markup=False, soft_wrap=True)

@@ -278,6 +278,7 @@ def _transcript_doc(transcript: Transcript) -> dict[str, Any]:
                 "seq": m.seq,
                 "role": m.role,
                 "content": m.content,
+                "sealed": m.sealed,
                 "persona": m.persona,
                 "run_id": m.run_id,
                 "created_at": _iso(m.created_at),
@@ -306,7 +307,9 @@ def show(
     """Show a thread's transcript in seq order, with its tool calls and token usage.
 
     ID may be any unique prefix of at least 8 characters; an ambiguous one is exit 2 and lists
-    the threads it starts.
+    the threads it starts. Sealed messages (a tenant with a key) are opened with the
+    key-encryption key in AGORA_KEK or AGORA_KEK_FILE, and show as [sealed] without it; a wrong
+    key is exit 3, a sealed value that does not belong to its row exit 1.
 
     Example: agora threads show demo-thread-01 --json
     """
@@ -345,7 +348,10 @@ def _render_transcript(doc: dict[str, Any]) -> None:
     )
     for m in doc["messages"]:
         console.print()
-        console.print(f"[bold cyan]#{m['seq']} {shown(m['role'])}[/bold cyan]  {m['created_at']}")
+        lock = "  [dim](sealed)[/dim]" if m["sealed"] else ""
+        console.print(
+            f"[bold cyan]#{m['seq']} {shown(m['role'])}[/bold cyan]  {m['created_at']}{lock}"
+        )
         # A message body keeps its newlines and tabs; every other control character is shown.
         console.print(safe_text(m["content"], body=True), markup=False)
         for call in m["tool_calls"]:

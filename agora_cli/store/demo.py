@@ -18,11 +18,18 @@ wrote); dates are relative to today (UTC), so the default reports (the current m
 always have data to show. Demo rows are recognisable by their ids (``demo-…``): ``--force``
 deletes the previous demo data set (its threads, whose deletion cascades, its frames and its
 prices) before writing, and leaves every other row alone.
+
+One tenant (``globex``) has a data key, so its messages are stored sealed and ``threads show``
+has both kinds to show. The key is wrapped by the KEK in ``AGORA_KEK``/``AGORA_KEK_FILE``; with
+neither set, a SQLite demo makes its own KEK in a file next to the database (``agora.db.kek``,
+mode 0600, reused by a later ``--force``), and a demo on a server database leaves the tenant
+unsealed rather than invent a key nobody keeps (``demo_kek``).
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
@@ -33,11 +40,14 @@ from agora_cli.store.errors import DemoRefused
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
+    from agora_cli.store.sealing import Kek
+
 __all__ = [
     "DEMO_PRICES",
     "DemoRefused",
     "DemoSummary",
     "demo_has_agent_data",
+    "demo_kek",
     "write_demo_data",
 ]
 
@@ -61,6 +71,7 @@ LEDGER_MODELS: tuple[tuple[str, int], ...] = (
     ("openrouter/anthropic/claude-3.5-haiku", 8),  # the provider reports the cost
     ("llama-3.3-70b-versatile", 7),  # unpriced on purpose: shows up as unpriced, never $0
 )
+SEALED_TENANT = "globex"  # the tenant whose messages the demo seals (given a KEK)
 ACTORS: tuple[tuple[str, str | None], ...] = (
     ("alice", "acme"),
     ("bob", "acme"),
@@ -124,6 +135,9 @@ class DemoSummary:
     budgets: int = 0
     first_day: str = ""
     last_day: str = ""
+    sealed_tenant: str | None = None  # None: no KEK, nothing sealed
+    sealed_thread: str = ""
+    sealed_messages: int = 0
 
 
 def demo_has_agent_data(conn: Connection) -> bool:
@@ -164,6 +178,28 @@ def _delete_previous_demo(engine: Engine) -> None:
             close(conn, run_id)
         conn.execute(delete(schema.model_pricing).where(schema.model_pricing.c.source == "demo"))
         conn.execute(delete(schema.budget).where(schema.budget.c.created_by == DEMO_BUDGET_BY))
+        conn.execute(delete(schema.tenant_key).where(schema.tenant_key.c.id.like(f"{PREFIX}%")))
+
+
+def demo_kek(engine: Engine) -> tuple[Kek | None, str | None]:
+    """The KEK the demo seals with, and the file it made or reused (``None`` when the KEK came
+    from the environment, or when there is none: a server database without ``AGORA_KEK``)."""
+    import os
+
+    from agora_cli.store.sealing import KEK_FILE_ENV, current_kek, generate_kek
+
+    found = current_kek()
+    if found is not None:
+        return found, None
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+        return None, None
+    path = f"{database}.kek"
+    if not os.path.exists(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(generate_kek() + "\n")
+    return current_kek({KEK_FILE_ENV: path}), path
 
 
 def write_demo_data(
@@ -173,10 +209,13 @@ def write_demo_data(
     days: int = 30,
     force: bool = False,
     clock: Clock | None = None,
+    kek: Kek | Callable[[], Kek | None] | None = None,
 ) -> DemoSummary:
     """Provision the database and write the demo data set; ``DemoRefused`` if data exists.
 
-    Each thread is one transaction, so an interrupted demo leaves whole threads behind.
+    Each thread is one transaction, so an interrupted demo leaves whole threads behind. With
+    ``kek`` (or what the callable returns, asked only once the demo is sure to write), tenant
+    ``globex`` gets a data key first and its messages are written sealed.
     """
     from agora_cli.store.errors import InvalidInput
     from agora_cli.store.fold import day_number, mark_range_dirty
@@ -195,6 +234,8 @@ def write_demo_data(
         )
     if taken:
         _delete_previous_demo(engine)
+    if callable(kek):
+        kek = kek()
 
     now = (clock or SystemClock()).now_ms()
     today = datetime.fromtimestamp(now / 1000, tz=UTC).date()
@@ -209,10 +250,28 @@ def write_demo_data(
     with engine.begin() as conn:
         mark_range_dirty(conn, day_number(_date(first)), day_number(today))
     _write_prices(engine, demo_clock, summary)
+    if kek is not None:
+        from agora_cli.store.sealing import create_tenant_key, find_active_key, using_kek
+
+        with using_kek(kek), engine.begin() as conn:
+            if find_active_key(conn, SEALED_TENANT) is None:
+                create_tenant_key(
+                    conn,
+                    tenant=SEALED_TENANT,
+                    key_id=f"{PREFIX}key-{SEALED_TENANT}",
+                    clock=demo_clock,
+                )
+        summary.sealed_tenant = SEALED_TENANT
     # What the agent does on its own (tool calls, failed runs) draws from a stream of its own,
     # so that the main one — and every id drawn from it — is what it was before these existed.
     ops = random.Random(f"console-{seed}")
-    _write_threads(engine, rng, ops, demo_clock, first, days, now, summary)
+    if kek is not None:
+        from agora_cli.store.sealing import using_kek
+
+        with using_kek(kek):
+            _write_threads(engine, rng, ops, demo_clock, first, days, now, summary)
+    else:
+        _write_threads(engine, rng, ops, demo_clock, first, days, now, summary)
     _write_frames(engine, demo_clock, now, summary)
     _write_budgets(engine, now, summary)
     return summary
@@ -416,6 +475,9 @@ def _write_thread(
             usage={"input_tokens": inp, "output_tokens": out},
         )
         summary.messages += 2
+        if tenant is not None and tenant == summary.sealed_tenant:
+            summary.sealed_messages += 2
+            summary.sealed_thread = summary.sealed_thread or thread_id
         failure = _write_agent_tool_calls(conn, ops, clock, n, turn, message_id, run_id, summary)
         if with_tool:
             call_id = f"{PREFIX}call-{n:02d}"

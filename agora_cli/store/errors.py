@@ -11,6 +11,7 @@ SQLAlchemy or httpx. Driver and HTTP errors are translated into this tree once, 
     ├── ModelNotInCatalog           exit 1  a provider/model is missing, or has no price
     ├── ForwardOnlyMigration        exit 1  a downgrade of a forward-only revision
     ├── DemoRefused                 exit 1  the demo would write into a database with data
+    ├── SealBroken                  exit 1  a sealed value does not open where it is stored
     ├── InvalidInput                exit 2  bad arguments, dates, limits, URLs, JSON
     │   ├── UnknownDialect          exit 2
     │   └── AmbiguousId             exit 2  a short id that starts more than one id
@@ -19,7 +20,9 @@ SQLAlchemy or httpx. Driver and HTTP errors are translated into this tree once, 
         ├── DatabaseError           exit 3  the server refused a statement
         ├── LockTimeout             exit 3  the provisioning lock, or a table's, not granted in time
         ├── MissingExtension        exit 3  a PostgreSQL extension (pgvector) is not installed
-        └── CatalogError            exit 3  the models.dev catalog could not be fetched or read
+        ├── CatalogError            exit 3  the models.dev catalog could not be fetched or read
+        ├── KeyUnavailable          exit 3  sealed content needs the KEK, and none is set
+        └── WrongKek                exit 3  the KEK set is not the one that wrapped the keys
 """
 
 from __future__ import annotations
@@ -35,12 +38,15 @@ __all__ = [
     "ExternalError",
     "ForwardOnlyMigration",
     "InvalidInput",
+    "KeyUnavailable",
     "LockTimeout",
     "MissingExtension",
     "ModelNotInCatalog",
     "NotFound",
     "SchemaDrift",
+    "SealBroken",
     "UnknownDialect",
+    "WrongKek",
 ]
 
 
@@ -79,6 +85,10 @@ class ForwardOnlyMigration(AgoraError):
 
 class DemoRefused(AgoraError):
     """The database already holds agent data; the demo replaces only a previous demo set."""
+
+
+class SealBroken(AgoraError):
+    """A sealed value does not open: it was sealed for another row, column or tenant, or altered."""
 
 
 class InvalidInput(AgoraError):
@@ -134,3 +144,11 @@ class MissingExtension(ExternalError):
 
 class CatalogError(ExternalError):
     """The models.dev catalog could not be fetched or read."""
+
+
+class KeyUnavailable(ExternalError):
+    """Sealed content needs the key-encryption key: set AGORA_KEK or AGORA_KEK_FILE."""
+
+
+class WrongKek(ExternalError):
+    """The key-encryption key set is not the one that wrapped the tenant keys."""

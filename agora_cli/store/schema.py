@@ -393,6 +393,17 @@ usage_fold = _table(
     _int("dirty", 0),
 )
 
+tenant_key = _table(
+    "agent_tenant_key",
+    _id(pk=True),  # the key id, named in every value it sealed
+    _id("tenant_key"),  # the tenant
+    Column("wrapped_key", Text(), nullable=False),  # the data key sealed by the KEK, base64
+    Column("kek_fingerprint", Ident, nullable=False),  # which KEK wrapped it
+    Column("created_at", Millis, nullable=False),
+    Column("retired_at", Millis, nullable=True),
+    Index("agent_tenant_key_tenant_idx", "tenant_key", "created_at"),
+)
+
 AGENT_TABLES: dict[str, str] = {
     "thread": thread.name,
     "message": message.name,
@@ -409,6 +420,7 @@ AGENT_TABLES: dict[str, str] = {
     "budget": budget.name,
     "usage_daily": usage_daily.name,
     "usage_fold": usage_fold.name,
+    "tenant_key": tenant_key.name,
 }
 
 # What each forward-only upgrade added to the 0001 shape: tables, (table, column) and
@@ -418,6 +430,7 @@ AGENT_TABLES: dict[str, str] = {
 UPGRADE_TABLES: dict[str, list[str]] = {
     "0004": ["agent_budget"],
     "0005": ["agent_usage_daily", "agent_usage_fold"],
+    "0006": ["agent_tenant_key"],
 }
 UPGRADE_COLUMNS: dict[str, list[tuple[str, str]]] = {
     "0002": [

@@ -25,7 +25,7 @@ from sqlalchemy import case, delete, func, insert, or_, select, update
 
 from agora_cli.store.clock import Clock, SystemClock
 from agora_cli.store.engine import dialect_name
-from agora_cli.store.errors import InvalidInput, NotFound
+from agora_cli.store.errors import InvalidInput, KeyUnavailable, NotFound
 from agora_cli.store.fold import mark_days_dirty
 from agora_cli.store.ids import new_id
 from agora_cli.store.schema import (
@@ -39,6 +39,7 @@ from agora_cli.store.schema import (
     token_usage,
     tool_call,
 )
+from agora_cli.store.sealing import is_sealed, open_values, sealer_for
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.values import (
     check_identity,
@@ -133,6 +134,8 @@ class Message:
     run_id: str | None
     outcome: str | None
     created_at: int
+    # stored sealed (content is then the opened text, or SEALED_MARKER without the KEK)
+    sealed: bool = False
 
 
 @dataclass(frozen=True)
@@ -325,8 +328,37 @@ def _thread(row: Mapping[Any, Any]) -> Thread:
     )
 
 
-def _message(row: Mapping[Any, Any]) -> Message:
-    return Message(**{name: row[name] for name in Message.__dataclass_fields__})
+_MESSAGE_COLUMNS = tuple(name for name in Message.__dataclass_fields__ if name != "sealed")
+_CONTENT = (message.name, "content")
+
+
+def _message(row: Mapping[Any, Any], content: str | None = None) -> Message:
+    """A message from its row; ``content`` is the opened text when the row holds a sealed one."""
+    values = {name: row[name] for name in _MESSAGE_COLUMNS}
+    if content is not None:
+        values.update(content=content, sealed=is_sealed(row["content"]))
+    return Message(**values)
+
+
+def _open_contents(
+    conn: Connection, thread_id: str, tenant: str | bool | None, rows: Sequence[Mapping[Any, Any]]
+) -> list[str]:
+    """The rows' contents as text: sealed ones opened (or the sealed marker without the KEK).
+
+    ``tenant`` is the thread's, or ``False`` when the caller has not read the thread: it is
+    then read only if a row is sealed.
+    """
+    contents = [r["content"] for r in rows]
+    if not any(is_sealed(c) for c in contents):
+        return contents
+    if tenant is False:
+        tenant = conn.execute(select(thread.c.tenant_ref).where(thread.c.id == thread_id)).scalar()
+    return open_values(
+        conn,
+        table=message.name,
+        column="content",
+        cells=[(r["id"], tenant if isinstance(tenant, str) else None, r["content"]) for r in rows],
+    )
 
 
 def _tool_call(row: Mapping[Any, Any]) -> ToolCall:
@@ -571,7 +603,9 @@ def append_message(
 ) -> Message:
     """Append a message with the thread's next ``seq`` and bump the thread's ``updated_at``.
 
-    Locks the thread row first, so concurrent appenders on one thread take turns.
+    Locks the thread row first, so concurrent appenders on one thread take turns. When the
+    thread's tenant has an active key the content is stored sealed (``KeyUnavailable`` without
+    the KEK: never stored in plaintext); the returned message holds the text as given.
     """
     check_text("content", content)
     values: dict[str, Any] = {
@@ -588,10 +622,13 @@ def append_message(
         "run_id": _ident(run_id, "run_id", optional=True),
         "outcome": _dump(outcome, "outcome"),
     }
-    _lock_thread(conn, thread_id)
+    locked = _lock_thread(conn, thread_id)
     now = _clock(clock).now_ms()
     if values["id"] is None:
         values["id"] = new_id(now)  # the same clock reading as created_at
+    sealer = sealer_for(conn, locked.tenant_ref)
+    if sealer is not None:  # sealed after the id is chosen: the value is bound to its row
+        values["content"] = sealer.seal(*_CONTENT, values["id"], content)
     # A locking read sees the latest committed row even in a REPEATABLE READ transaction
     # (InnoDB's default) that has already taken its snapshot; the thread lock makes it exact.
     top = conn.execute(
@@ -605,13 +642,19 @@ def append_message(
     values["created_at"] = now
     conn.execute(insert(message).values(values))
     conn.execute(update(thread).where(thread.c.id == thread_id).values(updated_at=now))
-    return _message(values)
+    return _message(values, content)
 
 
 def list_messages(conn: Connection, thread_id: str) -> list[Message]:
-    """List a thread's messages in ``seq`` order."""
+    """List a thread's messages in ``seq`` order (sealed contents opened, or marked)."""
+    return _list_messages(conn, thread_id, False)
+
+
+def _list_messages(conn: Connection, thread_id: str, tenant: str | bool | None) -> list[Message]:
     q = select(message).where(message.c.thread_id == thread_id).order_by(*_message_order())
-    return [_message(r) for r in conn.execute(q).mappings()]
+    rows = conn.execute(q).mappings().all()
+    contents = _open_contents(conn, thread_id, tenant, rows)
+    return [_message(r, c) for r, c in zip(rows, contents, strict=True)]
 
 
 def load_thread_for_turn(conn: Connection, thread_id: str, *, limit: int = 50) -> ThreadTurn:
@@ -626,7 +669,11 @@ def load_thread_for_turn(conn: Connection, thread_id: str, *, limit: int = 50) -
         .order_by(*(c.desc() for c in _message_order()))
         .limit(limit)
     )
-    rows = [TurnMessage(**dict(r)) for r in conn.execute(newest).mappings()]
+    found_rows = conn.execute(newest).mappings().all()
+    contents = _open_contents(conn, thread_id, found.tenant_ref, found_rows)
+    rows = [
+        TurnMessage(**{**dict(r), "content": c}) for r, c in zip(found_rows, contents, strict=True)
+    ]
     rows.reverse()
     return ThreadTurn(thread=found, messages=rows)
 
@@ -644,7 +691,9 @@ def fork_thread(
 
     The copies get new ids and keep ``seq``, role, content and payloads; the tool-call records,
     the ledger, runs and proposals stay with the original (money spent once is counted once).
-    The thread's summary is kept only if it covers no more messages than were copied.
+    The thread's summary is kept only if it covers no more messages than were copied. A sealed
+    content is bound to its row: the copies are opened and sealed again for their new ids
+    under the tenant's active key (so forking a sealed thread needs the KEK).
     """
     source = _lock_thread(conn, thread_id)
     now = _clock(clock).now_ms()
@@ -674,9 +723,22 @@ def fork_thread(
     values["transient"] = 1 if new.transient else 0
     conn.execute(insert(thread).values(values))
     if copied:
-        for row in copied:
+        if any(is_sealed(row["content"]) for row in copied):
+            cells = [(row["id"], source.tenant_ref, row["content"]) for row in copied]
+            texts = open_values(
+                conn, table=message.name, column="content", cells=cells, without_kek="raise"
+            )
+        else:
+            texts = [row["content"] for row in copied]
+        sealer = sealer_for(conn, source.tenant_ref)
+        if sealer is None and any(is_sealed(r["content"]) for r in copied):
+            raise KeyUnavailable(
+                f"thread {thread_id!r} holds sealed messages but its tenant has no active key"
+            )
+        for row, plain in zip(copied, texts, strict=True):
             row["id"] = new_id(now)
             row["thread_id"] = new.id
+            row["content"] = plain if sealer is None else sealer.seal(*_CONTENT, row["id"], plain)
         conn.execute(insert(message), copied)
     return new
 
@@ -744,7 +806,7 @@ def delete_thread(conn: Connection, thread_id: str) -> ThreadDeletion:
 def get_transcript(conn: Connection, thread_id: str) -> Transcript:
     """Return the whole thread in ``seq`` order with its tool-call records and ledger rows."""
     found = get_thread(conn, thread_id)
-    messages = list_messages(conn, thread_id)
+    messages = _list_messages(conn, thread_id, found.tenant_ref)
     calls_q = (
         select(tool_call)
         .join(message, tool_call.c.message_id == message.c.id)

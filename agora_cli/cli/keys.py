@@ -1,0 +1,206 @@
+"""`agora keys` (tenants' data keys) and `agora db seal` (sealing a tenant's existing rows).
+
+The key-encryption key comes from AGORA_KEK or AGORA_KEK_FILE and never from an option: an
+option would put it in the shell history and in `ps`. Nothing here prints key material: keys are
+named by id, the KEK by its fingerprint.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db
+from agora_cli.cli.output import Col, finish, progress, render_table, table_time
+
+if TYPE_CHECKING:
+    from agora_cli.store.sealing import TenantKey
+
+__all__ = ["app", "seal"]
+
+app = typer.Typer(
+    help=(
+        "Tenants' data keys for sealed message content (wrapped by the key-encryption key in "
+        "AGORA_KEK or AGORA_KEK_FILE; never shown)."
+    ),
+    no_args_is_help=True,
+)
+
+TenantOpt = Annotated[
+    str,
+    typer.Option("--tenant", metavar="TENANT", help="The tenant.", show_default=False),
+]
+
+
+def _iso(ms: int | None) -> str | None:
+    from agora_cli.store.clock import iso_ms
+
+    return iso_ms(ms)
+
+
+def _key_doc(key: TenantKey) -> dict[str, Any]:
+    return {
+        "id": key.id,
+        "tenant": key.tenant,
+        "state": "active" if key.active else "retired",
+        "kek_fingerprint": key.kek_fingerprint,
+        "created_at": _iso(key.created_at),
+        "retired_at": _iso(key.retired_at),
+    }
+
+
+KEY_COLUMNS = [
+    Col("tenant"),
+    Col("id"),
+    Col("state"),
+    Col("created_at", "created", fmt=table_time, wrap=False),
+    Col("retired_at", "retired", fmt=table_time, wrap=False),
+    Col("kek_fingerprint", "KEK fingerprint", wrap=False, drop=1),
+]
+
+
+@app.command("create")
+def create(tenant: TenantOpt, db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Give a tenant its first data key: from then on its new messages are stored sealed.
+
+    Needs the key-encryption key (AGORA_KEK or AGORA_KEK_FILE; missing or wrong: exit 3, nothing
+    written). A tenant that already has an active key is exit 1 (use `keys rotate`). Existing
+    plaintext rows stay as they are until `agora db seal --tenant T`.
+
+    Example: agora keys create --tenant acme   # with AGORA_KEK_FILE=/run/secrets/agora-kek
+    """
+    from agora_cli.store.sealing import create_tenant_key
+
+    with open_db(db).begin() as conn:
+        key = create_tenant_key(conn, tenant=tenant)
+    finish(
+        _key_doc(key),
+        as_json=as_json,
+        show=f"Created key {key.id} for tenant {key.tenant}: its new messages are sealed. "
+        f"Seal its existing ones with `agora db seal --tenant {key.tenant}`.",
+    )
+
+
+@app.command("rotate")
+def rotate(tenant: TenantOpt, db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Make a new active key for a tenant; the old one is retired and kept for opening.
+
+    Rows sealed under the retired key stay readable; `agora db seal --tenant T --rotate`
+    re-seals them under the new key. Needs the key-encryption key that wrapped the tenant's
+    keys (missing or wrong: exit 3, nothing written); a tenant without a key is exit 1.
+
+    Example: agora keys rotate --tenant acme && agora db seal --tenant acme --rotate
+    """
+    from agora_cli.store.sealing import rotate_tenant_key
+
+    with open_db(db).begin() as conn:
+        rotation = rotate_tenant_key(conn, tenant=tenant)
+    doc = {**_key_doc(rotation.key), "retired": rotation.retired}
+    finish(
+        doc,
+        as_json=as_json,
+        show=f"Tenant {rotation.key.tenant}: new active key {rotation.key.id}; retired "
+        f"{', '.join(rotation.retired)}. Re-seal its rows with `agora db seal --tenant "
+        f"{rotation.key.tenant} --rotate`.",
+    )
+
+
+@app.command("list")
+def list_keys(
+    tenant: Annotated[
+        str | None,
+        typer.Option("--tenant", metavar="TENANT", help="Only this tenant.", show_default=False),
+    ] = None,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
+) -> None:
+    """List tenants' data keys: id, state, created, retired (never key material).
+
+    Needs no key-encryption key.
+
+    Example: agora keys list --tenant acme --json
+    """
+    from agora_cli.store.sealing import list_tenant_keys
+
+    engine = open_db(db, readonly=True)
+    with engine.connect() as conn:
+        keys = list_tenant_keys(conn, tenant=tenant)
+        conn.rollback()
+    rows = [_key_doc(k) for k in keys]
+    finish(
+        {"keys": rows},
+        as_json=as_json,
+        csv=(rows, KEY_COLUMNS) if as_csv else None,
+        show=lambda: render_table(rows, KEY_COLUMNS, title="Tenant keys", empty="no tenant keys"),
+    )
+
+
+def seal(
+    tenant: TenantOpt,
+    rotate: Annotated[
+        bool,
+        typer.Option("--rotate", help="Also re-seal rows sealed under retired keys."),
+    ] = False,
+    batch: Annotated[
+        int, typer.Option("--batch", min=1, max=10000, help="Rows per batch (1-10000).")
+    ] = 1000,
+    max_batches: Annotated[
+        int | None,
+        typer.Option("--max-batches", min=1, help="Stop after N batches.", show_default=False),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count the rows it would seal; seal none.")
+    ] = False,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Seal a tenant's existing plaintext messages under its active key, in bounded batches.
+
+    Covers agent_message (the tenant's threads) and agent_queued_message. Every key of the
+    tenant is unwrapped first: a missing or wrong key-encryption key is exit 3 with nothing
+    written. Each batch is its own transaction, so an interrupted run (even kill -9) is safe to
+    run again: it resumes, and no row is sealed twice. With --rotate, rows sealed under retired
+    keys are re-sealed under the active one. A progress bar shows on a terminal.
+
+    Example: agora db seal --tenant acme --batch 1000
+    """
+    from agora_cli.store.sealing import count_to_seal, seal_tenant
+
+    engine = open_db(db)
+    total = None
+    if not dry_run:
+        with engine.connect() as conn:
+            total = sum(count_to_seal(conn, tenant=tenant, rotate=rotate).values())
+            conn.rollback()
+    with progress("sealing", total) as advance:
+        result = seal_tenant(
+            engine,
+            tenant=tenant,
+            rotate=rotate,
+            batch=batch,
+            max_batches=max_batches,
+            dry_run=dry_run,
+            progress=advance,
+        )
+    doc = {
+        "tenant": result.tenant,
+        "key_id": result.key_id,
+        "rotate": result.rotate,
+        "dry_run": result.dry_run,
+        "to_seal": result.to_seal,
+        "sealed": result.sealed,
+        "remaining": result.remaining,
+        "batches": result.batches,
+    }
+    what = "row(s) not under the active key" if rotate else "plaintext row(s)"
+    if dry_run:
+        text = f"Tenant {result.tenant}: {sum(result.to_seal.values()):,} {what} to seal."
+    else:
+        text = (
+            f"Tenant {result.tenant}: sealed {sum(result.sealed.values()):,} row(s) under key "
+            f"{result.key_id} in {result.batches} batch(es); "
+            f"{sum(result.remaining.values()):,} {what} remain."
+        )
+    finish(doc, as_json=as_json, show=text)
