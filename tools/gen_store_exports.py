@@ -25,6 +25,7 @@ MODULES = (
     "ddl",
     "lock_waits",
     "provision",
+    "galera",
     "migrate",
     "status",
     "threads",
