@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agora_cli.store.galera import GaleraStatus, galera_status
 from agora_cli.store.engine import dialect_name, server_version
+from agora_cli.store.galera import GaleraStatus, galera_status
 from agora_cli.store.migrate import applied_branches, current_revision, head_revision
 from agora_cli.store.provision import Problem, RowCount, check_agent_tables, table_row_counts
 
