@@ -254,7 +254,10 @@ def test_opposite_decisions_on_two_nodes_one_applied_one_conflict(galera_db: lis
         )
     scope = Scope(None, "a", "t")
     stores = [ActionProposalStore(e) for e in engines]
-    ids = [stores[0].create(NewProposal(scope, "refund", {"n": i})).proposal.id for i in range(20)]
+    ids = [
+        stores[0].create(NewProposal(scope, "refund", {"n": i}, id=f"prop-{i}")).proposal.id
+        for i in range(20)
+    ]
     for pid in ids:
         barrier = threading.Barrier(2)
         outcomes: dict[str, Any] = {}
