@@ -123,6 +123,47 @@ def run(urls: list[str]) -> dict[str, float]:
     }
 
 
+def latencies(url: str, n: int = 1000) -> dict[str, float]:
+    """Median ms of what a claim is made of, on one connection: a read, a causal read (Galera;
+    the same read elsewhere), and a one-row write with its commit (replication + certification
+    on Galera)."""
+    import statistics
+
+    import pymysql
+
+    from agora_cli.store.engine import normalize_url
+
+    u = normalize_url(url)
+    conn = pymysql.connect(host=u.host, port=u.port or 3306, user=u.username, database=u.database)
+    out: dict[str, float] = {}
+    with conn.cursor() as cur:
+        cur.execute("SHOW VARIABLES LIKE 'wsrep_on'")
+        row = cur.fetchone()
+        galera = row is not None and row[1] == "ON"
+        cur.execute("CREATE TABLE bench_ping (id INT PRIMARY KEY, n INT) ENGINE=InnoDB")
+        cur.execute("INSERT INTO bench_ping VALUES (1, 0)")
+        conn.commit()
+        for label, setup, sql in (
+            ("read", "SET SESSION wsrep_sync_wait = 0" if galera else None,
+             "SELECT n FROM bench_ping"),
+            ("causal read", "SET SESSION wsrep_sync_wait = 1" if galera else None,
+             "SELECT n FROM bench_ping"),
+            ("write+commit", None, "UPDATE bench_ping SET n = n + 1 WHERE id = 1"),
+        ):  # fmt: skip
+            if setup:
+                cur.execute(setup)
+            times = []
+            for _ in range(n):
+                t = time.perf_counter()
+                cur.execute(sql)
+                cur.fetchall()
+                conn.commit()
+                times.append(time.perf_counter() - t)
+            out[label] = 1000 * statistics.median(times)
+    conn.close()
+    return out
+
+
 def main() -> None:
     import cluster
 
@@ -138,6 +179,17 @@ def main() -> None:
         "Galera, 1 node": (nodes[0], lambda name: [with_db(nodes[0], name)]),
         "Galera, 3 nodes": (nodes[0], lambda name: [with_db(u, name) for u in nodes]),
     }
+    print("median ms on one idle connection: read / causal read / one-row write+commit")
+    for label, (admin, urls_of) in list(setups.items())[:2]:
+        name = fresh(admin, 0)
+        try:
+            lat = latencies(urls_of(name)[0])
+        finally:
+            drop(admin, name)
+        print(
+            f"  {label:20s} {lat['read']:.2f} / {lat['causal read']:.2f} / "
+            f"{lat['write+commit']:.2f}"
+        )
     print(f"{N:,} queued proposals, {WORKERS} workers (claim_next + settle), {ROUNDS} rounds")
     best: dict[str, dict[str, float]] = {}
     try:
