@@ -204,10 +204,10 @@ def open_engine(
         raise InvalidInput(f"cannot use {mask_url(raw)!r}: {_first_line(exc, raw)}") from None
     if backend == "sqlite":
         _install_sqlite_events(engine, event)
-    if backend == "mysql":
-        event.listen(engine, "connect", _on_mysql_connect)
         if readonly:
             engine = engine.execution_options(sqlite_deferred=True)
+    if backend == "mysql":
+        event.listen(engine, "connect", _on_mysql_connect)
     if check:
         try:
             # Deferred on SQLite: proving the connection never waits for another's write lock.
