@@ -2,8 +2,9 @@
 
 Console blocks are read line by line: `$ agora …` runs (expected exit 0, or the `# exit N`
 comment), `$ export VAR=value` sets the environment for what follows. The newcomer's first
-command and the cron lines run too. URLs of example servers are pointed at this session's test
-databases; the rest runs on the SQLite default in a fresh folder, after `agora demo`.
+command and the cron lines run too, with the README's `config.toml` as the config file. URLs
+of example servers are pointed at this session's test databases; the rest runs on the SQLite
+default in a fresh folder, after `agora demo`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,13 @@ EXAMPLE_URLS = {
     "postgresql://agora@db/app": "postgresql",
     "mysql://root@127.0.0.1:3306/app": "mysql",
 }
+
+
+def test_the_readme_profiles_load() -> None:
+    import tomllib
+
+    profiles = tomllib.loads(_blocks("toml")[0])["profiles"]
+    assert {"prod", "staging"} <= set(profiles)
 
 
 def _blocks(kind: str) -> list[str]:
@@ -104,7 +112,10 @@ def test_every_readme_command_runs(tmp_path: Path, monkeypatch: Any, databases: 
     urls = {example: scratch[dialect] for example, dialect in EXAMPLE_URLS.items()}
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("AGORA_DATABASE_URL", raising=False)
-    env: dict[str, str] = {}
+    # The README's config.toml is the config file of every command it shows.
+    config = tmp_path / "config.toml"
+    config.write_text(_blocks("toml")[0])
+    env: dict[str, str] = {"AGORA_CONFIG": str(config)}
     ran = 0
     for change, argv, expected in _steps():
         for name, value in change.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import time
 from typing import Annotated, Any
 
@@ -252,11 +253,16 @@ def check(db: DbOpt = None, as_json: JsonOpt = False) -> None:
         raise typer.Exit(1)
 
 
+DialectChoice = enum.StrEnum(  # type: ignore[misc]
+    "DialectChoice", {v: v for v in ("postgresql", "postgres", "mysql", "mariadb", "sqlite")}
+)
+
+
 @app.command("sql")
 def sql(
     dialect: Annotated[
-        str,
-        typer.Option("--dialect", help="postgresql, mysql or sqlite.", show_default=False),
+        DialectChoice,
+        typer.Option("--dialect", help="The dialect (mariadb is mysql).", case_sensitive=False),
     ],
     as_json: JsonOpt = False,
 ) -> None:
@@ -266,7 +272,7 @@ def sql(
     """
     from agora_cli.store.provision import create_table_statements
 
-    name = dialect.lower()
+    name = str(dialect.value)
     statements = create_table_statements(name)
     finish(
         {"dialect": name, "statements": statements},

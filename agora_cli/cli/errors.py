@@ -18,7 +18,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import typer
@@ -170,6 +170,28 @@ class AgoraGroup(TyperGroup):
         from agora_cli.cli.shared import add_shared_options
 
         add_shared_options(self)
+        # name -> builder of a command not yet built (``agora_cli.cli.lazy_root``): a command
+        # line builds only the branch it runs, not the whole tree of ~60 commands.
+        self.lazy: dict[str, Callable[[], Any]] = {}
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        build = self.lazy.get(cmd_name)
+        if build is not None and cmd_name not in self.commands:
+            from agora_cli.cli.shared import add_shared_options
+
+            command = build()
+            add_shared_options(command)
+            self.commands[cmd_name] = command
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(dict.fromkeys([*self.lazy, *super().list_commands(ctx)]))
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        if args and args[0] not in self.lazy and args[0] not in self.commands:
+            for name in list(self.lazy):  # unknown: build them all, for "did you mean"
+                self.get_command(ctx, name)
+        return super().resolve_command(ctx, args)
 
     def main(  # type: ignore[override]
         self,

@@ -12,7 +12,16 @@ from agora_cli.cli.errors import remember_json
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-__all__ = ["CsvOpt", "DbOpt", "FromOpt", "JsonOpt", "ToOpt", "days_window", "open_db"]
+__all__ = [
+    "CsvOpt",
+    "DbOpt",
+    "FromOpt",
+    "JsonOpt",
+    "NoPagerOpt",
+    "ToOpt",
+    "days_window",
+    "open_db",
+]
 
 DbOpt = Annotated[
     str | None,
@@ -34,6 +43,13 @@ JsonOpt = Annotated[
     ),
 ]
 CsvOpt = Annotated[bool, typer.Option("--csv", help="Print CSV on stdout.")]
+NoPagerOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-pager",
+        help="Print straight to the terminal (else through AGORA_PAGER, PAGER or less).",
+    ),
+]
 FromOpt = Annotated[
     str | None,
     typer.Option(
@@ -85,6 +101,9 @@ def open_db(db: str | None, *, create: bool = False, readonly: bool = False) -> 
     upgrade``, ``demo``); anything else refuses a SQLite file that does not exist. Reports pass
     ``readonly=True``: on SQLite they then never take the write lock.
     """
+    from agora_cli.cli import startup_done
     from agora_cli.store.engine import open_engine
 
-    return open_engine(db, create=create, readonly=readonly)
+    engine = open_engine(db, create=create, readonly=readonly)
+    startup_done()  # the heavy imports are done: the collector is back before any real work
+    return engine

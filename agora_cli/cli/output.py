@@ -25,6 +25,7 @@ __all__ = [
     "MONEY_DECIMALS",
     "SHORT_ID",
     "Col",
+    "color_forced_off",
     "csv_cell",
     "duration_text",
     "emit_csv",
@@ -42,6 +43,7 @@ __all__ = [
     "safe_text",
     "say",
     "script_value",
+    "set_no_color",
     "short_ids",
     "table_time",
 ]
@@ -153,12 +155,23 @@ _COLOR: dict[str, bool] = {"off": False}
 
 
 def set_no_color(off: bool) -> None:
-    """``--no-color``: consoles created after this print no colour (``NO_COLOR`` does the same)."""
+    """``--no-color``: consoles created after this print plain text: no colour and no other
+    ANSI styles, over ``FORCE_COLOR`` (``NO_COLOR`` drops the colours and keeps bold)."""
     _COLOR["off"] = off
+
+
+def color_forced_off() -> bool:
+    """Whether ``--no-color`` was given to this command."""
+    return _COLOR["off"]
 
 
 def _no_color() -> bool | None:
     return True if _COLOR["off"] else None  # None: Rich reads NO_COLOR / FORCE_COLOR itself
+
+
+def _plain() -> dict[str, Any]:
+    """``--no-color``: no ANSI at all (no colour, no bold), whatever FORCE_COLOR says."""
+    return {"color_system": None} if _COLOR["off"] else {}
 
 
 def out_console() -> Console:
@@ -169,7 +182,12 @@ def out_console() -> Console:
     """
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 200)
     return _console_class()(
-        file=sys.stdout, highlight=False, soft_wrap=False, width=width, no_color=_no_color()
+        file=sys.stdout,
+        highlight=False,
+        soft_wrap=False,
+        width=width,
+        no_color=_no_color(),
+        **_plain(),
     )
 
 
@@ -188,7 +206,12 @@ def _console_class() -> type[Console]:
 
 def err_console() -> Console:
     return _console_class()(
-        file=sys.stderr, highlight=False, stderr=True, soft_wrap=True, no_color=_no_color()
+        file=sys.stderr,
+        highlight=False,
+        stderr=True,
+        soft_wrap=True,
+        no_color=_no_color(),
+        **_plain(),
     )
 
 

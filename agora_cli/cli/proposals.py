@@ -7,6 +7,7 @@ printed only by the claim that issued it.
 
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 import json
@@ -394,15 +395,27 @@ def _inbox_item(p: Proposal, stuck: bool) -> dict[str, Any]:
     }
 
 
+# Closed sets as choices, so that --help lists them and the shell completes them. Spelled out
+# here (the store's constants live beside SQLAlchemy, which --help must not import); a test
+# holds them equal to the store's INBOX_STATES and DECISIONS.
+INBOX_STATE_CHOICES = ("pending", "queued", "running", "failed")
+DECISION_CHOICES = ("pending", "approved", "rejected", "expired")
+InboxStateChoice = enum.StrEnum(  # type: ignore[misc]
+    "InboxStateChoice", {v: v for v in INBOX_STATE_CHOICES}
+)
+DecisionChoice = enum.StrEnum("DecisionChoice", {v: v for v in DECISION_CHOICES})  # type: ignore[misc]
+
+
 @app.command("inbox")
 def inbox(
     state: Annotated[
-        str,
+        InboxStateChoice,
         typer.Option(
             "--state",
             help="pending (waiting for a decision), or approved work: queued, running, failed.",
+            case_sensitive=False,
         ),
-    ] = "pending",
+    ] = InboxStateChoice("pending"),
     tenant: Annotated[
         str | None, typer.Option("--tenant", help="Only this tenant's.", show_default=False)
     ] = None,
@@ -435,20 +448,17 @@ def inbox(
 
     Example: agora proposals inbox --expiring-within 7d
     """
-    from agora_cli.store.proposals import INBOX_STATES
-
     one_format(as_json, csv)
-    if state not in INBOX_STATES:
-        raise InvalidInput(f"--state {state!r} is not one of {', '.join(INBOX_STATES)}")
+    chosen = str(state.value)
     within = (
         None
         if expiring_within is None
         else parse_duration(expiring_within, what="--expiring-within")
     )
-    if within is not None and state != "pending":
+    if within is not None and chosen != "pending":
         raise InvalidInput("--expiring-within applies to --state pending only")
     page = _store(db).inbox(
-        state,  # checked against INBOX_STATES above
+        chosen,  # type: ignore[arg-type]  # one of INBOX_STATES: a choice
         tenant_ref=tenant,
         actor_ref=actor,
         tool_name=tool,
@@ -595,10 +605,8 @@ _LIST_CSV = [
 def list_(
     scope: Scope,
     decision: Annotated[
-        str | None,
-        typer.Option(
-            "--decision", help="Only pending, approved, rejected or expired.", show_default=False
-        ),
+        DecisionChoice | None,
+        typer.Option("--decision", help="Only this decision.", case_sensitive=False),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", help="At most N (1-1000).")] = 100,
     db: DbOpt = None,
@@ -611,7 +619,8 @@ def list_(
     --decision pending
     """
     one_format(as_json, csv)
-    proposals = [proposal_document(p) for p in _store(db).list(scope, decision, limit)]
+    chosen = None if decision is None else str(decision.value)
+    proposals = [proposal_document(p) for p in _store(db).list(scope, chosen, limit)]
     ids = short_ids([p["id"] for p in proposals])
     finish(
         {"proposals": proposals},

@@ -6,7 +6,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import CsvOpt, DbOpt, FromOpt, JsonOpt, ToOpt, days_window, open_db
+from agora_cli.cli.options import (
+    CsvOpt,
+    DbOpt,
+    FromOpt,
+    JsonOpt,
+    NoPagerOpt,
+    ToOpt,
+    days_window,
+    open_db,
+)
 from agora_cli.cli.output import (
     Col,
     duration_text,
@@ -21,6 +30,7 @@ from agora_cli.cli.output import (
     short_ids,
     table_time,
 )
+from agora_cli.cli.pager import page
 from agora_cli.store.clock import SystemClock, iso_ms
 
 if TYPE_CHECKING:
@@ -271,6 +281,7 @@ def show(
     ],
     db: DbOpt = None,
     as_json: JsonOpt = False,
+    no_pager: NoPagerOpt = False,
 ) -> None:
     """Show a run: its tool calls, ledger rows, proposals and whether its frames are buffered.
 
@@ -287,7 +298,11 @@ def show(
         detail = get_run_detail(conn, resolve_run_id(conn, run_id))
         conn.rollback()
     doc = _detail_document(detail)
-    finish(doc, as_json=as_json, show=lambda: _render_detail(doc, detail.run))
+    finish(
+        doc,
+        as_json=as_json,
+        show=lambda: page(lambda: _render_detail(doc, detail.run), no_pager=no_pager),
+    )
 
 
 def _render_detail(doc: dict[str, Any], run: Run) -> None:

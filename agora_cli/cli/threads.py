@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db
+from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, NoPagerOpt, open_db
 from agora_cli.cli.output import (
     Col,
     finish,
@@ -20,6 +20,7 @@ from agora_cli.cli.output import (
     short_ids,
     table_time,
 )
+from agora_cli.cli.pager import page
 from agora_cli.store.clock import iso_ms
 from agora_cli.store.errors import InvalidInput
 from agora_cli.store.values import load_json
@@ -300,6 +301,7 @@ def show(
     thread_id: IdArg,
     db: DbOpt = None,
     as_json: JsonOpt = False,
+    no_pager: NoPagerOpt = False,
 ) -> None:
     """Show a thread's transcript in seq order, with its tool calls and token usage.
 
@@ -316,7 +318,9 @@ def show(
         transcript = get_transcript(conn, resolve_thread_id(conn, thread_id))
         conn.rollback()
     doc = _transcript_doc(transcript)
-    finish(doc, as_json=as_json, show=lambda: _render_transcript(doc))
+    finish(
+        doc, as_json=as_json, show=lambda: page(lambda: _render_transcript(doc), no_pager=no_pager)
+    )
 
 
 def _render_transcript(doc: dict[str, Any]) -> None:

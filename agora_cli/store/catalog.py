@@ -41,7 +41,6 @@ import json
 import math
 import os
 import socket
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -152,16 +151,15 @@ def catalog_source(source: str | None = None) -> str:
 
 
 def catalog_cache_dir() -> Path:
-    """Where fetched catalogs are cached: ``AGORA_CACHE_DIR``, else the user's cache folder."""
+    """Where fetched catalogs are cached: ``AGORA_CACHE_DIR``, else the platform's user cache
+    folder for agora (``platformdirs``: ``~/.cache/agora`` on Linux, ``~/Library/Caches/agora``
+    on macOS, ``%LOCALAPPDATA%\\agora\\Cache`` on Windows)."""
     explicit = os.environ.get("AGORA_CACHE_DIR")
     if explicit:
         return Path(explicit)
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "agora"
-    if os.name == "nt" and os.environ.get("LOCALAPPDATA"):
-        return Path(os.environ["LOCALAPPDATA"]) / "agora" / "cache"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "agora"
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("agora", appauthor=False))
 
 
 def check_timeout(value: object, name: str = "timeout") -> float:

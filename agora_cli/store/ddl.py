@@ -20,7 +20,13 @@ from agora_cli.store.errors import (
     UnknownDialect,
 )
 from agora_cli.store.live_schema import SchemaCatalog
-from agora_cli.store.schema import UPGRADE_COLUMNS, UPGRADE_INDEXES, UPGRADE_TABLES, metadata
+from agora_cli.store.schema import (
+    UPGRADE_COLUMNS,
+    UPGRADE_INDEXES,
+    UPGRADE_TABLES,
+    apply_mysql_options,
+    metadata,
+)
 
 __all__ = [
     "compile_dialect",
@@ -57,6 +63,8 @@ def compile_dialect(name: str) -> Dialect:
 
 
 def _sql(element: ExecutableDDLElement, dialect: Dialect) -> str:
+    if dialect.name == "mysql":
+        apply_mysql_options()
     return "\n".join(
         line.rstrip() for line in str(element.compile(dialect=dialect)).strip().splitlines()
     )
