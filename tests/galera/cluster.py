@@ -216,7 +216,14 @@ def _prepare(i: int, *, bootstrap: bool) -> None:
             check=True,
             capture_output=True,
         )
-    elif not bootstrap:
+    elif bootstrap:
+        # Scratch data: bootstrap from node 1 whichever node left last (or if one was killed).
+        state = data / "grastate.dat"
+        if state.exists():
+            state.write_text(
+                state.read_text().replace("safe_to_bootstrap: 0", "safe_to_bootstrap: 1")
+            )
+    else:
         # A joiner starts empty: the rsync SST copies a donor's data directory (an old one would
         # only make it ask for a full SST anyway, since the cluster is new on every `up`).
         shutil.rmtree(data, ignore_errors=True)
@@ -277,17 +284,18 @@ def up() -> list[str]:
 
 
 def _down() -> None:
-    pids = {i: _pid(i) for i in range(NODES)}
+    """Stop node 3, then 2, then 1, each to the end: node 1 leaves last, so it is the one that
+    is safe to bootstrap from next time."""
     for i in reversed(range(NODES)):
-        pid = pids[i]
-        if pid is not None:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 60
-    for i, pid in pids.items():
-        while pid is not None and time.monotonic() < deadline and _pid(i) == pid:
-            time.sleep(0.2)
-        if pid is not None and _pid(i) == pid:
+        pid = _pid(i)
+        if pid is None:
+            continue
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _pid(i) == pid:
+            time.sleep(0.1)
+        if _pid(i) == pid:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
 
