@@ -184,6 +184,27 @@ def cli() -> Any:
     return run_cli
 
 
+def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
+    """Stop the Galera cluster that tests/galera booted for this run (not one found running).
+
+    In the main process only: under pytest-xdist it ends after every worker has."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "galera" / "cluster.py"
+    spec = importlib.util.spec_from_file_location("agora_test_galera_cluster", path)
+    if spec is None or spec.loader is None:
+        return
+    cluster = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cluster)
+    marker = cluster.BASE_DIR / "booted-by-pytest"
+    if marker.exists():
+        cluster.down()
+        marker.unlink(missing_ok=True)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if set(SELECTED) != set(DIALECTS):
         terminalreporter.write_line(f"dialects: only {', '.join(SELECTED)} (AGORA_TEST_DIALECTS)")

@@ -26,6 +26,7 @@ MODULES = (
     "ddl",
     "lock_waits",
     "provision",
+    "galera",
     "migrate",
     "status",
     "threads",

@@ -184,6 +184,16 @@ def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
         "legacy_proposals": st.legacy_proposals,
         "tables": {name: c.rows for name, c in st.tables.items()},
         "estimated": sorted(name for name, c in st.tables.items() if c.estimated),
+        "cluster": None
+        if st.cluster is None
+        else {
+            "kind": "galera",
+            "nodes": st.cluster.cluster_size,
+            "state": st.cluster.state,
+            "synced": st.cluster.synced,
+            "primary": st.cluster.cluster_status == "Primary",
+            "summary": st.cluster.describe(),
+        },
     }
     if as_json:
         emit_json(doc)
@@ -191,6 +201,8 @@ def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     console = out_console()
     console.print(f"database         {safe_text(doc['database'])}", markup=False)
     console.print(f"dialect          {doc['dialect']} {safe_text(doc['server_version'])}")
+    if st.cluster is not None:
+        console.print(f"cluster          {safe_text(st.cluster.describe())}")
     console.print(f"revision         {doc['revision'] or '(migrations never run)'}")
     console.print(f"head             {doc['head']}")
     console.print(f"branches         {', '.join(doc['branches']) or '—'}")
@@ -210,7 +222,9 @@ def check(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Compare the live schema with the expected one; exit 1 on any difference.
 
     Reports missing tables, columns, indexes and foreign keys (compared by shape, not name),
-    and on MySQL a wrong engine or collation. Extra indexes are not drift.
+    and on MySQL a wrong engine or collation. Extra indexes are not drift. On a Galera cluster
+    node, also what the cluster cannot replicate: tables without a primary key or not in
+    InnoDB, and binlog_format or membership problems.
 
     Example: agora db check --db mysql://root@127.0.0.1/app --json
     """

@@ -12,7 +12,11 @@ the transaction's first statement; a read-only connection can ask for a plain de
 sets it for the whole engine).
 MySQL/MariaDB connections use READ COMMITTED, the usual level for queue-like workloads (fewer
 gap locks under ``FOR UPDATE SKIP LOCKED``), are recycled hourly rather than pinged on every
-checkout, and are not reset again on return to the pool.
+checkout, and are not reset again on return to the pool. Each new one asks the server whether it
+is a Galera cluster node (``wsrep_on``); on one, it turns on causal reads for the session
+(``wsrep_sync_wait = 1``: a read waits until this node has applied every write the cluster had
+committed when the read began, so a read on one node sees a commit made on another), and the
+store's retries, provisioning and checks adapt (``agora_cli.store.galera``).
 """
 
 from __future__ import annotations
@@ -41,13 +45,17 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_URL",
     "DriverResult",
+    "RetryStats",
     "describe_url",
     "dialect_name",
+    "galera_slot",
+    "is_galera",
     "is_retryable",
     "mask_url",
     "normalize_url",
     "open_engine",
     "resolve_url",
+    "retry_stats",
     "retry_transient",
     "run_on_driver",
     "run_pipelined",
@@ -209,6 +217,8 @@ def open_engine(
         _install_sqlite_events(engine, event)
         if readonly:
             engine = engine.execution_options(sqlite_deferred=True)
+    if backend == "mysql":
+        event.listen(engine, "connect", _on_mysql_connect)
     if check:
         try:
             # Deferred on SQLite: proving the connection never waits for another's write lock.
@@ -219,6 +229,56 @@ def open_engine(
             engine.dispose()
             raise _unreachable(exc, raw, path) from exc
     return engine
+
+
+_GALERA = "agora_galera"  # connection-record key: this server is a Galera node (wsrep_on)
+_GALERA_SLOT = "agora_galera_slot"  # (wsrep_local_index, wsrep_cluster_size) at connect
+CAUSAL_READS = 1  # wsrep_sync_wait bit 1: SELECT, SHOW and BEGIN wait for the cluster
+
+
+def _on_mysql_connect(dbapi_conn: Any, record: Any) -> None:
+    """Ask a new MySQL/MariaDB connection whether the server is a Galera node (``wsrep_on``,
+    absent on MySQL); on one, turn on causal reads for the session."""
+    cur = dbapi_conn.cursor()
+    try:
+        cur.execute("SHOW VARIABLES LIKE 'wsrep_on'")
+        row = cur.fetchone()
+        galera = row is not None and str(row[1]).upper() == "ON"
+        if galera:
+            cur.execute(f"SET SESSION wsrep_sync_wait = {CAUSAL_READS}")
+            cur.execute(
+                "SHOW STATUS WHERE Variable_name IN ('wsrep_local_index', 'wsrep_cluster_size')"
+            )
+            found = {str(k): str(v) for k, v in cur.fetchall()}
+            record.info[_GALERA_SLOT] = _slot(found)
+    finally:
+        cur.close()
+    record.info[_GALERA] = galera
+
+
+def _slot(found: Mapping[str, str]) -> tuple[int, int]:
+    try:
+        index, size = int(found["wsrep_local_index"]), int(found["wsrep_cluster_size"])
+    except (KeyError, ValueError):
+        return (0, 1)
+    return (index, size) if 0 <= index < size else (0, 1)
+
+
+def galera_slot(conn: Connection) -> tuple[int, int]:
+    """This Galera node's index in the cluster and the cluster's size, as they were when the
+    connection opened (``(0, 1)`` when unknown): a hint for spreading work over nodes only."""
+    return cast("tuple[int, int]", conn.info.get(_GALERA_SLOT, (0, 1)))
+
+
+def is_galera(bind: Engine | Connection) -> bool:
+    """Whether ``bind``'s server is a Galera cluster node (MariaDB Galera, Percona XtraDB
+    Cluster) with replication on: asked once per pooled connection, when it connects."""
+    if dialect_name(bind) != "mysql":
+        return False
+    if hasattr(bind, "info") and hasattr(bind, "in_transaction"):  # a Connection
+        return bool(cast("Connection", bind).info.get(_GALERA, False))
+    with bind.connect() as conn:
+        return bool(conn.info.get(_GALERA, False))
 
 
 def _install_sqlite_events(engine: Engine, event: Any) -> None:
@@ -358,34 +418,89 @@ def supports_skip_locked(conn: Connection) -> bool:
 
 
 _RETRYABLE_SQLSTATES = {"40001", "40P01"}
+# 1213: a deadlock, and on Galera a transaction that lost certification (another node committed
+# a conflicting write first) or was aborted by a replicated write ("brute force" abort);
+# 1205: a lock wait timeout.
 _RETRYABLE_MYSQL_CODES = {1213, 1205}
+# 1047 is "unknown command" in general, and on Galera "WSREP has not yet prepared node for
+# application use": the node is joining or resyncing, for a moment.
+_GALERA_NOT_READY = 1047
+# Long enough for a Galera node to finish a state transfer or flow control to ease (the sum of
+# the full-jitter delays of 12 attempts from 10 ms is about 20 s at most, 10 s on average).
+DEFAULT_ATTEMPTS = 12
+MAX_DELAY_S = 5.0
+
+
+class RetryStats:
+    """Counts of this process's transient-error retries (``retry_stats()``): a benchmark or a
+    worker's metrics read them; nothing else depends on them."""
+
+    def __init__(self) -> None:
+        self.retried = 0  # attempts that failed with a retryable error and were tried again
+        self.gave_up = 0  # calls whose retryable error survived every attempt
+        self.by_code: dict[str, int] = {}
+
+    def reset(self) -> None:
+        self.__init__()  # type: ignore[misc]
+
+
+_STATS = RetryStats()
+
+
+def retry_stats() -> RetryStats:
+    """This process's retry counters (see ``RetryStats``); ``.reset()`` zeroes them."""
+    return _STATS
+
+
+def _error_code(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", exc)
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int):
+        return str(args[0])  # MySQL's error number (1213 …)
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return str(sqlstate) if sqlstate else "locked"
 
 
 def is_retryable(exc: BaseException) -> bool:
-    """Whether ``exc`` is a deadlock, serialization failure or busy lock worth retrying."""
+    """Whether ``exc`` is a deadlock, serialization failure, busy lock or Galera certification
+    failure (or a Galera node not ready for a moment) worth retrying."""
     orig = getattr(exc, "orig", exc)
     sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
     if sqlstate in _RETRYABLE_SQLSTATES:
         return True
     args = getattr(orig, "args", ())
-    if args and isinstance(args[0], int) and args[0] in _RETRYABLE_MYSQL_CODES:
-        return True
+    if args and isinstance(args[0], int):
+        if args[0] in _RETRYABLE_MYSQL_CODES:
+            return True
+        if args[0] == _GALERA_NOT_READY and "wsrep" in str(orig).lower():
+            return True
     return "database is locked" in str(orig).lower()
 
 
-def retry_transient(fn: Callable[[], T], *, attempts: int = 8, base_delay: float = 0.01) -> T:
-    """Call ``fn`` (one whole transaction), retrying deadlocks and serialization failures.
+def retry_transient(
+    fn: Callable[[], T], *, attempts: int = DEFAULT_ATTEMPTS, base_delay: float = 0.01
+) -> T:
+    """Call ``fn`` (one whole transaction), retrying deadlocks, serialization failures and
+    Galera certification failures.
 
-    Bounded: after ``attempts`` tries the last error is raised.
+    Bounded: after ``attempts`` tries the last error is raised. Between tries it sleeps a random
+    time ("full jitter") up to ``base_delay * 2**attempt`` (at most ``MAX_DELAY_S``): processes
+    that collided once do not collide again in lockstep. ``fn`` must redo the whole
+    transaction, reads included: nothing it returned from a failed try is ever seen.
     """
     for attempt in range(attempts):
         try:
             return fn()
         except Exception as exc:
-            if attempt == attempts - 1 or not is_retryable(exc):
+            if not is_retryable(exc):
                 raise
-            # Full jitter: processes that collided once must not collide again in lockstep.
-            time.sleep(random.uniform(0, base_delay * (2**attempt)))
+            if attempt == attempts - 1:
+                _STATS.gave_up += 1
+                raise
+            _STATS.retried += 1
+            code = _error_code(exc)
+            _STATS.by_code[code] = _STATS.by_code.get(code, 0) + 1
+            time.sleep(random.uniform(0, min(MAX_DELAY_S, base_delay * (2**attempt))))
     raise AssertionError("unreachable")
 
 

@@ -21,6 +21,7 @@ here, so ``from agora_cli.store.provision import read_catalog`` keeps working.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,7 +39,7 @@ from agora_cli.store.ddl import (
     revision_statements,
     sorted_indexes,
 )
-from agora_cli.store.engine import dialect_name, translate_error
+from agora_cli.store.engine import dialect_name, is_galera, retry_transient, translate_error
 from agora_cli.store.errors import (
     DatabaseError,
     LockTimeout,
@@ -92,6 +93,8 @@ PROBLEM_KINDS = (
     "missing_foreign_key",
     "wrong_engine",
     "wrong_collation",
+    "no_primary_key",  # Galera cluster nodes only (see galera.galera_problems)
+    "galera_setting",  # Galera cluster nodes only
 )
 
 
@@ -259,9 +262,15 @@ def ensure_agent_tables(
     name = dialect_name(bind)
     dialect = compile_dialect(name)
     if isinstance(bind, Engine):
-        with bind.connect().execution_options(sqlite_deferred=True) as conn:
-            steps = _plan_checked(conn, dialect)
-            conn.rollback()
+
+        def read_plan() -> list[Step]:
+            with bind.connect().execution_options(sqlite_deferred=True) as conn:
+                planned = _plan_checked(conn, dialect)
+                conn.rollback()
+                return planned
+
+        # On Galera a catalog read can be aborted by another node's DDL (1213): read again.
+        steps = retry_transient(read_plan)
     else:
         steps = _plan_checked(bind, dialect)
     if not steps or dry_run:
@@ -281,8 +290,53 @@ def ensure_agent_tables(
                     done = _apply_on(conn, dialect, nested=False)
             else:
                 with provisioning_lock(conn, timeout_s=lock_timeout_s):
-                    done = _apply_each(conn, dialect)
+                    if is_galera(conn):
+                        done = _apply_converging(conn, dialect)
+                    else:
+                        done = _apply_each(conn, dialect)
     return _report(name, done, already_current=False, dry_run=False)
+
+
+# A Galera cluster: the provisioning lock (GET_LOCK) is node-local, so provisioners on several
+# nodes run DDL at once. Each statement is replicated in total order (TOI), so they cannot
+# corrupt anything, but a statement can fail because another node's has just done the same
+# (1050 table exists, 1060 duplicate column, 1061 duplicate key), and a catalog read can be
+# aborted by, or briefly miss, a table another node is altering. Such a provisioner reads the
+# catalog again and carries on until nothing is missing.
+GALERA_ROUNDS = 12
+
+
+def _apply_converging(conn: Connection, dialect: Dialect) -> list[Step]:
+    """``_apply_each`` until the schema is current, re-planning after each lost race."""
+    done: list[Step] = []
+    for round_ in range(GALERA_ROUNDS):
+        try:
+            done.extend(_apply_each(conn, dialect))
+            return done
+        except (LockTimeout, SchemaDrift):
+            raise
+        except Exception as exc:
+            if conn.in_transaction():
+                conn.rollback()
+            if round_ == GALERA_ROUNDS - 1 or not _lost_race(exc):
+                raise
+            time.sleep(random.uniform(0, min(1.0, 0.05 * 2**round_)))
+    raise AssertionError("unreachable")
+
+
+def _lost_race(exc: BaseException) -> bool:
+    """A DDL or catalog failure that another node's concurrent provisioning explains."""
+    from sqlalchemy.exc import DBAPIError
+
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, DBAPIError):
+        cause = cause.__cause__
+    if cause is None:
+        return False
+    args: tuple[object, ...] = tuple(getattr(cause.orig, "args", ()))
+    # 1050/1060/1061/1826: already exists (table, column, key, foreign key); 1146: no such table
+    # (yet, on this node); 1213: aborted by a replicated statement; 1047: node not ready.
+    return bool(args) and args[0] in {1047, 1050, 1060, 1061, 1146, 1213, 1826}
 
 
 def _apply_on(conn: Connection, dialect: Dialect, *, nested: bool) -> list[Step]:
@@ -345,14 +399,22 @@ def _report(
 def check_agent_tables(bind: Engine | Connection) -> list[Problem]:
     """Every difference between the live database and the expected agent schema.
 
-    Extra tables, columns and indexes are not drift; foreign keys are compared by shape.
+    Extra tables, columns and indexes are not drift; foreign keys are compared by shape. On a
+    Galera cluster node, also what the cluster cannot replicate safely, in any table of the
+    database (``galera.galera_problems``: ``no_primary_key``, ``wrong_engine``,
+    ``galera_setting``).
     """
+    from agora_cli.store.galera import galera_problems
+
+    names = {t.name for t in metadata.sorted_tables}
     if isinstance(bind, Engine):
         with bind.connect().execution_options(sqlite_deferred=True) as conn:
             cat = read_catalog(conn, full=True)
+            cluster = galera_problems(conn, names)
             conn.rollback()
     else:
         cat = read_catalog(bind, full=True)
+        cluster = galera_problems(bind, names)
     is_mysql = dialect_name(bind) == "mysql"
     problems: list[Problem] = []
     for table in metadata.sorted_tables:
@@ -389,7 +451,7 @@ def check_agent_tables(bind: Engine | Connection) -> list[Problem]:
     from agora_cli.store.rls import policy_problems  # PostgreSQL, once RLS is enabled
 
     problems.extend(policy_problems(bind))
-    return problems
+    return problems + cluster
 
 
 def _check_fk(table: str, fk: ForeignKeyConstraint, live: list[ForeignKeyShape]) -> list[Problem]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agora_cli.store.engine import dialect_name, server_version
+from agora_cli.store.galera import GaleraStatus, galera_status
 from agora_cli.store.migrate import applied_branches, current_revision, head_revision
 from agora_cli.store.provision import Problem, RowCount, check_agent_tables, table_row_counts
 
@@ -27,6 +28,7 @@ class SchemaStatus:
     problems: list[Problem]
     legacy_proposals: int
     tables: dict[str, RowCount]
+    cluster: GaleraStatus | None = None  # a Galera cluster node: its membership and state
 
     @property
     def schema_current(self) -> bool:
@@ -56,6 +58,7 @@ def schema_status(engine: Engine) -> SchemaStatus:
             problems=problems,
             legacy_proposals=legacy,
             tables=tables,
+            cluster=galera_status(conn) if dialect_name(engine) == "mysql" else None,
         )
         conn.rollback()
     return status

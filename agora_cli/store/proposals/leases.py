@@ -12,6 +12,7 @@ Every statement here is one of ``queries.worker_sql``'s, run on the driver's cur
 
 from __future__ import annotations
 
+import random
 import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from agora_cli.store.clock import Clock
 from agora_cli.store.engine import (
     dialect_name,
+    galera_slot,
+    is_galera,
     run_on_driver,
     run_pipelined,
     supports_skip_locked,
@@ -207,7 +210,10 @@ def claim_next_proposal(
 
     Due work is queued, or running under an expired lease (then ``recovered``), taken in
     ``discovery_at`` order from the discovery index only: with ``FOR UPDATE SKIP LOCKED`` where
-    the server has it, else (SQLite, older MySQL/MariaDB) by the version fence alone.
+    the server has it, else (SQLite, older MySQL/MariaDB) by the version fence alone. On a
+    Galera cluster node, one of the oldest due rows of this node's share, read without locking
+    and taken by the version fence (``next_due_share``: node-local SKIP LOCKED cannot keep
+    workers on two nodes off one row, and a replicated write aborts a lock holder).
     Privileged: worker infrastructure only.
     """
     check_identity("worker_id", worker_id)
@@ -224,13 +230,27 @@ def claim_next_proposal(
             return claimed
         # Nothing was due, or (rarely) the fence lost a race: the loop below tells them apart.
     read = statements.next_due_locked if locked else statements.next_due_fenced
+    args: tuple[Any, ...] = (now, now)
+    galera = locked and is_galera(conn)
+    if galera:
+        index, size = galera_slot(conn)
+        read = statements.next_due_share if size > 1 else statements.next_due_fenced
+        args = (now, size, index, now, size, index) if size > 1 else args
     for _ in range(FENCE_ROUNDS):
         rows = sorted(
-            (Due(*row) for row in run_on_driver(conn, read, (now, now)).rows),
+            (Due(*row) for row in run_on_driver(conn, read, args).rows),
             key=lambda r: r.discovery_at,
         )
+        if not rows and read is statements.next_due_share:
+            # Nothing due in this node's share: take from the others' (a node may be gone).
+            read, args = statements.next_due_fenced, (now, now)
+            continue
         if not rows:
             break
+        if galera:
+            # Unlocked candidates: this node's other workers read the same few; in random
+            # order they rarely wait on each other's row lock (then lose the fence) — Galera.
+            random.shuffle(rows)
         for row in rows:
             kind: ClaimOutcome = "recovered" if row.discovery_state == "running" else "claimed"
             claimed = _take_lease(conn, row, kind, worker_id, lease_ms, now)

@@ -134,11 +134,15 @@ _T = p.name
 _DUE_KEY = ("id", "version", "discovery_state", "discovery_at")
 
 
-def _due_read(state: str, columns: str, *, per_state: int, locked: bool) -> str:
+def _due_read(
+    state: str, columns: str, *, per_state: int, locked: bool, share: bool = False
+) -> str:
     lock = " FOR UPDATE SKIP LOCKED" if locked else ""
+    # A Galera node's share of the rows (see ``next_due_share``): the hash modulo the cluster size.
+    mine = " AND MOD(CRC32(id), %s) = %s" if share else ""
     return (
-        f"SELECT {columns} FROM {_T} WHERE discovery_state = '{state}' AND discovery_at <= %s "
-        f"ORDER BY discovery_at LIMIT {per_state}{lock}"
+        f"SELECT {columns} FROM {_T} WHERE discovery_state = '{state}' AND discovery_at <= %s"
+        f"{mine} ORDER BY discovery_at LIMIT {per_state}{lock}"
     )
 
 
@@ -149,11 +153,16 @@ def _union_of_due_reads(
     per_state: int = 1,
     locked: bool = True,
     lock_running: bool = True,
+    share: bool = False,
 ) -> str:
     listed = ", ".join(columns)
     reads = [
         _due_read(
-            s, listed, per_state=per_state, locked=locked and (lock_running or s != "running")
+            s,
+            listed,
+            per_state=per_state,
+            locked=locked and (lock_running or s != "running"),
+            share=share,
         )
         for s in DUE_STATES
     ]
@@ -189,6 +198,7 @@ class WorkerSql:
     Parameters, in order:
 
     - ``next_due_locked`` / ``next_due_fenced``: now, now
+    - ``next_due_share`` (MySQL/MariaDB, for Galera): now, cluster size, node index, twice
     - ``take_lease``: owner, token hash, lease expiry, lease expiry, now, id, version
     - ``claim_next`` (PostgreSQL only): owner, token hash, expiry, expiry, now, now, now
     - ``renew``: lease expiry, lease expiry, now, id, token hash, generation, now
@@ -196,6 +206,7 @@ class WorkerSql:
     """
 
     next_due_locked: str
+    next_due_share: str
     next_due_fenced: str
     take_lease: str
     claim_next: str | None
@@ -242,6 +253,23 @@ def worker_sql(dialect: str) -> WorkerSql:
             dialect,
             _union_of_due_reads(
                 due_columns, derived=dialect != "mysql", lock_running=dialect != "mysql"
+            ),
+        ),
+        # On a Galera cluster SKIP LOCKED skips only this node's locks, and a replicated write
+        # aborts any local transaction that holds a lock on its row. A locking read keeps locks
+        # on rows it scanned and did not return (InnoDB: the row past the range's end; with a
+        # filesort, the rows scanned before the one returned), so a worker there reads without
+        # locking a few due rows of this node's share (CRC32 of the id modulo the cluster size
+        # is the node's index) and takes one by the version fence, which locks that row only:
+        # workers on different nodes neither pick nor lock the same rows.
+        next_due_share=_render(
+            dialect,
+            _union_of_due_reads(
+                due_columns,
+                derived=dialect != "mysql",
+                share=True,
+                locked=False,
+                per_state=FALLBACK_CANDIDATES,
             ),
         ),
         next_due_fenced=_render(dialect, fenced),
