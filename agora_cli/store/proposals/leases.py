@@ -100,18 +100,7 @@ def _take_lease(
     params = (worker_id, token_hash(token), expires, expires, now, row.id, row.version)
     if run_on_driver(conn, sql, params).rowcount != 1:
         return None
-    work = Work(
-        id=row.id,
-        idempotency_key=row.idempotency_key,
-        tenant_ref=row.tenant_ref,
-        actor_ref=row.actor_ref,
-        thread_id=row.thread_id,
-        run_id=row.run_id,
-        tool_call_id=row.tool_call_id,
-        tool_name=row.tool_name,
-        input=row.input,
-        attempts=row.attempts + 1,
-    )
+    work = _work(row, row.attempts + 1)
     return ClaimResult(kind, Lease(token, row.generation + 1, expires), work)
 
 
@@ -296,7 +285,7 @@ def _claims_from_rows(
     return claimed
 
 
-def _work(row: Due, attempts: int) -> Work:
+def _work(row: Proposal | Due, attempts: int) -> Work:
     return Work(
         id=row.id,
         idempotency_key=row.idempotency_key,
