@@ -257,6 +257,7 @@ class RlsStatus:
     partial: bool  # some but not all of it
     function: bool
     tables: list[RlsTableState]
+    thread_tenant_index: str = "missing"  # THREAD_TENANT_INDEX: valid | invalid | missing
 
     @property
     def bypasses_rls(self) -> bool:
@@ -282,6 +283,7 @@ def rls_status(conn: Connection) -> RlsStatus:
         partial=bool(touched) and len(complete) < len(protected),
         function=cat.function,
         tables=list(cat.tables.values()),
+        thread_tenant_index=cat.index,
     )
 
 

@@ -64,6 +64,7 @@ def test_enable_dry_run_then_enable_status_verify_disable(
 
     status = cli("db", "rls", "status", "--db", pg_url, "--json").json()
     assert status["enabled"] and status["role_kind"] == "superuser" and status["bypasses_rls"]
+    assert status["thread_tenant_index"] == "valid"
     protected = {t["table"] for t in status["tables"] if t["protected"]}
     assert protected == set(PROTECTED_TABLES)
     assert all(
@@ -74,6 +75,7 @@ def test_enable_dry_run_then_enable_status_verify_disable(
     assert not any(t["policy"] for t in status["tables"] if not t["protected"])
     human = cli("db", "rls", "status", "--db", pg_url)
     assert "superuser" in human.stdout and "agent_tool_call" in human.stdout
+    assert "agent_token_usage_thread_tenant_idx built" in human.stdout
 
     verify = cli("db", "rls", "verify", "--app-role", app_role, "--db", pg_url, "--json")
     assert verify.exit_code == 0, verify.stdout
@@ -85,6 +87,7 @@ def test_enable_dry_run_then_enable_status_verify_disable(
     assert f"role {app_role} dropped" in off.stdout
     status = cli("db", "rls", "status", "--db", pg_url, "--json").json()
     assert not status["enabled"] and not status["partial"] and not status["function"]
+    assert status["thread_tenant_index"] == "missing"
 
 
 def test_verify_exits_1_naming_the_table_whose_policy_was_dropped(cli: Any, pg_url: str) -> None:
