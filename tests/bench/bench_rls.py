@@ -15,7 +15,9 @@ untimed warm-up call times ``BENCH_RLS_REPEAT`` calls (default 5) of each of:
 1. ``spend --tenant T`` for one month (March): ``ledger.spend(by="model", tenant=T, raw=True)``,
    the statement the command runs (goal: ratio on/off <= 1.2);
 2. ``threads show`` of the 500-message thread: ``threads.get_transcript`` (goal <= 1.2);
-3. what the policies cost the server: ``EXPLAIN (ANALYZE, TIMING OFF)`` execution times of the
+3. writes: a transaction appending 10 messages and their 10 ledger rows (``append_message``,
+   ``record_usage``; rolled back, so every sample writes into the same thread);
+4. what the policies cost the server: ``EXPLAIN (ANALYZE, TIMING OFF)`` execution times of the
    month's SUM, the thread's messages and its tool calls; and the spend once more with the plan
    pinned (no plain index scans, no parallel workers), because without the policy the planner
    may choose another index for the month (the created_at one, filtered by tenant), which makes
@@ -50,7 +52,8 @@ from agora_cli.store.engine import open_engine
 from agora_cli.store.ledger import spend
 from agora_cli.store.provision import ensure_agent_tables
 from agora_cli.store.rls import THREAD_TENANT_INDEX, disable_rls, enable_rls
-from agora_cli.store.threads import get_transcript
+from agora_cli.store.threads import append_message, get_transcript
+from agora_cli.store.usage import record_usage
 
 ROWS = int(os.environ.get("BENCH_RLS_ROWS", "2000000"))
 ROUNDS = int(os.environ.get("BENCH_RLS_ROUNDS", "20"))
@@ -62,6 +65,8 @@ TENANTS = 50
 THREADS = int(os.environ.get("BENCH_RLS_THREADS", "100000"))
 TENANT = "tenant-7"
 BIG_THREAD = "bench-thread-500"
+WRITE_THREAD = "bench-thread-writes"
+WRITES = 10  # messages and ledger rows per write sample, in one transaction, rolled back
 # Pinning the plan: without the policy the planner may prefer a (parallel) scan of the
 # created_at index filtered by tenant; these make both states use the tenant index's bitmap scan,
 # so the difference is the policy's own work.
@@ -103,7 +108,8 @@ def load(engine: Any) -> None:
         )
         conn.exec_driver_sql(
             "INSERT INTO agent_thread (id, actor_ref, tenant_ref, title, created_at, updated_at) "
-            f"VALUES ('{BIG_THREAD}', 'actor-7', '{TENANT}', 'long', {START}, {START})"
+            f"VALUES ('{BIG_THREAD}', 'actor-7', '{TENANT}', 'long', {START}, {START}), "
+            f"('{WRITE_THREAD}', 'actor-7', '{TENANT}', 'writes', {START}, {START})"
         )
         conn.exec_driver_sql(
             "INSERT INTO agent_message (id, thread_id, seq, role, content, created_at) "
@@ -164,6 +170,24 @@ def main() -> None:
                 conn.rollback()
             return transcript
 
+        def run_writes() -> None:
+            """What a turn writes: a message and its ledger row, WRITES times, rolled back."""
+            with app.connect() as conn:
+                for _ in range(WRITES):
+                    m = append_message(conn, thread_id=WRITE_THREAD, role="assistant", content="ok")
+                    record_usage(
+                        conn,
+                        thread_id=WRITE_THREAD,
+                        actor_ref="actor-7",
+                        tenant_ref=TENANT,
+                        message_id=m.id,
+                        model_id="gpt-4o",
+                        purpose="chat",
+                        input_tokens=10,
+                        output_tokens=5,
+                    )
+                conn.rollback()
+
         def server_ms(sql: str, pinned: bool = False) -> float:
             """The server's own execution time of one statement (EXPLAIN ANALYZE, no timing)."""
             with app.connect() as conn:
@@ -189,6 +213,7 @@ def main() -> None:
             "spend": lambda: once_ms(run_spend),
             "spend_pinned": lambda: once_ms(lambda: run_spend(pinned=True)),
             "show": lambda: once_ms(run_show),
+            "writes": lambda: once_ms(run_writes),
             "srv_month": lambda: server_ms(MONTH_SQL),
             "srv_month_pinned": lambda: server_ms(MONTH_SQL, pinned=True),
             "srv_messages": lambda: server_ms(MESSAGES_SQL),
@@ -226,6 +251,7 @@ def main() -> None:
             ("spend", "spend --tenant T, one month of a 2M-row ledger"),
             ("spend_pinned", "  same, plan pinned (no plain index scans, no parallel workers)"),
             ("show", "threads show, 500 messages"),
+            ("writes", f"writes: {WRITES} messages + {WRITES} ledger rows in one transaction"),
             ("srv_month", "server time: the month's SUM"),
             ("srv_month_pinned", "server time: the month's SUM, plan pinned"),
             ("srv_messages", "server time: the thread's 500 messages"),
