@@ -15,7 +15,9 @@ data, with one policy per table named ``agent_tenant_isolation`` (tenancy.md):
   ``agent_rls_run_absent``, a ``SECURITY DEFINER`` function owned by the role that ran
   ``enable`` (which must bypass row-level security for that answer: otherwise the function
   answers "not absent", and such frames are visible to no one but roles that bypass RLS);
-- prices, channel state, budgets, the fold's day list and tenant keys carry no policy.
+- prices, channel state, budgets, the fold's day list and tenant keys carry no policy; the
+  fold's per-model rollup (every tenant's rows summed per model) carries none either, and the
+  app role gets no grant on it (reports under row-level security read ``agent_usage_daily``).
 
 ``WITH CHECK`` is the same expression, so a session cannot write a row for another tenant. The
 tenant comparisons are plain equalities on a STABLE expression, so the tenant indexes stay usable.
@@ -109,6 +111,8 @@ POLICY_EXPRESSIONS: dict[str, str] = {
 PROTECTED_TABLES: tuple[str, ...] = tuple(POLICY_EXPRESSIONS)
 # The runtime reads these and never writes them: the app role gets SELECT only.
 READ_ONLY_TABLES = frozenset({"agent_model_pricing", "agent_budget", "agent_tenant_key"})
+# Every tenant's rows summed per model and day (the fold's rollup): the runtime gets no grant.
+NO_GRANT_TABLES = frozenset({"agent_usage_model_daily"})
 _DML = ("SELECT", "INSERT", "UPDATE", "DELETE")
 
 
@@ -382,6 +386,8 @@ def _grant_sql(conn: Connection, role: str, cat: _Catalog, *, revoke: bool) -> l
         ).scalar()
     )
     for table in agent:
+        if table in NO_GRANT_TABLES and not (revoke and held[table]):
+            continue
         want = {"SELECT"} if table in READ_ONLY_TABLES else set(_DML)
         qt = _quote(conn, table)
         if revoke:
@@ -487,7 +493,7 @@ def _grant_sql_for_new_role(conn: Connection, role: str, cat: _Catalog) -> list[
 
     qrole = _quote(conn, role)
     names = [t.name for t in metadata.sorted_tables if cat.tables.get(t.name)]
-    names = [t for t in names if cat.tables[t].exists]
+    names = [t for t in names if cat.tables[t].exists and t not in NO_GRANT_TABLES]
     rw = [_quote(conn, t) for t in names if t not in READ_ONLY_TABLES]
     ro = [_quote(conn, t) for t in names if t in READ_ONLY_TABLES]
     sql = [f"GRANT USAGE ON SCHEMA {_quote(conn, cat.schema)} TO {qrole}"]

@@ -385,6 +385,25 @@ usage_daily = _table(
     Index("agent_usage_daily_tenant_day_idx", "tenant_key", "day"),
 )
 
+# The ledger folded by UTC day and model alone (revision 0007): each day's rows of
+# ``agent_usage_daily`` summed per model, written in the same transaction. Reports that need no
+# actor or tenant read it: ~12 rows a day instead of ~1,400 (``fold.py``).
+usage_model_daily = _table(
+    "agent_usage_model_daily",
+    Column("day", Integer(), primary_key=True, autoincrement=False),  # days since 1970-01-01
+    Column("model_id", Ident, primary_key=True),
+    Column("turns", BigInteger(), nullable=False),
+    Column("input_tokens", BigInteger(), nullable=False),
+    Column("output_tokens", BigInteger(), nullable=False),
+    Column("cache_read_tokens", BigInteger(), nullable=False),
+    Column("cache_write_tokens", BigInteger(), nullable=False),
+    Column("cost_usd", Money, nullable=True),  # NULL when every row was unpriced
+    Column("estimated_usd", Money, nullable=False, server_default=text("0")),
+    Column("provider_usd", Money, nullable=False, server_default=text("0")),
+    Column("unpriced_turns", BigInteger(), nullable=False),
+    Column("folded_at", Millis, nullable=False),
+)
+
 usage_fold = _table(
     "agent_usage_fold",
     Column("day", Integer(), primary_key=True, autoincrement=False),
@@ -421,6 +440,7 @@ AGENT_TABLES: dict[str, str] = {
     "usage_daily": usage_daily.name,
     "usage_fold": usage_fold.name,
     "tenant_key": tenant_key.name,
+    "usage_model_daily": usage_model_daily.name,
 }
 
 # What each forward-only upgrade added to the 0001 shape: tables, (table, column) and
@@ -431,6 +451,7 @@ UPGRADE_TABLES: dict[str, list[str]] = {
     "0004": ["agent_budget"],
     "0005": ["agent_usage_daily", "agent_usage_fold"],
     "0006": ["agent_tenant_key"],
+    "0007": ["agent_usage_model_daily"],
 }
 UPGRADE_COLUMNS: dict[str, list[tuple[str, str]]] = {
     "0002": [

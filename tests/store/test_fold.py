@@ -20,7 +20,13 @@ from agora_cli.store.clock import DAY_MS, ManualClock, parse_instant
 from agora_cli.store.fold import fold, mark_days_dirty, verify, window_parts
 from agora_cli.store.ledger import spend
 from agora_cli.store.pricing import set_price
-from agora_cli.store.schema import thread, token_usage, usage_daily, usage_fold
+from agora_cli.store.schema import (
+    thread,
+    token_usage,
+    usage_daily,
+    usage_fold,
+    usage_model_daily,
+)
 from agora_cli.store.threads import delete_thread
 from agora_cli.store.usage import recompute_estimates, reprice
 
@@ -42,7 +48,7 @@ BYS = (
 
 def reset(engine: Any) -> None:
     with engine.begin() as conn:
-        for table in (usage_daily, usage_fold, token_usage, thread):
+        for table in (usage_model_daily, usage_daily, usage_fold, token_usage, thread):
             conn.execute(table.delete())
         conn.execute(
             thread.insert().values(id="t", actor_ref="a0", title="", created_at=0, updated_at=0)
