@@ -383,3 +383,181 @@ def test_a_folded_day_holds_each_groups_sums(engine: Any) -> None:
         ("m1", "a0", ""): (1, 1_000, 10, 0, 0, None, 0.0, 0.0, 1),
         ("m2", "a0", "acme"): (1, 5, 10, 0, 0, 0.25, 0.25, 0.0, 0),
     }
+
+
+# --- the per-model rollup (agent_usage_model_daily, revision 0007) ----------------------------
+
+
+def _reads(engine: Any, fn: Any) -> str:
+    """The SQL ``fn(conn)`` ran, joined."""
+    from sqlalchemy import event
+
+    seen: list[str] = []
+    with engine.connect() as conn:
+
+        def listen(*args: Any) -> None:
+            seen.append(args[2])
+
+        event.listen(conn, "before_cursor_execute", listen)
+        fn(conn)
+        conn.rollback()
+    return "\n".join(seen)
+
+
+def _rollup_is_true(engine: Any) -> None:
+    """The rollup of every clean folded day equals the raw ledger's day, model by model."""
+    from agora_cli.store.fold import day_bucket
+
+    u = token_usage.c
+    with engine.connect() as conn:
+        clean = {
+            int(d) for (d,) in conn.execute(select(usage_fold.c.day).where(usage_fold.c.dirty == 0))
+        }
+        bucket = day_bucket(conn)
+        raw = {
+            (int(r[0]), r[1]): (int(r[2]), int(r[3]), int(r[4]), int(r[5]), r[6], int(r[7]))
+            for r in conn.execute(
+                select(
+                    bucket,
+                    u.model_id,
+                    func.count(),
+                    func.sum(u.input_tokens),
+                    func.sum(u.output_tokens),
+                    func.coalesce(func.sum(u.cache_read_tokens), 0),
+                    func.sum(u.cost_usd),
+                    func.count() - func.count(u.cost_usd),
+                ).group_by(bucket, u.model_id)
+            )
+            if int(r[0]) in clean
+        }
+        m = usage_model_daily.c
+        rolled = {
+            (int(r.day), r.model_id): (
+                int(r.turns),
+                int(r.input_tokens),
+                int(r.output_tokens),
+                int(r.cache_read_tokens),
+                r.cost_usd,
+                int(r.unpriced_turns),
+            )
+            for r in conn.execute(select(usage_model_daily).where(m.day.in_(sorted(clean) or [-1])))
+        }
+        conn.rollback()
+    assert set(rolled) == set(raw)
+    for key, want in raw.items():
+        got = rolled[key]
+        assert got[:4] == want[:4] and got[5] == want[5], key
+        assert (got[4] is None) == (want[4] is None), key
+        if want[4] is not None:
+            assert float(got[4]) == pytest.approx(float(want[4]), rel=1e-9, abs=1e-12), key
+
+
+def test_reports_by_model_or_time_read_the_rollup_and_the_rest_the_daily_fold(
+    engine: Any,
+) -> None:
+    reset(engine)
+    write(
+        engine, [_row(at=T0 + n * DAY_MS, model=f"m{n % 3}", actor=f"a{n % 2}") for n in range(6)]
+    )
+    fold(engine, clock=NOW)
+    last = D0 + timedelta(days=5)
+    for args, rollup in (
+        ({"by": "model"}, True),
+        ({"by": "day"}, True),
+        ({"by": "month,model"}, True),
+        ({"by": "model", "model": "m1"}, True),
+        ({"by": "actor"}, False),
+        ({"by": "day,tenant"}, False),
+        ({"by": "model", "actor": "a1"}, False),
+        ({"by": "model", "tenant": "acme"}, False),
+    ):
+        sql = _reads(engine, lambda c, a=args: spend(c, from_day=D0, to_day=last, **a))
+        assert ("FROM agent_usage_model_daily" in sql) == rollup, args
+        assert ("FROM agent_usage_daily" in sql) == (not rollup), args
+        with engine.connect() as conn:
+            folded = spend(conn, from_day=D0, to_day=last, **args)
+            same(folded, spend(conn, from_day=D0, to_day=last, raw=True, **args))
+        assert folded.folded_days == 6
+    lo, hi = T0, T0 + 6 * DAY_MS - 1
+    sql = _reads(
+        engine,
+        lambda c: sum_scope_usage(c, scope_kind="global", scope_ref=None, from_ms=lo, to_ms=hi),
+    )
+    assert "FROM agent_usage_model_daily" in sql and "FROM agent_usage_daily" not in sql
+    with engine.connect() as conn:
+        args = {"scope_kind": "global", "scope_ref": None, "from_ms": lo, "to_ms": hi}
+        a, b = sum_scope_usage(conn, **args), sum_scope_usage(conn, **args, raw=True)
+    assert a[0] == b[0] and a[2] == b[2] and a[1] == pytest.approx(b[1])
+
+
+def test_refold_dirty_days_reprice_and_thread_delete_keep_the_rollup_true(engine: Any) -> None:
+    reset(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            thread.insert().values(id="t2", actor_ref="a0", title="", created_at=0, updated_at=0)
+        )
+    rows = [
+        _row(at=T0 + n * DAY_MS + k, model=f"m{k % 3}", cost=None if k % 4 == 0 else 0.5)
+        for n in range(4)
+        for k in range(6)
+    ]
+    write(engine, rows)
+    with engine.begin() as conn:  # some rows of a second thread, to delete later
+        conn.execute(
+            token_usage.update()
+            .where(token_usage.c.created_at.in_([T0 + 1, T0 + 2 * DAY_MS + 2]))
+            .values(thread_id="t2")
+        )
+    fold(engine, clock=NOW)
+    _rollup_is_true(engine)
+    with engine.begin() as conn:  # a bulk edit, then an explicit refold of that day
+        conn.execute(
+            token_usage.update()
+            .where(token_usage.c.created_at == T0 + DAY_MS + 3)
+            .values(input_tokens=7_777, model_id="m9")
+        )
+    assert (
+        fold(engine, clock=NOW, refold=(D0 + timedelta(days=1), D0 + timedelta(days=1))).refolded
+        == 1
+    )
+    _rollup_is_true(engine)
+    with engine.begin() as conn:  # reprice: the unpriced rows of m0 get an estimate
+        set_price(conn, "m0", input_per_1m=1_000.0, output_per_1m=0.0, clock=NOW)
+        assert reprice(conn).repriced > 0
+    _raw_equals_folded(engine, 3)  # dirty days read raw meanwhile
+    assert fold(engine, clock=NOW).refolded > 0
+    _rollup_is_true(engine)
+    with engine.begin() as conn:
+        set_price(conn, "m0", input_per_1m=2_000.0, output_per_1m=0.0, clock=NOW)
+        assert recompute_estimates(conn).recomputed > 0
+    fold(engine, clock=NOW)
+    _rollup_is_true(engine)
+    with engine.begin() as conn:
+        delete_thread(conn, "t2")
+    assert fold(engine, clock=NOW).refolded == 2
+    _rollup_is_true(engine)
+    assert _raw_equals_folded(engine, 3).folded_days == 4
+    assert verify(engine).mismatched == []
+
+
+def test_days_folded_before_the_rollup_are_read_from_the_daily_fold_then_refolded(
+    engine: Any,
+) -> None:
+    reset(engine)
+    write(engine, [_row(at=T0 + n * DAY_MS, model=f"m{n % 2}") for n in range(4)])
+    fold(engine, clock=NOW)
+    with engine.begin() as conn:  # as a database folded before revision 0007
+        conn.execute(usage_model_daily.delete().where(usage_model_daily.c.day <= T0 // DAY_MS + 1))
+    by_model = {"by": "model", "from_day": D0, "to_day": D0 + timedelta(days=3)}
+    sql = _reads(engine, lambda c: spend(c, **by_model))
+    assert "FROM agent_usage_daily" in sql  # the rollup does not cover days 0-1
+    with engine.connect() as conn:
+        folded = spend(conn, **by_model)
+        same(folded, spend(conn, **by_model, raw=True))
+    assert folded.folded_days == 4
+    assert [d.isoformat() for d in verify(engine).mismatched] == ["2026-03-01", "2026-03-02"]
+    with engine.begin() as conn:  # undo verify's marks: fold finds the days by itself
+        conn.execute(usage_fold.update().values(dirty=0))
+    assert fold(engine, clock=NOW).refolded == 2  # the uncovered days
+    _rollup_is_true(engine)
+    assert "FROM agent_usage_model_daily" in _reads(engine, lambda c: spend(c, **by_model))
