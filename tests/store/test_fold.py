@@ -147,6 +147,11 @@ def test_folded_reports_equal_raw_ones(
                 folded = spend(conn, by=by, from_day=first, to_day=last)
                 raw = spend(conn, by=by, from_day=first, to_day=last, raw=True)
                 same(folded, raw)
+            # a model filter (the rollup) and an actor or tenant filter (the daily fold)
+            for filters in ({"model": "m2"}, {"actor": "a1"}, {"tenant": "acme", "model": "m1"}):
+                for by in ("model", "day", "week,model"):
+                    args = {"by": by, "from_day": first, "to_day": last, **filters}
+                    same(spend(conn, **args), spend(conn, **args, raw=True))
                 if rows:  # folded from the ledger's first day on, through the last closed one
                     start = max(
                         first, D0 + timedelta(days=min(r["at"] - T0 for r in rows) // DAY_MS)
