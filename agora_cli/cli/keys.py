@@ -72,7 +72,7 @@ def create(tenant: TenantOpt, db: DbOpt = None, as_json: JsonOpt = False) -> Non
     """
     from agora_cli.store.sealing import create_tenant_key
 
-    with open_db(db).begin() as conn:
+    with open_db(db, tenant=tenant).begin() as conn:
         key = create_tenant_key(conn, tenant=tenant)
     finish(
         _key_doc(key),
@@ -94,7 +94,7 @@ def rotate(tenant: TenantOpt, db: DbOpt = None, as_json: JsonOpt = False) -> Non
     """
     from agora_cli.store.sealing import rotate_tenant_key
 
-    with open_db(db).begin() as conn:
+    with open_db(db, tenant=tenant).begin() as conn:
         rotation = rotate_tenant_key(conn, tenant=tenant)
     doc = {**_key_doc(rotation.key), "retired": rotation.retired}
     finish(
@@ -124,7 +124,7 @@ def list_keys(
     """
     from agora_cli.store.sealing import list_tenant_keys
 
-    engine = open_db(db, readonly=True)
+    engine = open_db(db, readonly=True, tenant=tenant)
     with engine.connect() as conn:
         keys = list_tenant_keys(conn, tenant=tenant)
         conn.rollback()
@@ -168,7 +168,7 @@ def seal(
     """
     from agora_cli.store.sealing import count_to_seal, seal_tenant
 
-    engine = open_db(db)
+    engine = open_db(db, tenant=tenant)
     total = None
     if not dry_run:
         with engine.connect() as conn:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import itertools
 import json
 import math
 import os
@@ -358,18 +359,24 @@ def progress(description: str, total: int | None) -> Iterator[Callable[[int], No
 
 
 def short_ids(ids: Sequence[str | None], width: int = SHORT_ID) -> dict[str, str]:
-    """Each id as a table shows it: its first ``width`` characters where no other id of the list
-    shares them and the id is at least 8 characters longer, else the whole id (a prefix cut just
-    short of the end would look like another, real id). A prefix unique in the list but not in
-    the database makes the command that takes it list the matches (exit 2): never a wrong pick."""
-    prefixes: dict[str, int] = {}
-    distinct = {i for i in ids if i is not None}
-    for ident in distinct:
-        prefixes[ident[:width]] = prefixes.get(ident[:width], 0) + 1
-    return {
-        ident: ident[:width] if len(ident) >= width + 8 and prefixes[ident[:width]] == 1 else ident
-        for ident in distinct
-    }
+    """Each id as a table shows it: its shortest prefix of at least ``width`` characters that no
+    other id of the list shares, when that is at least 8 characters shorter than the id, else
+    the whole id (a prefix cut just short of the end would look like another, real id).
+
+    Time-ordered ids made within a minute share their first 8 characters and within a
+    millisecond their first 13, so one width for all would show them whole; each id gets the
+    length it needs (one neighbour comparison in sorted order). A prefix unique in the list but
+    not in the database makes the command that takes it list the matches (exit 2): never a
+    wrong pick."""
+    ordered = sorted({i for i in ids if i is not None})
+    need = dict.fromkeys(ordered, width)
+    for a, b in itertools.pairwise(ordered):
+        common = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+        if common is None:  # one is a prefix of the other
+            common = min(len(a), len(b))
+        need[a] = max(need[a], common + 1)
+        need[b] = max(need[b], common + 1)
+    return {ident: ident[:n] if len(ident) >= n + 8 else ident for ident, n in need.items()}
 
 
 def first_line(text: str | None, width: int = 80) -> str | None:

@@ -230,10 +230,11 @@ def _parse_result(text: str | None) -> Any:
     return None if text is None else parse_json("--result", text)
 
 
-def _store(db: str | None) -> ActionProposalStore:
+def _store(db: str | None, tenant: str | None = None) -> ActionProposalStore:
+    """The store; ``tenant`` (a scope's or ``--tenant``) sets ``agora.tenant`` for RLS."""
     from agora_cli.store.proposals import ActionProposalStore
 
-    return ActionProposalStore(open_db(db))
+    return ActionProposalStore(open_db(db, tenant=tenant))
 
 
 # --- render -----------------------------------------------------------------------------------
@@ -457,7 +458,7 @@ def inbox(
     )
     if within is not None and chosen != "pending":
         raise InvalidInput("--expiring-within applies to --state pending only")
-    page = _store(db).inbox(
+    page = _store(db, tenant).inbox(
         chosen,  # type: ignore[arg-type]  # one of INBOX_STATES: a choice
         tenant_ref=tenant,
         actor_ref=actor,
@@ -620,7 +621,9 @@ def list_(
     """
     one_format(as_json, csv)
     chosen = None if decision is None else str(decision.value)
-    proposals = [proposal_document(p) for p in _store(db).list(scope, chosen, limit)]
+    proposals = [
+        proposal_document(p) for p in _store(db, scope.tenant_ref).list(scope, chosen, limit)
+    ]
     ids = short_ids([p["id"] for p in proposals])
     finish(
         {"proposals": proposals},
@@ -659,7 +662,7 @@ def show(
 
     Example: agora proposals show ap_c16786a6 --actor bob --thread demo-thread-05 --tenant acme
     """
-    store = _store(db)
+    store = _store(db, scope.tenant_ref)
     proposal = store.get(store.resolve_id(proposal_id, scope), scope)
     finish(proposal_document(proposal), as_json=as_json, show=lambda: _show_one(proposal))
 
@@ -693,7 +696,7 @@ def decide(
     if by is None:
         raise InvalidInput("--by WHO is required: the person deciding")
     decision = "approved" if choice == "approve" else "rejected"
-    store = _store(db)
+    store = _store(db, scope.tenant_ref)
     result = store.decide(store.resolve_id(proposal_id, scope), scope, decision, by, note)
     p = None if result.proposal is None else proposal_document(result.proposal)
     if p is None:
@@ -731,7 +734,8 @@ def create(
 
     Example: agora proposals create --file refund.json --json
     """
-    result = _store(db).create(_new_proposal(_read_document(file)))
+    proposal = _new_proposal(_read_document(file))
+    result = _store(db, proposal.scope.tenant_ref).create(proposal)
     finish(
         {"outcome": result.outcome, "proposal": proposal_document(result.proposal)},
         as_json=as_json,
@@ -758,7 +762,7 @@ def claim(
     Example: agora proposals claim ap_aa967a75 --actor alice --thread demo-thread-02 --tenant acme
     --worker w1
     """
-    store = _store(db)
+    store = _store(db, scope.tenant_ref)
     result = store.claim(store.resolve_id(proposal_id, scope), scope, worker, lease_ms)
     finish(
         _claim_document(result),

@@ -160,6 +160,7 @@ def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
         "enabled": st.enabled,
         "partial": st.partial,
         "function": st.function,
+        "thread_tenant_index": st.thread_tenant_index,
         "tables": [
             {
                 "table": t.table,
@@ -181,6 +182,12 @@ def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
         console.print(f"connected role      {st.role} ({st.role_kind}: sees {sees})", markup=False)
         console.print(
             f"agora.tenant        {st.tenant or '(unset: untenanted rows)'}", markup=False
+        )
+        index = {"valid": "built", "invalid": "INVALID (a failed build: `enable` rebuilds it)"}
+        console.print(
+            f"thread index        agent_token_usage_thread_tenant_idx "
+            f"{index.get(st.thread_tenant_index, 'missing')}",
+            markup=False,
         )
         yes = {True: "yes", False: "—"}
         render_table(

@@ -64,6 +64,7 @@ def test_enable_dry_run_then_enable_status_verify_disable(
 
     status = cli("db", "rls", "status", "--db", pg_url, "--json").json()
     assert status["enabled"] and status["role_kind"] == "superuser" and status["bypasses_rls"]
+    assert status["thread_tenant_index"] == "valid"
     protected = {t["table"] for t in status["tables"] if t["protected"]}
     assert protected == set(PROTECTED_TABLES)
     assert all(
@@ -74,6 +75,7 @@ def test_enable_dry_run_then_enable_status_verify_disable(
     assert not any(t["policy"] for t in status["tables"] if not t["protected"])
     human = cli("db", "rls", "status", "--db", pg_url)
     assert "superuser" in human.stdout and "agent_tool_call" in human.stdout
+    assert "agent_token_usage_thread_tenant_idx built" in human.stdout
 
     verify = cli("db", "rls", "verify", "--app-role", app_role, "--db", pg_url, "--json")
     assert verify.exit_code == 0, verify.stdout
@@ -85,6 +87,7 @@ def test_enable_dry_run_then_enable_status_verify_disable(
     assert f"role {app_role} dropped" in off.stdout
     status = cli("db", "rls", "status", "--db", pg_url, "--json").json()
     assert not status["enabled"] and not status["partial"] and not status["function"]
+    assert status["thread_tenant_index"] == "missing"
 
 
 def test_verify_exits_1_naming_the_table_whose_policy_was_dropped(cli: Any, pg_url: str) -> None:
@@ -161,6 +164,64 @@ def test_agora_tenant_and_spend_tenant_scope_the_app_roles_view(
     # as the owner (a superuser, bypassing the policies) the cross-tenant report sees everyone
     everyone = cli("spend", "--by", "tenant", "--db", pg_url, "--json").json()
     assert everyone["total"]["turns"] == 6
+
+
+def test_commands_scoped_by_tenant_set_it_for_the_app_role(
+    cli: Any, pg_url: str, app_role: str, tmp_path: Any
+) -> None:
+    """`--tenant` (proposals' scope, keys, db seal) sets agora.tenant: without it, the app role
+    would see none of the tenant's rows and every command would answer "not found"."""
+    import json
+
+    from agora_cli.store.sealing import generate_kek
+
+    kek = {"AGORA_KEK": generate_kek(), "AGORA_KEK_FILE": None}
+    engine = open_engine(pg_url)
+    with engine.begin() as conn:
+        thread = create_thread(conn, actor_ref="alice", tenant_ref="acme", title="acme")
+        append_message(conn, thread_id=thread.id, role="user", content="plain words")
+    engine.dispose()
+    assert cli("db", "rls", "enable", "--app-role", app_role, "--db", pg_url).exit_code == 0
+    as_app = f"{pg_url}?options=-crole%3D{app_role}"
+    doc = {
+        "run_id": "run-1",
+        "tool_call_id": "call-1",
+        "tenant_ref": "acme",
+        "actor_ref": "alice",
+        "thread_id": thread.id,
+        "tool_name": "refund",
+        "input": {"order": 7},
+        "expires_at": "2099-01-01T00:00:00Z",
+    }
+    path = tmp_path / "proposal.json"
+    path.write_text(json.dumps(doc))
+    made = cli("proposals", "create", "--file", str(path), "--db", as_app, "--json")
+    assert made.exit_code == 0, made.stderr  # WITH CHECK passed: the session is acme's
+    pid = made.json()["proposal"]["id"]
+    scope = ("--actor", "alice", "--thread", thread.id, "--tenant", "acme")
+    shown = cli("proposals", "show", pid, *scope, "--db", as_app, "--json")
+    assert shown.exit_code == 0, shown.stderr
+    listed = cli("proposals", "list", *scope, "--db", as_app, "--json")
+    assert [p["id"] for p in listed.json()["proposals"]] == [pid]
+    inbox = cli("proposals", "inbox", "--tenant", "acme", "--db", as_app, "--json")
+    assert [p["id"] for p in inbox.json()["proposals"]] == [pid]
+    decided = cli("proposals", "decide", pid, "--approve", "--by", "op", *scope, "--db", as_app)
+    assert decided.exit_code == 0, decided.stderr
+    # untenanted, the same role sees nothing of acme's
+    none = cli("proposals", "inbox", "--db", as_app, "--json").json()
+    assert none["proposals"] == []
+
+    # keys: the operator (the owner, a superuser) creates acme's key; the app role reads only
+    # acme's, and seals acme's rows under it
+    assert cli("keys", "create", "--tenant", "acme", "--db", pg_url, env=kek).exit_code == 0
+    assert cli("keys", "create", "--tenant", "globex", "--db", pg_url, env=kek).exit_code == 0
+    mine = cli("keys", "list", "--tenant", "acme", "--db", as_app, "--json").json()
+    assert [k["tenant"] for k in mine["keys"]] == ["acme"]
+    theirs = cli("keys", "list", "--db", as_app, "--json", env={"AGORA_TENANT": "acme"}).json()
+    assert [k["tenant"] for k in theirs["keys"]] == ["acme"]  # never globex's wrapped key
+    sealed = cli("db", "seal", "--tenant", "acme", "--db", as_app, "--json", env=kek)
+    assert sealed.exit_code == 0, sealed.stderr
+    assert sum(sealed.json()["sealed"].values()) == 1
 
 
 # --- db redact --------------------------------------------------------------------------------

@@ -159,6 +159,31 @@ def test_list_table_shows_short_ids_that_commands_take(
     assert shown.json()["thread"]["id"] == convo["alice"]
 
 
+def test_threads_made_in_one_millisecond_show_short_ids_that_commands_take(
+    cli: Any, engine: Any, db_url: str
+) -> None:
+    """Time-ordered ids of one millisecond share their first 13 characters and differ only
+    in the counter after them: the table shows each one's shortest unique prefix, not the whole
+    id, and `threads show` takes it."""
+    clock = ManualClock(T0 + 5)
+    with engine.begin() as conn:
+        made = [
+            create_thread(conn, actor_ref="carol", title=f"burst {n}", clock=clock).id
+            for n in range(6)
+        ]
+    assert len({m[:13] for m in made}) == 1  # one millisecond: one time prefix
+    listed = cli("threads", "list", "--actor", "carol", "--db", db_url)
+    assert listed.exit_code == 0, listed.stderr
+    assert not any(m in listed.stdout for m in made)  # none shown whole
+    for ident in made:
+        shown = [w for w in listed.stdout.split() if ident.startswith(w) and len(w) >= 12]
+        assert len(shown) == 1, (ident, listed.stdout)
+        assert not any(o.startswith(shown[0]) for o in made if o != ident)
+        resolved = cli("threads", "show", shown[0], "--db", db_url, "--json")
+        assert resolved.exit_code == 0, resolved.stderr
+        assert resolved.json()["thread"]["id"] == ident
+
+
 def test_list_limit_out_of_range_is_exit_2(cli: Any, db_url: str) -> None:
     r = cli("threads", "list", "--limit", "0", "--db", db_url)
     assert r.exit_code == 2 and no_data(r) and r.stderr.startswith("error: ")

@@ -23,6 +23,8 @@ from agora_cli.store.provision import check_agent_tables, ensure_agent_tables
 from agora_cli.store.rls import (
     POLICY_NAME,
     PROTECTED_TABLES,
+    READ_ONLY_TABLES,
+    THREAD_TENANT_INDEX,
     disable_rls,
     enable_rls,
     rls_status,
@@ -93,7 +95,7 @@ def _row(
             row[column.name] = f"{key}-{table.name}-{column.name}"
     if "tenant_ref" in table.columns:
         row["tenant_ref"] = tenant
-    if table.name == "agent_usage_daily":
+    if "tenant_key" in table.columns:  # the daily fold, tenant keys
         row["tenant_key"] = tenant or ""
     if table.name in PARENT:
         column, parent = PARENT[table.name]
@@ -150,6 +152,19 @@ def refused(conn: Any, statement: Any) -> bool:
     return False
 
 
+def denied(conn: Any, statement: Any) -> bool:
+    """Whether the app role lacks the grant for ``statement`` (a table it may only read)."""
+    savepoint = conn.begin_nested()
+    try:
+        conn.execute(statement)
+    except DBAPIError as exc:
+        savepoint.rollback()
+        assert "permission denied" in str(exc.orig), exc
+        return True
+    savepoint.rollback()
+    return False
+
+
 @pytest.mark.parametrize("name", PROTECTED_TABLES)
 def test_a_tenant_cannot_read_update_delete_or_insert_another_tenants_rows(
     rls: Any, app_role: str, name: str
@@ -160,6 +175,16 @@ def test_a_tenant_cannot_read_update_delete_or_insert_another_tenants_rows(
     with as_app(rls, app_role, "acme") as conn:
         assert visible(conn, table) == {pk_value(table, mine)}
         first = next(c for c in table.columns if not c.primary_key)
+        if name in READ_ONLY_TABLES:  # tenant keys: the runtime reads its own, writes none
+            intruder = _row(table, "intruder", "globex", rows["globex"], 99)
+            for statement in (
+                update(table).where(pk(table, theirs)).values({first: first}),
+                update(table).where(pk(table, mine)).values({first: first}),
+                table.delete().where(pk(table, theirs)),
+                table.insert().values(**intruder),
+            ):
+                assert denied(conn, statement)
+            return
         assert (
             conn.execute(update(table).where(pk(table, theirs)).values({first: first})).rowcount
             == 0
@@ -196,9 +221,12 @@ def test_untenanted_rows_are_visible_only_while_the_setting_is_unset(
     with as_app(rls, app_role, None) as conn:
         assert visible(conn, table) == {untenanted}
         intruder = _row(table, "intruder", "acme", rows["acme"], 99)
-        assert refused(conn, table.insert().values(**intruder))
         own = _row(table, "fresh", None, rows[None], 98)
-        conn.execute(table.insert().values(**own))  # an untenanted session writes untenanted rows
+        if name in READ_ONLY_TABLES:
+            assert denied(conn, table.insert().values(**intruder))
+        else:
+            assert refused(conn, table.insert().values(**intruder))
+            conn.execute(table.insert().values(**own))  # untenanted sessions write untenanted
     with as_app(rls, app_role, "acme") as conn:
         assert untenanted not in visible(conn, table)
     with as_app(rls, app_role, "") as conn:  # empty is unset
@@ -304,7 +332,8 @@ def test_enable_is_idempotent_and_disable_removes_exactly_it(rls: Any, app_role:
     assert st.enabled and st.role_kind == "superuser" and st.bypasses_rls
     assert {t.table for t in st.tables if t.policy} == set(PROTECTED_TABLES)
     dry = disable_rls(rls, app_role=app_role, drop_role=True, dry_run=True)
-    assert dry.sql and dry.sql[-1] == f'DROP ROLE "{app_role}"'
+    assert dry.sql[-2] == f'DROP ROLE "{app_role}"'
+    assert dry.sql[-1] == f'DROP INDEX CONCURRENTLY IF EXISTS "public"."{THREAD_TENANT_INDEX}"'
     with rls.connect() as conn:
         assert rls_status(conn).enabled  # a dry run changes nothing
         conn.rollback()
@@ -317,7 +346,72 @@ def test_enable_is_idempotent_and_disable_removes_exactly_it(rls: Any, app_role:
         conn.rollback()
     assert not st.enabled and not st.partial and not st.function
     assert not any(t.enabled or t.forced or t.policy for t in st.tables)
+    assert _index_valid(rls) is None  # the index enable built is gone too
     assert disable_rls(rls).sql == []
+
+
+def _index_valid(engine: Any) -> bool | None:
+    with engine.connect() as conn:
+        valid = conn.execute(
+            text(
+                "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                "WHERE c.relname = :n"
+            ),
+            {"n": THREAD_TENANT_INDEX},
+        ).scalar()
+        conn.rollback()
+    return None if valid is None else bool(valid)
+
+
+def test_enable_builds_the_thread_tenant_index_and_a_thread_read_uses_it(
+    rls: Any, app_role: str
+) -> None:
+    assert _index_valid(rls) is True
+    with rls.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO agent_thread (id, actor_ref, tenant_ref, title, created_at, updated_at) "
+            "SELECT 't' || g, 'actor', 'tenant' || mod(g, 5), '', g, g "
+            "FROM generate_series(1, 200) g"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO agent_token_usage (id, thread_id, actor_ref, tenant_ref, model_id, "
+            "purpose, input_tokens, output_tokens, created_at) "
+            "SELECT 'u' || g, 't' || (1 + mod(g, 200)), 'actor', "
+            "'tenant' || mod(1 + mod(g, 200), 5), 'm', 'chat', 1, 1, g "
+            "FROM generate_series(1, 40000) g"
+        )
+        conn.exec_driver_sql("ANALYZE agent_token_usage")
+    with as_app(rls, app_role, "tenant2") as conn:
+        # What `threads show` asks of the ledger: one thread's rows, the policy adding the tenant.
+        plan = _plan(conn, "SELECT * FROM agent_token_usage WHERE thread_id = 't7'")
+        assert THREAD_TENANT_INDEX in plan, plan
+        # The policy's untenanted branch may add a probe of the (empty) NULL range; never the
+        # tenant's whole range: no index condition on the tenant's value alone.
+        alone = "Index Cond: ((tenant_ref)::text = NULLIF"
+        assert alone not in plan, plan
+        assert (
+            conn.execute(
+                text("SELECT count(*) FROM agent_token_usage WHERE thread_id = 't7'")
+            ).scalar()
+            == 200
+        )
+
+
+def test_enable_rebuilds_an_index_a_failed_concurrent_build_left_invalid(rls: Any) -> None:
+    with rls.begin() as conn:  # what an interrupted CREATE INDEX CONCURRENTLY leaves behind
+        conn.exec_driver_sql(
+            "UPDATE pg_index SET indisvalid = false WHERE indexrelid = "
+            f"'{THREAD_TENANT_INDEX}'::regclass"
+        )
+    assert _index_valid(rls) is False
+    plan = enable_rls(rls)
+    assert plan.sql == [
+        f'DROP INDEX CONCURRENTLY IF EXISTS "public"."{THREAD_TENANT_INDEX}"',
+        f'CREATE INDEX CONCURRENTLY IF NOT EXISTS "{THREAD_TENANT_INDEX}" '
+        'ON "agent_token_usage" (thread_id, tenant_ref)',
+    ]
+    assert _index_valid(rls) is True
+    assert enable_rls(rls).sql == []
 
 
 def test_an_app_role_that_bypasses_rls_is_refused(rls: Any) -> None:
