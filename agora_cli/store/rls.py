@@ -18,8 +18,9 @@ data, with one policy per table named ``agent_tenant_isolation`` (tenancy.md):
 - tenants' data keys (``agent_tenant_key``) follow their ``tenant_key``: a session sees only
   its own tenant's wrapped keys (the runtime role may only read them);
 - prices, channel state, budgets and the fold's day list carry no policy; the fold's optional
-  per-model rollup (every tenant's rows summed per model) carries none either, and the app role
-  gets no grant on it (reports under row-level security read ``agent_usage_daily``).
+  per-model rollup (every tenant's rows summed per model; not an agent table) carries none
+  either, and the app role gets no grant on it (reports under row-level security read
+  ``agent_usage_daily``).
 
 ``enable`` also builds ``agent_token_usage_thread_tenant_idx (thread_id, tenant_ref)`` — an
 extra index (schema.md allows them), built ``CONCURRENTLY`` before the policies' transaction so
@@ -123,8 +124,6 @@ THREAD_TENANT_INDEX = "agent_token_usage_thread_tenant_idx"
 _ONLINE = "CONCURRENTLY"  # statements that run outside the transaction, in autocommit
 # The runtime reads these and never writes them: the app role gets SELECT only.
 READ_ONLY_TABLES = frozenset({"agent_model_pricing", "agent_budget", "agent_tenant_key"})
-# Every tenant's rows summed per model and day (the fold's rollup): the runtime gets no grant.
-NO_GRANT_TABLES = frozenset({"agent_usage_model_daily"})
 _DML = ("SELECT", "INSERT", "UPDATE", "DELETE")
 
 
@@ -410,8 +409,6 @@ def _grant_sql(conn: Connection, role: str, cat: _Catalog, *, revoke: bool) -> l
         ).scalar()
     )
     for table in agent:
-        if table in NO_GRANT_TABLES and not (revoke and held[table]):
-            continue
         want = {"SELECT"} if table in READ_ONLY_TABLES else set(_DML)
         qt = _quote(conn, table)
         if revoke:
@@ -549,7 +546,7 @@ def _grant_sql_for_new_role(conn: Connection, role: str, cat: _Catalog) -> list[
 
     qrole = _quote(conn, role)
     names = [t.name for t in metadata.sorted_tables if cat.tables.get(t.name)]
-    names = [t for t in names if cat.tables[t].exists and t not in NO_GRANT_TABLES]
+    names = [t for t in names if cat.tables[t].exists]
     rw = [_quote(conn, t) for t in names if t not in READ_ONLY_TABLES]
     ro = [_quote(conn, t) for t in names if t in READ_ONLY_TABLES]
     sql = [f"GRANT USAGE ON SCHEMA {_quote(conn, cat.schema)} TO {qrole}"]

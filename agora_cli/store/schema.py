@@ -36,6 +36,9 @@ __all__ = [
 ]
 
 metadata = MetaData()
+# The optional ``rollup`` branch's table (``agora db upgrade rollup@head``): not part of the
+# spec's schema, so never provisioned, checked or counted with the agent tables.
+rollup_metadata = MetaData()
 
 
 class _LongText(TypeDecorator[str]):
@@ -78,13 +81,14 @@ def apply_mysql_options() -> None:
     """
     if _MYSQL_APPLIED:
         return
-    for table in metadata.tables.values():
+    for table in (*metadata.tables.values(), *rollup_metadata.tables.values()):
         for key, value in _MYSQL.items():
             table.dialect_kwargs[key] = value
     _MYSQL_APPLIED.append(True)
 
 
 @event.listens_for(metadata, "before_create")
+@event.listens_for(rollup_metadata, "before_create")
 def _before_create(target: MetaData, connection: Any, **_: Any) -> None:
     if connection.dialect.name == "mysql":
         apply_mysql_options()
@@ -109,8 +113,8 @@ def _int(name: str, default: int | None = None, *, nullable: bool = False) -> Co
     )
 
 
-def _table(name: str, *items: Any) -> Table:
-    table: Table = Table(name, metadata, *items)
+def _table(name: str, *items: Any, meta: MetaData = metadata) -> Table:
+    table: Table = Table(name, meta, *items)
     if _MYSQL_APPLIED:  # a table declared after MySQL DDL was compiled
         table.dialect_kwargs.update(_MYSQL)
     return table
@@ -385,9 +389,10 @@ usage_daily = _table(
     Index("agent_usage_daily_tenant_day_idx", "tenant_key", "day"),
 )
 
-# The ledger folded by UTC day and model alone (revision 0007): each day's rows of
-# ``agent_usage_daily`` summed per model, written in the same transaction. Reports that need no
-# actor or tenant read it: ~12 rows a day instead of ~1,400 (``fold.py``).
+# The ledger folded by UTC day and model alone (the optional ``rollup`` branch, revision m001):
+# each day's rows of ``agent_usage_daily`` summed per model, written in the same transaction
+# when the table exists. Reports that need no actor or tenant read it: ~12 rows a day instead
+# of ~1,400 (``fold.py``).
 usage_model_daily = _table(
     "agent_usage_model_daily",
     Column("day", Integer(), primary_key=True, autoincrement=False),  # days since 1970-01-01
@@ -402,6 +407,7 @@ usage_model_daily = _table(
     Column("provider_usd", Money, nullable=False, server_default=text("0")),
     Column("unpriced_turns", BigInteger(), nullable=False),
     Column("folded_at", Millis, nullable=False),
+    meta=rollup_metadata,
 )
 
 usage_fold = _table(
@@ -440,7 +446,6 @@ AGENT_TABLES: dict[str, str] = {
     "usage_daily": usage_daily.name,
     "usage_fold": usage_fold.name,
     "tenant_key": tenant_key.name,
-    "usage_model_daily": usage_model_daily.name,
 }
 
 # What each forward-only upgrade added to the 0001 shape: tables, (table, column) and
@@ -451,7 +456,6 @@ UPGRADE_TABLES: dict[str, list[str]] = {
     "0004": ["agent_budget"],
     "0005": ["agent_usage_daily", "agent_usage_fold"],
     "0006": ["agent_tenant_key"],
-    "0007": ["agent_usage_model_daily"],
 }
 UPGRADE_COLUMNS: dict[str, list[tuple[str, str]]] = {
     "0002": [

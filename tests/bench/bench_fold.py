@@ -5,8 +5,8 @@ ledger server-side into each — ``--rows`` (default 20,000,000) and a tenth of 
 over the 365 days of 2025, folds both with the library's ``fold`` (the code behind ``agora spend
 fold``), and then measures side by side, the runs of each figure interleaved after a warm-up:
 
-1. ``spend(by="model")`` for the whole year: folded (the per-model rollup, revision 0007) vs
-   ``raw=True`` (goal: at least 100x faster), and vs the same report read from
+1. ``spend(by="model")`` for the whole year: folded (the per-model rollup, the optional
+   ``rollup`` branch) vs ``raw=True`` (goal: at least 100x faster), and vs the same report read from
    ``agent_usage_daily`` alone, as before the rollup;
 2. the same for one month, June (goal: at least 20x);
 3. ``quota`` for one tenant at 2025-06-30 12:00 (``budgets.scope_quota``, what ``agora quota
@@ -60,7 +60,7 @@ from agora_cli.store import ledger
 from agora_cli.store.budgets import scope_quota, sum_scope_usage
 from agora_cli.store.clock import DAY_MS, day_window, month_window, parse_instant
 from agora_cli.store.engine import normalize_url, open_engine
-from agora_cli.store.fold import day_number, fold, fold_day
+from agora_cli.store.fold import create_rollup, day_number, fold, fold_day
 from agora_cli.store.ledger import SpendReport, spend
 from agora_cli.store.provision import ensure_agent_tables
 from agora_cli.store.schema import token_usage
@@ -283,7 +283,7 @@ def print_plans(conn: Any, dialect: str, what: str, fn: Callable[[], Any]) -> No
 
 @contextmanager
 def without_rollup() -> Iterator[None]:
-    """Reports read ``agent_usage_daily`` as before revision 0007 (the rollup never covers)."""
+    """Reports read ``agent_usage_daily``, as without the ``rollup`` branch."""
     saved = ledger.rollup_covers
     ledger.rollup_covers = lambda conn, parts: False  # type: ignore[assignment]
     try:
@@ -323,6 +323,8 @@ def prepare(dialect: str, rows: int, actors: int) -> tuple[str, str, Any]:
     name, url = create_database(dialect, "agora_bench_fold")
     engine = open_engine(url)
     ensure_agent_tables(engine)
+    with engine.begin() as conn:  # agora db upgrade rollup@head
+        create_rollup(conn)
     t = time.perf_counter()
     load(engine, dialect, rows, actors)
     load_s = time.perf_counter() - t
@@ -341,11 +343,13 @@ def prepare(dialect: str, rows: int, actors: int) -> tuple[str, str, Any]:
 
 def reuse(dialect: str, name: str) -> tuple[str, str, Any]:
     """A database a ``--keep`` run left, loaded: brought to the current schema and folded
-    (days folded before revision 0007 are refolded with their per-model rollup)."""
+    (days the per-model rollup does not cover are refolded with it)."""
     url = make_url(normalize_url(ADMIN[dialect])).set(database=name)
     text_url = url.render_as_string(hide_password=False)
     engine = open_engine(text_url)
     ensure_agent_tables(engine)
+    with engine.begin() as conn:  # agora db upgrade rollup@head
+        create_rollup(conn)
     t = time.perf_counter()
     result = fold(engine, through=YEAR[1])
     if result.folded:
@@ -540,7 +544,7 @@ def run_figures(
 
         with engine.connect() as c:  # the fold's own statements, for the plan (rolled back)
             c.exec_driver_sql(f"UPDATE agent_usage_fold SET dirty = 1 WHERE day = {n}")
-            print_plans(c, dialect, "fold one day", lambda c=c: fold_day(c, n, 0))
+            print_plans(c, dialect, "fold one day", lambda c=c: fold_day(c, n, 0, rollup=True))
         ms = interleaved({"fold": fold_one, "bare": bare}, repeat)
         print(
             f"{dialect} fold one day ({day_rows:,} rows): fold {ms['fold']:.1f} ms vs the same "

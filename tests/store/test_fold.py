@@ -13,11 +13,18 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from agora_cli.store.budgets import sum_scope_usage
 from agora_cli.store.clock import DAY_MS, ManualClock, parse_instant
-from agora_cli.store.fold import fold, mark_days_dirty, verify, window_parts
+from agora_cli.store.fold import (
+    create_rollup,
+    fold,
+    has_rollup,
+    mark_days_dirty,
+    verify,
+    window_parts,
+)
 from agora_cli.store.ledger import spend
 from agora_cli.store.pricing import set_price
 from agora_cli.store.schema import (
@@ -30,6 +37,8 @@ from agora_cli.store.schema import (
 from agora_cli.store.threads import delete_thread
 from agora_cli.store.usage import recompute_estimates, reprice
 
+# A report that reads the per-model rollup sums its tokens (its coverage check does not).
+ROLLUP_READ = "sum(agent_usage_model_daily.input_tokens"
 D0 = date(2026, 3, 1)
 T0 = parse_instant("2026-03-01T00:00:00Z")
 NOW = ManualClock(parse_instant("2026-04-15T12:00:00Z"))  # every March day is closed
@@ -46,9 +55,19 @@ BYS = (
 )
 
 
+def set_rollup(engine: Any, on: bool) -> None:
+    """Apply the optional rollup branch's table (``on``) or drop it, as an operator would."""
+    with engine.begin() as conn:
+        if on:
+            create_rollup(conn)
+        else:
+            conn.execute(text("DROP TABLE IF EXISTS agent_usage_model_daily"))
+
+
 def reset(engine: Any) -> None:
     with engine.begin() as conn:
-        for table in (usage_model_daily, usage_daily, usage_fold, token_usage, thread):
+        tables = (usage_model_daily,) if has_rollup(conn) else ()
+        for table in (*tables, usage_daily, usage_fold, token_usage, thread):
             conn.execute(table.delete())
         conn.execute(
             thread.insert().values(id="t", actor_ref="a0", title="", created_at=0, updated_at=0)
@@ -132,9 +151,11 @@ def same(a: Any, b: Any) -> None:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(rows=st.lists(row, max_size=40), windows=st.lists(window, min_size=1, max_size=3))
+@pytest.mark.parametrize("rollup", [False, True], ids=["spec-schema", "rollup-branch"])
 def test_folded_reports_equal_raw_ones(
-    engine: Any, rows: list[dict[str, Any]], windows: list[tuple[date, date]]
+    engine: Any, rollup: bool, rows: list[dict[str, Any]], windows: list[tuple[date, date]]
 ) -> None:
+    set_rollup(engine, rollup)
     reset(engine)
     write(engine, rows)
     result = fold(engine, clock=NOW)
@@ -390,7 +411,7 @@ def test_a_folded_day_holds_each_groups_sums(engine: Any) -> None:
     }
 
 
-# --- the per-model rollup (agent_usage_model_daily, revision 0007) ----------------------------
+# --- the per-model rollup (agent_usage_model_daily, the optional rollup branch) ---------------
 
 
 def _reads(engine: Any, fn: Any) -> str:
@@ -460,6 +481,7 @@ def _rollup_is_true(engine: Any) -> None:
 def test_reports_by_model_or_time_read_the_rollup_and_the_rest_the_daily_fold(
     engine: Any,
 ) -> None:
+    set_rollup(engine, True)
     reset(engine)
     write(
         engine, [_row(at=T0 + n * DAY_MS, model=f"m{n % 3}", actor=f"a{n % 2}") for n in range(6)]
@@ -477,7 +499,7 @@ def test_reports_by_model_or_time_read_the_rollup_and_the_rest_the_daily_fold(
         ({"by": "model", "tenant": "acme"}, False),
     ):
         sql = _reads(engine, lambda c, a=args: spend(c, from_day=D0, to_day=last, **a))
-        assert ("FROM agent_usage_model_daily" in sql) == rollup, args
+        assert (ROLLUP_READ in sql) == rollup, args
         assert ("FROM agent_usage_daily" in sql) == (not rollup), args
         with engine.connect() as conn:
             folded = spend(conn, from_day=D0, to_day=last, **args)
@@ -488,7 +510,7 @@ def test_reports_by_model_or_time_read_the_rollup_and_the_rest_the_daily_fold(
         engine,
         lambda c: sum_scope_usage(c, scope_kind="global", scope_ref=None, from_ms=lo, to_ms=hi),
     )
-    assert "FROM agent_usage_model_daily" in sql and "FROM agent_usage_daily" not in sql
+    assert ROLLUP_READ in sql and "FROM agent_usage_daily" not in sql
     with engine.connect() as conn:
         args = {"scope_kind": "global", "scope_ref": None, "from_ms": lo, "to_ms": hi}
         a, b = sum_scope_usage(conn, **args), sum_scope_usage(conn, **args, raw=True)
@@ -496,6 +518,7 @@ def test_reports_by_model_or_time_read_the_rollup_and_the_rest_the_daily_fold(
 
 
 def test_refold_dirty_days_reprice_and_thread_delete_keep_the_rollup_true(engine: Any) -> None:
+    set_rollup(engine, True)
     reset(engine)
     with engine.begin() as conn:
         conn.execute(
@@ -548,10 +571,11 @@ def test_refold_dirty_days_reprice_and_thread_delete_keep_the_rollup_true(engine
 def test_days_folded_before_the_rollup_are_read_from_the_daily_fold_then_refolded(
     engine: Any,
 ) -> None:
+    set_rollup(engine, True)
     reset(engine)
     write(engine, [_row(at=T0 + n * DAY_MS, model=f"m{n % 2}") for n in range(4)])
     fold(engine, clock=NOW)
-    with engine.begin() as conn:  # as a database folded before revision 0007
+    with engine.begin() as conn:  # as days folded before the branch was applied
         conn.execute(usage_model_daily.delete().where(usage_model_daily.c.day <= T0 // DAY_MS + 1))
     by_model = {"by": "model", "from_day": D0, "to_day": D0 + timedelta(days=3)}
     sql = _reads(engine, lambda c: spend(c, **by_model))
@@ -565,4 +589,54 @@ def test_days_folded_before_the_rollup_are_read_from_the_daily_fold_then_refolde
         conn.execute(usage_fold.update().values(dirty=0))
     assert fold(engine, clock=NOW).refolded == 2  # the uncovered days
     _rollup_is_true(engine)
-    assert "FROM agent_usage_model_daily" in _reads(engine, lambda c: spend(c, **by_model))
+    assert ROLLUP_READ in _reads(engine, lambda c: spend(c, **by_model))
+
+
+def test_a_day_refolded_without_the_rollup_is_never_read_from_its_stale_rollup(
+    engine: Any,
+) -> None:
+    """An agora that does not know the rollup branch refolds a day (same rows, new costs): the
+    day's rollup rows keep the old fold's stamp, so reports read ``agent_usage_daily`` for it,
+    and the next ``fold`` that knows the branch refolds the day and its rollup."""
+    from agora_cli.store.fold import fold_day
+
+    set_rollup(engine, True)
+    reset(engine)
+    write(
+        engine,
+        [_row(at=T0 + n * DAY_MS + k, model=f"m{k % 2}") for n in range(3) for k in range(4)],
+    )
+    fold(engine, clock=NOW)
+    day = T0 // DAY_MS + 1
+    with engine.begin() as conn:  # the same row count, other costs and tokens
+        conn.execute(
+            token_usage.update()
+            .where(token_usage.c.created_at.between(day * DAY_MS, (day + 1) * DAY_MS - 1))
+            .values(cost_usd=9.0, input_tokens=5_000)
+        )
+        mark_days_dirty(conn, token_usage.c.created_at == day * DAY_MS)
+    with engine.begin() as conn:
+        assert fold_day(conn, day, NOW.now_ms() + 1, rollup=False) == ("folded", 4)
+    by_model = {"by": "model", "from_day": D0, "to_day": D0 + timedelta(days=2)}
+    sql = _reads(engine, lambda c: spend(c, **by_model))
+    assert "FROM agent_usage_daily" in sql and ROLLUP_READ not in sql
+    with engine.connect() as conn:
+        folded = spend(conn, **by_model)
+        same(folded, spend(conn, **by_model, raw=True))
+    assert folded.folded_days == 3
+    assert fold(engine, clock=NOW).refolded == 1
+    _rollup_is_true(engine)
+    assert ROLLUP_READ in _reads(engine, lambda c: spend(c, **by_model))
+
+
+def test_without_the_rollup_branch_reports_and_verify_never_touch_it(engine: Any) -> None:
+    set_rollup(engine, False)
+    reset(engine)
+    write(engine, [_row(at=T0 + n * DAY_MS, model=f"m{n % 2}") for n in range(3)])
+    assert fold(engine, clock=NOW).folded > 0
+    by_model = {"by": "model", "from_day": D0, "to_day": D0 + timedelta(days=2)}
+    sql = _reads(engine, lambda c: spend(c, **by_model))
+    assert ROLLUP_READ not in sql and "FROM agent_usage_daily" in sql
+    with engine.connect() as conn:
+        same(spend(conn, **by_model), spend(conn, **by_model, raw=True))
+    assert verify(engine).mismatched == []

@@ -466,7 +466,7 @@ def test_a_tenant_sessions_report_by_model_never_reads_the_cross_tenant_rollup(
     from datetime import date
 
     from agora_cli.store.clock import DAY_MS, ManualClock, parse_instant
-    from agora_cli.store.fold import fold
+    from agora_cli.store.fold import create_rollup, fold
     from agora_cli.store.ledger import spend
     from agora_cli.store.schema import thread, token_usage, usage_model_daily
 
@@ -502,6 +502,8 @@ def test_a_tenant_sessions_report_by_model_never_reads_the_cross_tenant_rollup(
                 for n, tenant in enumerate(["acme", "globex"] * 4)
             ],
         )
+    with rls.begin() as conn:  # agora db upgrade rollup@head, after rls enable
+        create_rollup(conn)
     fold(rls, clock=ManualClock(t0 + 10 * DAY_MS))  # as the owner, who bypasses RLS
     with rls.connect() as conn:
         assert conn.execute(select(func.count()).select_from(usage_model_daily)).scalar() == 4
