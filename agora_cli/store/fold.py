@@ -584,6 +584,21 @@ def verify(
     )
 
 
+def _fold_day_sums(conn: Connection, t: Any, days: list[int]) -> dict[int, tuple[Any, ...]]:
+    """Per day of ``days[0]..days[-1]``: turns, tokens and cost of fold table ``t``."""
+    q = (
+        select(
+            t.c.day,
+            func.sum(t.c.turns),
+            func.sum(t.c.input_tokens + t.c.output_tokens),
+            func.coalesce(func.sum(t.c.cost_usd), 0),
+        )
+        .where(t.c.day.between(days[0], days[-1]))
+        .group_by(t.c.day)
+    )
+    return {int(r[0]): tuple(r[1:]) for r in conn.execute(q)}
+
+
 def _mismatched(conn: Connection, days: list[int], *, rollup: bool) -> list[int]:
     if not days:
         return []
@@ -602,34 +617,8 @@ def _mismatched(conn: Connection, days: list[int], *, rollup: bool) -> list[int]
             .group_by(bucket)
         )
     }
-    folded = {
-        int(r[0]): tuple(r[1:])
-        for r in conn.execute(
-            select(
-                d.c.day,
-                func.sum(d.c.turns),
-                func.sum(d.c.input_tokens + d.c.output_tokens),
-                func.coalesce(func.sum(d.c.cost_usd), 0),
-            )
-            .where(d.c.day.between(days[0], days[-1]))
-            .group_by(d.c.day)
-        )
-    }
-    rolled = folded
-    if rollup:
-        rolled = {
-            int(r[0]): tuple(r[1:])
-            for r in conn.execute(
-                select(
-                    m.c.day,
-                    func.sum(m.c.turns),
-                    func.sum(m.c.input_tokens + m.c.output_tokens),
-                    func.coalesce(func.sum(m.c.cost_usd), 0),
-                )
-                .where(m.c.day.between(days[0], days[-1]))
-                .group_by(m.c.day)
-            )
-        }
+    folded = _fold_day_sums(conn, d, days)
+    rolled = _fold_day_sums(conn, m, days) if rollup else folded
 
     def same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
         return (

@@ -369,22 +369,30 @@ budget = _table(
     Index("agent_budget_scope_period_uq", "scope_kind", "scope_ref", "period", unique=True),
 )
 
+
+def _fold_measures() -> list[Column[Any]]:
+    """The sums a fold row holds (``agent_usage_daily`` and its per-model rollup)."""
+    return [
+        Column("turns", BigInteger(), nullable=False),
+        Column("input_tokens", BigInteger(), nullable=False),
+        Column("output_tokens", BigInteger(), nullable=False),
+        Column("cache_read_tokens", BigInteger(), nullable=False),
+        Column("cache_write_tokens", BigInteger(), nullable=False),
+        Column("cost_usd", Money, nullable=True),  # NULL when every row was unpriced
+        Column("estimated_usd", Money, nullable=False, server_default=text("0")),
+        Column("provider_usd", Money, nullable=False, server_default=text("0")),
+        Column("unpriced_turns", BigInteger(), nullable=False),
+        Column("folded_at", Millis, nullable=False),
+    ]
+
+
 usage_daily = _table(
     "agent_usage_daily",
     Column("day", Integer(), primary_key=True, autoincrement=False),  # days since 1970-01-01
     Column("model_id", Ident, primary_key=True),
     Column("actor_ref", Ident, primary_key=True),
     Column("tenant_key", Ident, primary_key=True),  # the tenant, or '' for none
-    Column("turns", BigInteger(), nullable=False),
-    Column("input_tokens", BigInteger(), nullable=False),
-    Column("output_tokens", BigInteger(), nullable=False),
-    Column("cache_read_tokens", BigInteger(), nullable=False),
-    Column("cache_write_tokens", BigInteger(), nullable=False),
-    Column("cost_usd", Money, nullable=True),  # NULL when every row was unpriced
-    Column("estimated_usd", Money, nullable=False, server_default=text("0")),
-    Column("provider_usd", Money, nullable=False, server_default=text("0")),
-    Column("unpriced_turns", BigInteger(), nullable=False),
-    Column("folded_at", Millis, nullable=False),
+    *_fold_measures(),
     Index("agent_usage_daily_actor_day_idx", "actor_ref", "day"),
     Index("agent_usage_daily_tenant_day_idx", "tenant_key", "day"),
 )
@@ -397,16 +405,7 @@ usage_model_daily = _table(
     "agent_usage_model_daily",
     Column("day", Integer(), primary_key=True, autoincrement=False),  # days since 1970-01-01
     Column("model_id", Ident, primary_key=True),
-    Column("turns", BigInteger(), nullable=False),
-    Column("input_tokens", BigInteger(), nullable=False),
-    Column("output_tokens", BigInteger(), nullable=False),
-    Column("cache_read_tokens", BigInteger(), nullable=False),
-    Column("cache_write_tokens", BigInteger(), nullable=False),
-    Column("cost_usd", Money, nullable=True),  # NULL when every row was unpriced
-    Column("estimated_usd", Money, nullable=False, server_default=text("0")),
-    Column("provider_usd", Money, nullable=False, server_default=text("0")),
-    Column("unpriced_turns", BigInteger(), nullable=False),
-    Column("folded_at", Millis, nullable=False),
+    *_fold_measures(),
     meta=rollup_metadata,
 )
 
