@@ -20,7 +20,7 @@ applied: list[str] | None = config.attributes.get("applied")
 
 def _record(*, step: Any, **_: Any) -> None:
     if applied is not None:
-        applied.append(str(step.up_revision_id if step.is_upgrade else step.down_revision_ids[0]))
+        applied.append(str(step.up_revision_id))  # upgrading: applied; downgrading: undone
 
 
 if context.is_offline_mode():

@@ -154,12 +154,15 @@ def empty_url(dialect: str, databases: Databases) -> str:
 
 def clear_agent_tables(url: str) -> None:
     from agora_cli.store.engine import open_engine
-    from agora_cli.store.schema import metadata
+    from agora_cli.store.fold import has_rollup
+    from agora_cli.store.schema import metadata, usage_model_daily
 
     engine = open_engine(url)
     with engine.begin() as conn:
         for table in reversed(metadata.sorted_tables):
             conn.execute(table.delete())
+        if has_rollup(conn):  # the optional rollup branch, if a test applied it
+            conn.execute(usage_model_daily.delete())
     engine.dispose()
 
 

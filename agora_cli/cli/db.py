@@ -104,7 +104,8 @@ def upgrade(
     revision: Annotated[
         str,
         typer.Argument(
-            help="Target: agent@head (default), documents@head, rag@head or a revision."
+            help="Target: agent@head (default), documents@head, rag@head, rollup@head or a "
+            "revision."
         ),
     ] = "agent@head",
     sql: Annotated[
@@ -117,8 +118,9 @@ def upgrade(
     """Upgrade through agora's versioned, forward-only Alembic migrations.
 
     Runs under the provisioning lock, with the version table agent_alembic_version (an
-    application's own alembic_version is never touched). The optional PostgreSQL-only branches
-    are applied by name. Every lock wait gives up after --lock-timeout (exit 3).
+    application's own alembic_version is never touched). The optional branches are applied by
+    name: documents and rag (PostgreSQL only), rollup (spend fold's per-model rollup, every
+    dialect). Every lock wait gives up after --lock-timeout (exit 3).
 
     Example: agora db upgrade --db postgresql://app@db.internal/app && agora db upgrade rag@head
     """

@@ -27,11 +27,12 @@ from sqlalchemy.exc import IntegrityError
 from agora_cli.store.clock import Clock, SystemClock
 from agora_cli.store.engine import dialect_name
 from agora_cli.store.errors import Conflict, InvalidInput
-from agora_cli.store.fold import fold_filter, raw_filter, window_parts
+from agora_cli.store.fold import fold_filter, raw_filter, rollup_covers, window_parts
 from agora_cli.store.ids import new_hex_id
 from agora_cli.store.schema import budget as b
 from agora_cli.store.schema import token_usage as u
 from agora_cli.store.schema import usage_daily as d
+from agora_cli.store.schema import usage_model_daily as m
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.values import (
     BIGINT_MAX,
@@ -312,7 +313,8 @@ def _sums(
     where: ColumnElement[bool],
     provider_cost_only: bool,
 ) -> dict[str, Sums]:
-    """Sums per scope ref over the ledger (``source="raw"``) or the daily fold (``"fold"``).
+    """Sums per scope ref over the ledger (``source="raw"``), the daily fold (``"fold"``) or,
+    for the global scope, its per-model rollup (``"rollup"``).
 
     One ref: a SUM over the scope's index. Several: one statement per 500 refs grouped by the
     ref, and by its byte length too on MySQL, whose PAD SPACE collation puts 'a' and 'a ' in one
@@ -329,10 +331,11 @@ def _sums(
         )
         columns = {"actor": u.c.actor_ref, "tenant": u.c.tenant_ref}
     else:
+        t = m if source == "rollup" else d  # the rollup has the same measures, no actor/tenant
         measures = (
-            func.coalesce(func.sum(d.c.input_tokens + d.c.output_tokens), 0),
-            func.coalesce(func.sum(d.c.cost_usd), 0),
-            func.coalesce(func.sum(d.c.unpriced_turns), 0),
+            func.coalesce(func.sum(t.c.input_tokens + t.c.output_tokens), 0),
+            func.coalesce(func.sum(t.c.cost_usd), 0),
+            func.coalesce(func.sum(t.c.unpriced_turns), 0),
         )
         columns = {"actor": d.c.actor_ref, "tenant": d.c.tenant_key}
     if kind == "global":
@@ -374,8 +377,9 @@ def _window_sums(
 ) -> dict[str, Sums]:
     """Sums per ref over ``[from_ms, to_ms]``: folded clean days from the fold, the rest raw.
 
-    The fold's state is read before and after (see ``ledger._groups``); a provider-only sum, or
-    ``raw``, reads the ledger alone.
+    The fold's state is read before and after (see ``ledger._groups``); the global scope reads
+    the per-model rollup where it covers the folded days; a provider-only sum, or ``raw``, reads
+    the ledger alone.
     """
     if not raw and not provider_cost_only:
         for _ in range(3):
@@ -383,13 +387,14 @@ def _window_sums(
             if not parts.fold_days:
                 break
             total: dict[str, Sums] = {}
+            rollup = kind == "global" and rollup_covers(conn, parts)
             found = [
                 _sums(
                     conn,
-                    source="fold",
+                    source="rollup" if rollup else "fold",
                     kind=kind,
                     refs=refs,
-                    where=fold_filter(parts),
+                    where=fold_filter(parts, rollup=rollup),
                     provider_cost_only=False,
                 ),
             ]

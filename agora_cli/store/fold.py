@@ -23,6 +23,21 @@ trailing spaces is left unfolded (its primary key could not hold both), so it is
 Folding is resumable and safe from several processes at once: each day is its own transaction
 that first claims the day's ``agent_usage_fold`` row; a process that finds the row taken by
 another's open fold skips the day (the next run catches up).
+
+**The per-model rollup** (``agent_usage_model_daily``, the optional ``rollup`` branch: ``agora
+db upgrade rollup@head``, all three dialects; not part of the spec's schema, so a database
+without it is complete): where the table exists, the same transaction sums the day's
+``agent_usage_daily`` rows again per model (~1,400 rows to ~12 in the benchmark), so a report
+that needs neither actor nor tenant — ``spend`` by model, day, week or month, a global budget —
+reads ~12 rows a day instead of ~1,400. ``agent_usage_fold`` stays the one list of folded, clean
+days: the rollup is written and deleted only with the day's fold rows, stamped with the same
+``folded_at``. A report reads the rollup only where it *covers* the window's folded days
+(``rollup_covers``: on each of them the rollup's turns equal the day's ``rows`` and its rows
+carry the day's ``folded_at``), and reads ``agent_usage_daily`` otherwise — so days folded
+before the branch was applied (or by an agora that does not know it) stay exact, and ``fold``
+marks such days dirty to refold them (``mark_uncovered_days_dirty``). On PostgreSQL a session
+under row-level security never reads the rollup: it holds every tenant's rows, the session sees
+one tenant's.
 """
 
 from __future__ import annotations
@@ -34,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     BigInteger,
+    and_,
     case,
     delete,
     func,
@@ -44,6 +60,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.schema import CreateTable
 
 from agora_cli.store.clock import DAY_MS, Clock, SystemClock
 from agora_cli.store.engine import dialect_name, retry_transient
@@ -51,6 +68,7 @@ from agora_cli.store.errors import InvalidInput
 from agora_cli.store.schema import token_usage as u
 from agora_cli.store.schema import usage_daily as d
 from agora_cli.store.schema import usage_fold as f
+from agora_cli.store.schema import usage_model_daily as m
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
@@ -58,13 +76,19 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_GRACE_MS",
+    "ROLLUP_TABLE",
     "FoldResult",
     "VerifyResult",
     "WindowParts",
+    "create_rollup",
     "day_bucket",
     "day_number",
     "fold",
+    "has_rollup",
     "mark_days_dirty",
+    "mark_uncovered_days_dirty",
+    "rollup_covers",
+    "rollup_statements",
     "verify",
     "window_parts",
 ]
@@ -140,9 +164,93 @@ def raw_filter(parts: WindowParts) -> ColumnElement[bool]:
     return or_(*(u.c.created_at.between(lo, hi) for lo, hi in parts.raw))
 
 
-def fold_filter(parts: WindowParts) -> ColumnElement[bool]:
-    """The fold rows of the window's folded days."""
-    return or_(*(d.c.day.between(lo, hi) for lo, hi in parts.fold_days))
+def fold_filter(parts: WindowParts, *, rollup: bool = False) -> ColumnElement[bool]:
+    """The fold rows (``rollup``: the per-model rollup's rows) of the window's folded days."""
+    day = m.c.day if rollup else d.c.day
+    return or_(*(day.between(lo, hi) for lo, hi in parts.fold_days))
+
+
+# --- the optional per-model rollup ------------------------------------------------------------
+
+ROLLUP_TABLE = m.name
+
+
+def has_rollup(conn: Connection) -> bool:
+    """Whether the optional ``rollup`` branch's table exists (one catalog lookup)."""
+    from sqlalchemy import inspect
+
+    return bool(inspect(conn).has_table(ROLLUP_TABLE))
+
+
+def rollup_statements(dialect: Any) -> list[str]:
+    """The DDL of the ``rollup`` branch for ``dialect`` (offline ``db upgrade --sql``)."""
+    if dialect.name == "mysql":
+        from agora_cli.store.schema import apply_mysql_options
+
+        apply_mysql_options()
+    return [str(CreateTable(m).compile(dialect=dialect)).strip()]
+
+
+def create_rollup(conn: Connection) -> bool:
+    """Create the per-model rollup table if it is missing (the ``rollup`` branch); ``True`` if
+    it was created. Its days are filled by the next ``fold``, which refolds every folded day
+    the rollup does not cover. Refuses (``InvalidInput``) before the fold tables exist."""
+    from sqlalchemy import inspect
+
+    inspector = inspect(conn)
+    if not inspector.has_table(f.name) or not inspector.has_table(d.name):
+        raise InvalidInput(
+            "the rollup branch needs the fold tables (revision 0005): run agora db upgrade first"
+        )
+    if inspector.has_table(ROLLUP_TABLE):
+        return False
+    m.create(conn)
+    return True
+
+
+def _uncovered_days(ranges: list[tuple[int, int]] | None) -> Select[Any]:
+    """Folded, clean days (of the day ``ranges``; ``None``: all) that the rollup does not cover:
+    its turns differ from the day's ``rows``, or its rows were not written by the day's last
+    fold."""
+    sums = select(
+        m.c.day,
+        func.sum(m.c.turns).label("turns"),
+        func.min(m.c.folded_at).label("first"),
+        func.max(m.c.folded_at).label("last"),
+    )
+    days = select(f.c.day)
+    if ranges is not None:
+        sums = sums.where(or_(*(m.c.day.between(lo, hi) for lo, hi in ranges)))
+        days = days.where(or_(*(f.c.day.between(lo, hi) for lo, hi in ranges)))
+    by_day = sums.group_by(m.c.day).subquery()
+    return days.select_from(f.outerjoin(by_day, by_day.c.day == f.c.day)).where(
+        f.c.dirty == 0,
+        or_(
+            f.c.rows != func.coalesce(by_day.c.turns, 0),
+            and_(
+                f.c.rows > 0,
+                or_(by_day.c.first != f.c.folded_at, by_day.c.last != f.c.folded_at),
+            ),
+        ),
+    )
+
+
+def rollup_covers(conn: Connection, parts: WindowParts) -> bool:
+    """Whether the per-model rollup exists and covers every folded day of ``parts`` (see
+    ``_uncovered_days``), and the session may use it (PostgreSQL: not under row-level security).
+
+    Two statements at most: the table's existence, then the window's uncovered days counted.
+    """
+    if not parts.fold_days or not has_rollup(conn):
+        return False
+    missing = select(func.count()).select_from(_uncovered_days(parts.fold_days).subquery())
+    if dialect_name(conn) == "postgresql":
+        # The rollup holds every tenant's rows; a session under row-level security sees its
+        # tenant's ledger and fold rows only (and its role has no grant on the rollup).
+        subject: Select[Any] = select(literal_column("row_security_active('agent_usage_daily')"))
+        if conn.execute(subject).scalar():
+            return False
+    return int(conn.execute(missing).scalar_one()) == 0
 
 
 # --- marking days dirty -----------------------------------------------------------------------
@@ -166,6 +274,19 @@ def mark_days_dirty(conn: Connection, where: ColumnElement[bool]) -> int:
         )
     stmt = update(f).where(f.c.day.in_(days), f.c.dirty == 0).values(dirty=1)
     return int(conn.execute(stmt).rowcount)
+
+
+def mark_uncovered_days_dirty(conn: Connection) -> int:
+    """Mark dirty every folded, clean day the per-model rollup does not cover (folded before
+    the ``rollup`` branch was applied, or by an agora that does not write it), so that the next
+    ``fold`` refolds it and writes its rollup. Call it only where the rollup table exists."""
+    days = [int(n) for (n,) in conn.execute(_uncovered_days(None).order_by(f.c.day))]
+    marked = 0
+    for i in range(0, len(days), 500):  # MySQL refuses an UPDATE reading its own table
+        chunk = days[i : i + 500]
+        stmt = update(f).where(f.c.day.in_(chunk), f.c.dirty == 0).values(dirty=1)
+        marked += int(conn.execute(stmt).rowcount)
+    return marked
 
 
 def mark_range_dirty(conn: Connection, first: int, last: int) -> int:
@@ -268,9 +389,40 @@ _FOLD_COLUMNS = [
 ]
 
 
-def fold_day(conn: Connection, day: int, now: int) -> tuple[str, int]:
+_ROLLUP_COLUMNS = [c for c in _FOLD_COLUMNS if c not in ("actor_ref", "tenant_key")]
+
+
+def _model_groups(conn: Connection, day: int, now: int) -> Select[Any]:
+    """The day's ``agent_usage_daily`` rows summed per model, as ``agent_usage_model_daily`` rows.
+
+    On MySQL the model's length is grouped by too (see ``_day_groups``): ``'m'`` and ``'m '``
+    on one day (of different actors) make the rollup's primary key refuse the day.
+    """
+    lengths = [func.char_length(d.c.model_id)] if dialect_name(conn) == "mysql" else []
+    return (
+        select(
+            literal_column(str(int(day)), BigInteger()),
+            d.c.model_id,
+            func.sum(d.c.turns),
+            func.sum(d.c.input_tokens),
+            func.sum(d.c.output_tokens),
+            func.sum(d.c.cache_read_tokens),
+            func.sum(d.c.cache_write_tokens),
+            func.sum(d.c.cost_usd),  # NULL only when every group's is
+            func.sum(d.c.estimated_usd),
+            func.sum(d.c.provider_usd),
+            func.sum(d.c.unpriced_turns),
+            literal_column(str(int(now)), BigInteger()),
+        )
+        .where(d.c.day == day)
+        .group_by(d.c.model_id, *lengths)
+    )
+
+
+def fold_day(conn: Connection, day: int, now: int, *, rollup: bool = False) -> tuple[str, int]:
     """Fold one day in the caller's transaction: ``folded``, ``busy``, ``clean`` or
-    ``unfoldable``, and the ledger rows folded.
+    ``unfoldable``, and the ledger rows folded. ``rollup``: the per-model rollup table exists
+    (``has_rollup``); write the day's rollup rows too.
 
     The day's groups are written by one ``INSERT … SELECT … GROUP BY`` on the server (measured
     in ``tests/bench/bench_fold.py`` against the bare ``GROUP BY``). On MySQL/MariaDB under
@@ -282,10 +434,14 @@ def fold_day(conn: Connection, day: int, now: int) -> tuple[str, int]:
     if state != "claimed":
         return state, 0
     conn.execute(delete(d).where(d.c.day == day))
+    if rollup:
+        conn.execute(delete(m).where(m.c.day == day))
     write = insert(d).from_select(_FOLD_COLUMNS, _day_groups(conn, day, now))
     try:
         with conn.begin_nested():
             conn.execute(write)
+            if rollup:  # summed from the rows just written (~1,400 rows to ~12)
+                conn.execute(insert(m).from_select(_ROLLUP_COLUMNS, _model_groups(conn, day, now)))
     except IntegrityError:  # MySQL: two identities that differ only by trailing spaces
         conn.execute(delete(f).where(f.c.day == day))  # leave the day unfolded: read raw
         return "unfoldable", 0
@@ -349,6 +505,10 @@ def fold(
             raise InvalidInput("the refold range starts after it ends", param="refold")
         with engine.begin() as conn:
             mark_range_dirty(conn, first_day, last_day)
+    with engine.begin() as conn:  # days the rollup does not cover: refold them with it
+        rollup = has_rollup(conn)
+        if rollup:
+            mark_uncovered_days_dirty(conn)
     dirty, unfolded = _candidate_days(engine, last)
     todo = dirty + unfolded
     counts = {"folded": 0, "busy": 0, "unfoldable": 0, "clean": 0}
@@ -357,7 +517,7 @@ def fold(
 
         def attempt(day: int = day) -> tuple[str, int]:
             with engine.begin() as conn:
-                return fold_day(conn, day, now)
+                return fold_day(conn, day, now, rollup=rollup)
 
         state, folded_rows = retry_transient(attempt)
         counts[state] += 1
@@ -394,12 +554,14 @@ def verify(
     to_day: date | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> VerifyResult:
-    """Compare each clean folded day with the ledger (row count, tokens, costs); mark the days
-    that differ dirty, so that the next ``fold`` refolds them and reports read them raw meanwhile.
+    """Compare each clean folded day with the ledger (row count, tokens, costs), in the fold and
+    in its per-model rollup; mark the days that differ dirty, so that the next ``fold`` refolds
+    them and reports read them raw meanwhile.
 
-    One grouped query of the ledger and one of the fold per batch of 31 days.
+    One grouped query of the ledger, one of the fold and one of the rollup per batch of 31 days.
     """
     with engine.connect().execution_options(sqlite_deferred=True) as conn:
+        rollup = has_rollup(conn)
         q = select(f.c.day).where(f.c.dirty == 0)
         if from_day is not None:
             q = q.where(f.c.day >= day_number(from_day))
@@ -411,7 +573,7 @@ def verify(
     batches = [days[i : i + _VERIFY_DAYS] for i in range(0, len(days), _VERIFY_DAYS)]
     for n, batch in enumerate(batches):
         with engine.begin() as conn:
-            bad = _mismatched(conn, batch)
+            bad = _mismatched(conn, batch, rollup=rollup)
             if bad:
                 conn.execute(update(f).where(f.c.day.in_(bad)).values(dirty=1))
         mismatched += bad
@@ -422,7 +584,22 @@ def verify(
     )
 
 
-def _mismatched(conn: Connection, days: list[int]) -> list[int]:
+def _fold_day_sums(conn: Connection, t: Any, days: list[int]) -> dict[int, tuple[Any, ...]]:
+    """Per day of ``days[0]..days[-1]``: turns, tokens and cost of fold table ``t``."""
+    q = (
+        select(
+            t.c.day,
+            func.sum(t.c.turns),
+            func.sum(t.c.input_tokens + t.c.output_tokens),
+            func.coalesce(func.sum(t.c.cost_usd), 0),
+        )
+        .where(t.c.day.between(days[0], days[-1]))
+        .group_by(t.c.day)
+    )
+    return {int(r[0]): tuple(r[1:]) for r in conn.execute(q)}
+
+
+def _mismatched(conn: Connection, days: list[int], *, rollup: bool) -> list[int]:
     if not days:
         return []
     lo, hi = days[0] * DAY_MS, (days[-1] + 1) * DAY_MS - 1
@@ -440,28 +617,19 @@ def _mismatched(conn: Connection, days: list[int]) -> list[int]:
             .group_by(bucket)
         )
     }
-    folded = {
-        int(r[0]): tuple(r[1:])
-        for r in conn.execute(
-            select(
-                d.c.day,
-                func.sum(d.c.turns),
-                func.sum(d.c.input_tokens + d.c.output_tokens),
-                func.coalesce(func.sum(d.c.cost_usd), 0),
-            )
-            .where(d.c.day.between(days[0], days[-1]))
-            .group_by(d.c.day)
-        )
-    }
-    bad = []
-    for day in days:
-        a = raw.get(day, (0, 0, 0.0))
-        b = folded.get(day, (0, 0, 0.0))
-        same = (
+    folded = _fold_day_sums(conn, d, days)
+    rolled = _fold_day_sums(conn, m, days) if rollup else folded
+
+    def same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+        return (
             int(a[0]) == int(b[0])
             and int(a[1]) == int(b[1])
             and abs(float(a[2]) - float(b[2])) <= 1e-9 * max(1.0, abs(float(a[2])))
         )
-        if not same:
+
+    bad = []
+    for day in days:
+        a = raw.get(day, (0, 0, 0.0))
+        if not same(a, folded.get(day, (0, 0, 0.0))) or not same(a, rolled.get(day, (0, 0, 0.0))):
             bad.append(day)
     return bad

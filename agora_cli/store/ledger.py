@@ -26,8 +26,8 @@ from agora_cli.store.budgets import sum_scope_usage
 from agora_cli.store.clock import DAY_MS, day_start_ms, day_window, month_window, ms_to_date
 from agora_cli.store.engine import dialect_name
 from agora_cli.store.errors import InvalidInput
-from agora_cli.store.fold import fold_filter, raw_filter, window_parts
-from agora_cli.store.schema import token_usage, usage_daily
+from agora_cli.store.fold import fold_filter, raw_filter, rollup_covers, window_parts
+from agora_cli.store.schema import token_usage, usage_daily, usage_model_daily
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.values import (
     BIGINT_MAX,
@@ -362,13 +362,15 @@ def _fold_groups(
     dim: str,
     where: ColumnElement[bool],
     filters: dict[str, str | None],
+    rollup: bool = False,
 ) -> list[_Group]:
-    d = usage_daily.c
-    dims: dict[str, ColumnElement[Any]] = {
-        "model": d.model_id,
-        "actor": d.actor_ref,
-        "tenant": case((d.tenant_key == "", None), else_=d.tenant_key),
-    }
+    """Groups of the daily fold, or (``rollup``) of its per-model rollup, whose columns are the
+    same but actor and tenant."""
+    d = usage_model_daily.c if rollup else usage_daily.c
+    dims: dict[str, ColumnElement[Any]] = {"model": d.model_id}
+    if not rollup:
+        dims["actor"] = d.actor_ref
+        dims["tenant"] = case((d.tenant_key == "", None), else_=d.tenant_key)
     keys: list[ColumnElement[Any]] = []
     if time:
         keys.append(d.day.label("day"))
@@ -388,9 +390,9 @@ def _fold_groups(
     if keys:
         q = q.group_by(*(k.element for k in keys))
     if filters["actor"] is not None:
-        q = q.where(exact_eq(d.actor_ref, filters["actor"]))
+        q = q.where(exact_eq(usage_daily.c.actor_ref, filters["actor"]))
     if filters["tenant"] is not None:
-        q = q.where(exact_eq(d.tenant_key, filters["tenant"]))
+        q = q.where(exact_eq(usage_daily.c.tenant_key, filters["tenant"]))
     if filters["model"] is not None:
         q = q.where(exact_eq(d.model_id, filters["model"]))
     return [_as_group(r, time=time, dim=dim) for r in conn.execute(q) if r.turns is not None]
@@ -409,16 +411,20 @@ def _groups(
 ) -> tuple[list[_Group], int]:
     """The window's groups: folded clean days from the fold, the rest from the ledger.
 
-    The fold's state is read before and after the two queries; if a fold, a refold or a change
-    that marks a day dirty landed in between, the reads are repeated (then, at worst, the whole
+    A grouping by model and/or time with no actor or tenant filter reads the per-model rollup
+    where it covers the folded days (``fold.rollup_covers``), else ``agent_usage_daily``. The
+    fold's state is read before and after the queries; if a fold, a refold or a change that
+    marks a day dirty landed in between, the reads are repeated (then, at worst, the whole
     window is read raw), so the merge never counts a day twice or misses one.
     """
     window = token_usage.c.created_at.between(from_ms, to_ms)
+    by_model = dim in ("", "model") and filters["actor"] is None and filters["tenant"] is None
     if use_fold:
         for _ in range(3):
             parts = window_parts(conn, from_ms, to_ms)
             if not parts.fold_days:
                 break
+            rollup = by_model and rollup_covers(conn, parts)
             groups = []
             if parts.raw:
                 groups += _raw_groups(
@@ -430,7 +436,12 @@ def _groups(
                     provider_cost_only=provider_cost_only,
                 )
             groups += _fold_groups(
-                conn, time=time, dim=dim, where=fold_filter(parts), filters=filters
+                conn,
+                time=time,
+                dim=dim,
+                where=fold_filter(parts, rollup=rollup),
+                filters=filters,
+                rollup=rollup,
             )
             if window_parts(conn, from_ms, to_ms) == parts:
                 return _merge(groups), parts.folded_days
@@ -469,9 +480,10 @@ def spend(
     ``provider_cost_only``, ``cost_usd`` sums provider-reported costs and ``estimated_usd`` is 0;
     ``unpriced_turns`` still counts the rows with no cost.
 
-    Whole days that are folded and clean are read from the daily fold (``fold.py``) and the rest
-    from the ledger, merged: the figures equal the ledger's (``folded_days`` says how many days
-    came from the fold). ``raw=True``, a thread dimension and a provider-only report read the
+    Whole days that are folded and clean are read from the daily fold (``fold.py``; by model or
+    time alone with no actor or tenant filter, from its per-model rollup) and the rest from the
+    ledger, merged: the figures equal the ledger's (``folded_days`` says how many days came from
+    the fold). ``raw=True``, a thread dimension and a provider-only report read the
     ledger alone.
     """
     if by not in SPEND_GROUPINGS:

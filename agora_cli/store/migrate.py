@@ -2,7 +2,8 @@
 
 The version table is ``agent_alembic_version`` (never ``alembic_version``), so the agent schema
 can share a database with an application's own Alembic history. The main chain is labelled
-``agent``; ``documents`` and ``rag`` are optional PostgreSQL-only branches applied by name.
+``agent``; ``documents`` and ``rag`` are optional PostgreSQL-only branches applied by name, and
+``rollup`` (the fold's per-model rollup, all dialects) is an optional one too.
 Alembic has no lock of its own: ``upgrade`` holds the provisioning lock around it.
 """
 
@@ -37,7 +38,7 @@ __all__ = [
 
 VERSION_TABLE = "agent_alembic_version"
 MAIN_BRANCH = "agent"
-OPTIONAL_BRANCHES = ("documents", "rag")
+OPTIONAL_BRANCHES = ("documents", "rag", "rollup")
 FORWARD_ONLY_NOTICE = (
     "revisions 0002 onwards are forward-only: stop writers of older agora/runtime versions "
     "before upgrading"
@@ -116,14 +117,14 @@ def current_revision(conn: Connection, branch: str = MAIN_BRANCH) -> str | None:
 
 
 def applied_branches(conn: Connection) -> list[str]:
-    """The optional branches (``documents``, ``rag``) applied to this database."""
+    """The optional branches (``documents``, ``rag``, ``rollup``) applied to this database."""
     script = script_directory()
     heads = _heads(conn)
     return [b for b in OPTIONAL_BRANCHES if _revision_on(script, heads, b) is not None]
 
 
 def target_branch(revision: str) -> str:
-    """The branch (``agent``, ``documents`` or ``rag``) that ``revision`` belongs to."""
+    """The branch (``agent``, ``documents``, ``rag`` or ``rollup``) that ``revision`` belongs to."""
     return _target_branch(script_directory(), revision)
 
 
@@ -137,7 +138,9 @@ def _target_branch(script: ScriptDirectory, revision: str) -> str:
     if label in (MAIN_BRANCH, *OPTIONAL_BRANCHES):
         return str(label)
     if revision in ("head", "heads"):
-        raise InvalidInput("give a branch: agent@head (the default), documents@head or rag@head")
+        raise InvalidInput(
+            "give a branch: agent@head (the default), documents@head, rag@head or rollup@head"
+        )
     from alembic.util import CommandError
 
     try:
@@ -146,7 +149,8 @@ def _target_branch(script: ScriptDirectory, revision: str) -> str:
         branch = None
     if branch is None:
         raise InvalidInput(
-            f"unknown revision {revision!r}: use agent@head, documents@head, rag@head or a "
+            f"unknown revision {revision!r}: use agent@head, documents@head, rag@head, "
+            f"rollup@head or a "
             f"revision id such as {head_revision()}"
         )
     return branch
@@ -214,7 +218,8 @@ def upgrade(
 
 
 def downgrade(engine: Engine, revision: str) -> list[str]:
-    """Downgrade to ``revision`` (forward-only revisions refuse with ``ForwardOnlyMigration``)."""
+    """Downgrade to ``revision`` (forward-only revisions refuse with ``ForwardOnlyMigration``);
+    the revisions undone."""
     from alembic import command
 
     from agora_cli.store.provision import provisioning_lock

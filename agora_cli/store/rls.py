@@ -17,7 +17,10 @@ data, with one policy per table named ``agent_tenant_isolation`` (tenancy.md):
   answers "not absent", and such frames are visible to no one but roles that bypass RLS);
 - tenants' data keys (``agent_tenant_key``) follow their ``tenant_key``: a session sees only
   its own tenant's wrapped keys (the runtime role may only read them);
-- prices, channel state, budgets and the fold's day list carry no policy.
+- prices, channel state, budgets and the fold's day list carry no policy; the fold's optional
+  per-model rollup (every tenant's rows summed per model; not an agent table) carries none
+  either, and the app role gets no grant on it (reports under row-level security read
+  ``agent_usage_daily``).
 
 ``enable`` also builds ``agent_token_usage_thread_tenant_idx (thread_id, tenant_ref)`` — an
 extra index (schema.md allows them), built ``CONCURRENTLY`` before the policies' transaction so

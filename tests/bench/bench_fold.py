@@ -5,7 +5,9 @@ ledger server-side into each — ``--rows`` (default 20,000,000) and a tenth of 
 over the 365 days of 2025, folds both with the library's ``fold`` (the code behind ``agora spend
 fold``), and then measures side by side, the runs of each figure interleaved after a warm-up:
 
-1. ``spend(by="model")`` for the whole year: folded vs ``raw=True`` (goal: at least 100x faster);
+1. ``spend(by="model")`` for the whole year: folded (the per-model rollup, the optional
+   ``rollup`` branch) vs ``raw=True`` (goal: at least 100x faster), and vs the same report read from
+   ``agent_usage_daily`` alone, as before the rollup;
 2. the same for one month, June (goal: at least 20x);
 3. ``quota`` for one tenant at 2025-06-30 12:00 (``budgets.scope_quota``, what ``agora quota
    --tenant`` runs: its day and month windows) vs the same windows read raw
@@ -30,7 +32,9 @@ reports read: the script prints it (ledger rows per fold row).
 
 Run: ``python tests/bench/bench_fold.py`` (full size; MariaDB's load takes many minutes), or
 ``python tests/bench/bench_fold.py --rows 2000000 --dialect postgresql`` for a quick one.
-``--keep`` leaves the databases in place (their URLs are printed) for EXPLAIN by hand.
+``--keep`` leaves the databases in place (their URLs are printed) for EXPLAIN by hand;
+``--reuse SMALL,BIG`` measures two kept (or only loaded) databases: it brings them to the
+current schema and folds what is not folded first.
 """
 
 from __future__ import annotations
@@ -52,10 +56,11 @@ from _common import ADMIN, create_database, drop_database
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 
+from agora_cli.store import ledger
 from agora_cli.store.budgets import scope_quota, sum_scope_usage
 from agora_cli.store.clock import DAY_MS, day_window, month_window, parse_instant
 from agora_cli.store.engine import normalize_url, open_engine
-from agora_cli.store.fold import day_number, fold, fold_day
+from agora_cli.store.fold import create_rollup, day_number, fold, fold_day
 from agora_cli.store.ledger import SpendReport, spend
 from agora_cli.store.provision import ensure_agent_tables
 from agora_cli.store.schema import token_usage
@@ -228,7 +233,7 @@ def captured(conn: Any) -> Iterator[list[tuple[str, Any]]]:
     seen: list[tuple[str, Any]] = []
 
     def listen(_c: Any, _cur: Any, statement: str, params: Any, _ctx: Any, _many: bool) -> None:
-        if statement.lstrip().upper().startswith(("SELECT", "INSERT INTO AGENT_USAGE_DAILY")):
+        if statement.lstrip().upper().startswith(("SELECT", "INSERT INTO AGENT_USAGE_")):
             seen.append((statement, params))
 
     event.listen(conn, "before_cursor_execute", listen)
@@ -276,6 +281,17 @@ def print_plans(conn: Any, dialect: str, what: str, fn: Callable[[], Any]) -> No
     conn.rollback()
 
 
+@contextmanager
+def without_rollup() -> Iterator[None]:
+    """Reports read ``agent_usage_daily``, as without the ``rollup`` branch."""
+    saved = ledger.rollup_covers
+    ledger.rollup_covers = lambda conn, parts: False  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        ledger.rollup_covers = saved
+
+
 # --- exactness --------------------------------------------------------------------------------
 
 
@@ -307,6 +323,8 @@ def prepare(dialect: str, rows: int, actors: int) -> tuple[str, str, Any]:
     name, url = create_database(dialect, "agora_bench_fold")
     engine = open_engine(url)
     ensure_agent_tables(engine)
+    with engine.begin() as conn:  # agora db upgrade rollup@head
+        create_rollup(conn)
     t = time.perf_counter()
     load(engine, dialect, rows, actors)
     load_s = time.perf_counter() - t
@@ -314,23 +332,47 @@ def prepare(dialect: str, rows: int, actors: int) -> tuple[str, str, Any]:
     result = fold(engine, through=YEAR[1])
     fold_s = time.perf_counter() - t
     analyze(engine, dialect, "agent_usage_daily")
-    with engine.connect() as conn:
-        fold_rows = conn.exec_driver_sql("SELECT COUNT(*) FROM agent_usage_daily").scalar() or 0
-        conn.rollback()
+    analyze(engine, dialect, "agent_usage_model_daily")
     print(
         f"{dialect} ledger rows={rows:,}: load {load_s:.0f} s; fold of {result.folded} days "
-        f"({result.rows:,} rows) {fold_s:.0f} s -> {fold_rows:,} fold rows "
-        f"({rows / max(1, fold_rows):.1f} ledger rows per fold row)",
+        f"({result.rows:,} rows) {fold_s:.0f} s -> {fold_sizes(engine)}",
         flush=True,
     )
     return name, url, engine
 
 
 def reuse(dialect: str, name: str) -> tuple[str, str, Any]:
-    """A database a ``--keep`` run left (already loaded and folded)."""
+    """A database a ``--keep`` run left, loaded: brought to the current schema and folded
+    (days the per-model rollup does not cover are refolded with it)."""
     url = make_url(normalize_url(ADMIN[dialect])).set(database=name)
     text_url = url.render_as_string(hide_password=False)
-    return name, text_url, open_engine(text_url)
+    engine = open_engine(text_url)
+    ensure_agent_tables(engine)
+    with engine.begin() as conn:  # agora db upgrade rollup@head
+        create_rollup(conn)
+    t = time.perf_counter()
+    result = fold(engine, through=YEAR[1])
+    if result.folded:
+        analyze(engine, dialect, "agent_usage_daily")
+        analyze(engine, dialect, "agent_usage_model_daily")
+        print(
+            f"{dialect} {name}: fold of {result.folded} days ({result.rows:,} rows) "
+            f"{time.perf_counter() - t:.0f} s -> {fold_sizes(engine)}",
+            flush=True,
+        )
+    return name, text_url, engine
+
+
+def fold_sizes(engine: Any) -> str:
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT COUNT(*) FROM agent_token_usage").scalar() or 0
+        daily = conn.exec_driver_sql("SELECT COUNT(*) FROM agent_usage_daily").scalar() or 0
+        rollup = conn.exec_driver_sql("SELECT COUNT(*) FROM agent_usage_model_daily").scalar()
+        conn.rollback()
+    return (
+        f"{daily:,} fold rows ({rows / max(1, daily):.1f} ledger rows per fold row), "
+        f"{rollup or 0:,} per-model rollup rows ({rows / max(1, rollup or 0):,.0f} per row)"
+    )
 
 
 def bench(
@@ -380,19 +422,27 @@ def run_figures(
         c.rollback()
         return r
 
+    def daily(c: Any, window: tuple[date, date]) -> SpendReport:
+        """The folded report as it was before the per-model rollup: ``agent_usage_daily``."""
+        with without_rollup():
+            return report(c, window, False)
+
     # 1, 2: spend over the year and a month, folded vs raw (exactness first)
     if "spend" in figures:
         for label, window in (("year", YEAR), ("month", JUNE)):
             folded, raw = report(conn, window, False), report(conn, window, True)
             same_report(folded, raw)
+            same_report(daily(conn, window), raw)
             print_plans(
                 conn, dialect, f"spend {label} folded", lambda w=window: report(conn, w, False)
             )
+            print_plans(conn, dialect, f"spend {label} daily fold", lambda w=window: daily(conn, w))
             print_plans(conn, dialect, f"spend {label} raw", lambda w=window: report(conn, w, True))
             n = repeat if label == "month" else max(3, repeat // 2)
             ms = interleaved(
                 {
                     "folded": lambda w=window: report(conn, w, False),
+                    "daily": lambda w=window: daily(conn, w),
                     "raw": lambda w=window: report(conn, w, True),
                 },
                 n,
@@ -401,7 +451,10 @@ def run_figures(
             print(
                 f"{dialect} spend --by model, {label} ({raw.total.turns:,} ledger rows, "
                 f"{folded.folded_days} folded days, equal to raw): folded {ms['folded']:.1f} ms vs "
-                f"raw {ms['raw']:.1f} ms: {ms['raw'] / ms['folded']:.0f}x faster (goal >= {goal}x)",
+                f"raw {ms['raw']:.1f} ms: {ms['raw'] / ms['folded']:.0f}x faster "
+                f"(goal >= {goal}x); "
+                f"from agent_usage_daily alone (before the model rollup) {ms['daily']:.1f} ms: "
+                f"{ms['raw'] / ms['daily']:.0f}x",
                 flush=True,
             )
 
@@ -491,7 +544,7 @@ def run_figures(
 
         with engine.connect() as c:  # the fold's own statements, for the plan (rolled back)
             c.exec_driver_sql(f"UPDATE agent_usage_fold SET dirty = 1 WHERE day = {n}")
-            print_plans(c, dialect, "fold one day", lambda c=c: fold_day(c, n, 0))
+            print_plans(c, dialect, "fold one day", lambda c=c: fold_day(c, n, 0, rollup=True))
         ms = interleaved({"fold": fold_one, "bare": bare}, repeat)
         print(
             f"{dialect} fold one day ({day_rows:,} rows): fold {ms['fold']:.1f} ms vs the same "
@@ -506,13 +559,17 @@ def run_figures(
             {
                 "small": lambda: report(small_conn, YEAR, False),
                 "big": lambda: report(conn, YEAR, False),
+                "small_daily": lambda: daily(small_conn, YEAR),
+                "big_daily": lambda: daily(conn, YEAR),
             },
             repeat,
         )
         print(
             f"{dialect} folded year report: {small_rows:,} rows {ms['small']:.1f} ms vs "
             f"{rows:,} rows {ms['big']:.1f} ms: ratio {ms['big'] / ms['small']:.2f} "
-            f"for {rows / small_rows:.0f}x the rows",
+            f"for {rows / small_rows:.0f}x the rows; from agent_usage_daily alone (before the "
+            f"model rollup) {ms['small_daily']:.1f} vs {ms['big_daily']:.1f} ms: ratio "
+            f"{ms['big_daily'] / ms['small_daily']:.2f}",
             flush=True,
         )
 

@@ -446,3 +446,42 @@ def test_spend_fold_refuses_bad_input_before_writing(
     assert len(r.stderr.strip().splitlines()) == 1
     with engine.connect() as conn:
         assert conn.execute(usage_fold.select()).first() is None
+
+
+def test_the_optional_rollup_branch_through_the_cli(cli: Any, empty_url: str) -> None:
+    """`db upgrade rollup@head` adds the per-model rollup beside the spec's schema (the main
+    chain's head and `db status` tables stay the spec's); fold writes it, reports equal raw."""
+    from agora_cli.store.engine import open_engine
+
+    sql = cli("db", "upgrade", "rollup@head", "--sql", "--db", empty_url)
+    assert sql.exit_code == 0, sql.stderr
+    assert "CREATE TABLE agent_usage_model_daily" in sql.stdout
+    early = cli("db", "upgrade", "rollup@head", "--db", empty_url)
+    assert early.exit_code == 2 and "run agora db upgrade first" in early.stderr
+    assert cli("db", "upgrade", "--db", empty_url).exit_code == 0
+    up = cli("db", "upgrade", "rollup@head", "--db", empty_url, "--json")
+    assert up.exit_code == 0, up.stderr
+    assert up.json() == {"from": None, "to": "m001", "applied": ["m001"]}
+    status = cli("db", "status", "--db", empty_url, "--json").json()
+    assert status["revision"] == status["head"] != "m001"
+    assert status["branches"] == ["rollup"] and status["schema_current"] is True
+    assert "agent_usage_model_daily" not in status["tables"]
+    engine = open_engine(empty_url)
+    insert(
+        engine,
+        {"at": MAR10, "model": "gpt-4o-mini", "cost": 0.5},
+        {"at": MAR10 + 1, "model": "mystery-0613", "cost": None, "actor": "bob"},
+        {"at": parse_instant("2026-03-31T23:59:59.999Z"), "model": "claude", "cost": 2.0},
+        {"at": parse_instant("2026-04-01T00:00:00Z"), "model": "claude", "cost": 4.0},
+    )
+    assert fold_json(cli, empty_url, "--through", "2026-04-01")["rows"] == 4
+    with engine.connect() as conn:
+        rolled = conn.exec_driver_sql("SELECT SUM(turns) FROM agent_usage_model_daily").scalar()
+    engine.dispose()
+    assert rolled == 4
+    for by in ("model", "day", "month,model", "actor"):
+        args = ("spend", "--from", "2026-03-01", "--to", "2026-04-30", "--by", by)
+        folded = cli(*args, "--db", empty_url, "--json").json()
+        raw = cli(*args, "--raw", "--db", empty_url, "--json").json()
+        assert (folded.pop("folded_days"), raw.pop("folded_days")) == (23, 0)
+        assert folded == raw, by

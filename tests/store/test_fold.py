@@ -13,17 +13,32 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from agora_cli.store.budgets import sum_scope_usage
 from agora_cli.store.clock import DAY_MS, ManualClock, parse_instant
-from agora_cli.store.fold import fold, mark_days_dirty, verify, window_parts
+from agora_cli.store.fold import (
+    create_rollup,
+    fold,
+    has_rollup,
+    mark_days_dirty,
+    verify,
+    window_parts,
+)
 from agora_cli.store.ledger import spend
 from agora_cli.store.pricing import set_price
-from agora_cli.store.schema import thread, token_usage, usage_daily, usage_fold
+from agora_cli.store.schema import (
+    thread,
+    token_usage,
+    usage_daily,
+    usage_fold,
+    usage_model_daily,
+)
 from agora_cli.store.threads import delete_thread
 from agora_cli.store.usage import recompute_estimates, reprice
 
+# A report that reads the per-model rollup sums its tokens (its coverage check does not).
+ROLLUP_READ = "sum(agent_usage_model_daily.input_tokens"
 D0 = date(2026, 3, 1)
 T0 = parse_instant("2026-03-01T00:00:00Z")
 NOW = ManualClock(parse_instant("2026-04-15T12:00:00Z"))  # every March day is closed
@@ -40,9 +55,19 @@ BYS = (
 )
 
 
+def set_rollup(engine: Any, on: bool) -> None:
+    """Apply the optional rollup branch's table (``on``) or drop it, as an operator would."""
+    with engine.begin() as conn:
+        if on:
+            create_rollup(conn)
+        else:
+            conn.execute(text("DROP TABLE IF EXISTS agent_usage_model_daily"))
+
+
 def reset(engine: Any) -> None:
     with engine.begin() as conn:
-        for table in (usage_daily, usage_fold, token_usage, thread):
+        tables = (usage_model_daily,) if has_rollup(conn) else ()
+        for table in (*tables, usage_daily, usage_fold, token_usage, thread):
             conn.execute(table.delete())
         conn.execute(
             thread.insert().values(id="t", actor_ref="a0", title="", created_at=0, updated_at=0)
@@ -126,9 +151,11 @@ def same(a: Any, b: Any) -> None:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(rows=st.lists(row, max_size=40), windows=st.lists(window, min_size=1, max_size=3))
+@pytest.mark.parametrize("rollup", [False, True], ids=["spec-schema", "rollup-branch"])
 def test_folded_reports_equal_raw_ones(
-    engine: Any, rows: list[dict[str, Any]], windows: list[tuple[date, date]]
+    engine: Any, rollup: bool, rows: list[dict[str, Any]], windows: list[tuple[date, date]]
 ) -> None:
+    set_rollup(engine, rollup)
     reset(engine)
     write(engine, rows)
     result = fold(engine, clock=NOW)
@@ -141,6 +168,11 @@ def test_folded_reports_equal_raw_ones(
                 folded = spend(conn, by=by, from_day=first, to_day=last)
                 raw = spend(conn, by=by, from_day=first, to_day=last, raw=True)
                 same(folded, raw)
+            # a model filter (the rollup) and an actor or tenant filter (the daily fold)
+            for filters in ({"model": "m2"}, {"actor": "a1"}, {"tenant": "acme", "model": "m1"}):
+                for by in ("model", "day", "week,model"):
+                    args = {"by": by, "from_day": first, "to_day": last, **filters}
+                    same(spend(conn, **args), spend(conn, **args, raw=True))
                 if rows:  # folded from the ledger's first day on, through the last closed one
                     start = max(
                         first, D0 + timedelta(days=min(r["at"] - T0 for r in rows) // DAY_MS)
@@ -377,3 +409,234 @@ def test_a_folded_day_holds_each_groups_sums(engine: Any) -> None:
         ("m1", "a0", ""): (1, 1_000, 10, 0, 0, None, 0.0, 0.0, 1),
         ("m2", "a0", "acme"): (1, 5, 10, 0, 0, 0.25, 0.25, 0.0, 0),
     }
+
+
+# --- the per-model rollup (agent_usage_model_daily, the optional rollup branch) ---------------
+
+
+def _reads(engine: Any, fn: Any) -> str:
+    """The SQL ``fn(conn)`` ran, joined."""
+    from sqlalchemy import event
+
+    seen: list[str] = []
+    with engine.connect() as conn:
+
+        def listen(*args: Any) -> None:
+            seen.append(args[2])
+
+        event.listen(conn, "before_cursor_execute", listen)
+        fn(conn)
+        conn.rollback()
+    return "\n".join(seen)
+
+
+def _rollup_is_true(engine: Any) -> None:
+    """The rollup of every clean folded day equals the raw ledger's day, model by model."""
+    from agora_cli.store.fold import day_bucket
+
+    u = token_usage.c
+    with engine.connect() as conn:
+        clean = {
+            int(d) for (d,) in conn.execute(select(usage_fold.c.day).where(usage_fold.c.dirty == 0))
+        }
+        bucket = day_bucket(conn)
+        raw = {
+            (int(r[0]), r[1]): (int(r[2]), int(r[3]), int(r[4]), int(r[5]), r[6], int(r[7]))
+            for r in conn.execute(
+                select(
+                    bucket,
+                    u.model_id,
+                    func.count(),
+                    func.sum(u.input_tokens),
+                    func.sum(u.output_tokens),
+                    func.coalesce(func.sum(u.cache_read_tokens), 0),
+                    func.sum(u.cost_usd),
+                    func.count() - func.count(u.cost_usd),
+                ).group_by(bucket, u.model_id)
+            )
+            if int(r[0]) in clean
+        }
+        m = usage_model_daily.c
+        rolled = {
+            (int(r.day), r.model_id): (
+                int(r.turns),
+                int(r.input_tokens),
+                int(r.output_tokens),
+                int(r.cache_read_tokens),
+                r.cost_usd,
+                int(r.unpriced_turns),
+            )
+            for r in conn.execute(select(usage_model_daily).where(m.day.in_(sorted(clean) or [-1])))
+        }
+        conn.rollback()
+    assert set(rolled) == set(raw)
+    for key, want in raw.items():
+        got = rolled[key]
+        assert got[:4] == want[:4] and got[5] == want[5], key
+        assert (got[4] is None) == (want[4] is None), key
+        if want[4] is not None:
+            assert float(got[4]) == pytest.approx(float(want[4]), rel=1e-9, abs=1e-12), key
+
+
+def test_reports_by_model_or_time_read_the_rollup_and_the_rest_the_daily_fold(
+    engine: Any,
+) -> None:
+    set_rollup(engine, True)
+    reset(engine)
+    write(
+        engine, [_row(at=T0 + n * DAY_MS, model=f"m{n % 3}", actor=f"a{n % 2}") for n in range(6)]
+    )
+    fold(engine, clock=NOW)
+    last = D0 + timedelta(days=5)
+    for args, rollup in (
+        ({"by": "model"}, True),
+        ({"by": "day"}, True),
+        ({"by": "month,model"}, True),
+        ({"by": "model", "model": "m1"}, True),
+        ({"by": "actor"}, False),
+        ({"by": "day,tenant"}, False),
+        ({"by": "model", "actor": "a1"}, False),
+        ({"by": "model", "tenant": "acme"}, False),
+    ):
+        sql = _reads(engine, lambda c, a=args: spend(c, from_day=D0, to_day=last, **a))
+        assert (ROLLUP_READ in sql) == rollup, args
+        assert ("FROM agent_usage_daily" in sql) == (not rollup), args
+        with engine.connect() as conn:
+            folded = spend(conn, from_day=D0, to_day=last, **args)
+            same(folded, spend(conn, from_day=D0, to_day=last, raw=True, **args))
+        assert folded.folded_days == 6
+    lo, hi = T0, T0 + 6 * DAY_MS - 1
+    sql = _reads(
+        engine,
+        lambda c: sum_scope_usage(c, scope_kind="global", scope_ref=None, from_ms=lo, to_ms=hi),
+    )
+    assert ROLLUP_READ in sql and "FROM agent_usage_daily" not in sql
+    with engine.connect() as conn:
+        args = {"scope_kind": "global", "scope_ref": None, "from_ms": lo, "to_ms": hi}
+        a, b = sum_scope_usage(conn, **args), sum_scope_usage(conn, **args, raw=True)
+    assert a[0] == b[0] and a[2] == b[2] and a[1] == pytest.approx(b[1])
+
+
+def test_refold_dirty_days_reprice_and_thread_delete_keep_the_rollup_true(engine: Any) -> None:
+    set_rollup(engine, True)
+    reset(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            thread.insert().values(id="t2", actor_ref="a0", title="", created_at=0, updated_at=0)
+        )
+    rows = [
+        _row(at=T0 + n * DAY_MS + k, model=f"m{k % 3}", cost=None if k % 4 == 0 else 0.5)
+        for n in range(4)
+        for k in range(6)
+    ]
+    write(engine, rows)
+    with engine.begin() as conn:  # some rows of a second thread, to delete later
+        conn.execute(
+            token_usage.update()
+            .where(token_usage.c.created_at.in_([T0 + 1, T0 + 2 * DAY_MS + 2]))
+            .values(thread_id="t2")
+        )
+    fold(engine, clock=NOW)
+    _rollup_is_true(engine)
+    with engine.begin() as conn:  # a bulk edit, then an explicit refold of that day
+        conn.execute(
+            token_usage.update()
+            .where(token_usage.c.created_at == T0 + DAY_MS + 3)
+            .values(input_tokens=7_777, model_id="m9")
+        )
+    assert (
+        fold(engine, clock=NOW, refold=(D0 + timedelta(days=1), D0 + timedelta(days=1))).refolded
+        == 1
+    )
+    _rollup_is_true(engine)
+    with engine.begin() as conn:  # reprice: the unpriced rows of m0 get an estimate
+        set_price(conn, "m0", input_per_1m=1_000.0, output_per_1m=0.0, clock=NOW)
+        assert reprice(conn).repriced > 0
+    _raw_equals_folded(engine, 3)  # dirty days read raw meanwhile
+    assert fold(engine, clock=NOW).refolded > 0
+    _rollup_is_true(engine)
+    with engine.begin() as conn:
+        set_price(conn, "m0", input_per_1m=2_000.0, output_per_1m=0.0, clock=NOW)
+        assert recompute_estimates(conn).recomputed > 0
+    fold(engine, clock=NOW)
+    _rollup_is_true(engine)
+    with engine.begin() as conn:
+        delete_thread(conn, "t2")
+    assert fold(engine, clock=NOW).refolded == 2
+    _rollup_is_true(engine)
+    assert _raw_equals_folded(engine, 3).folded_days == 4
+    assert verify(engine).mismatched == []
+
+
+def test_days_folded_before_the_rollup_are_read_from_the_daily_fold_then_refolded(
+    engine: Any,
+) -> None:
+    set_rollup(engine, True)
+    reset(engine)
+    write(engine, [_row(at=T0 + n * DAY_MS, model=f"m{n % 2}") for n in range(4)])
+    fold(engine, clock=NOW)
+    with engine.begin() as conn:  # as days folded before the branch was applied
+        conn.execute(usage_model_daily.delete().where(usage_model_daily.c.day <= T0 // DAY_MS + 1))
+    by_model = {"by": "model", "from_day": D0, "to_day": D0 + timedelta(days=3)}
+    sql = _reads(engine, lambda c: spend(c, **by_model))
+    assert "FROM agent_usage_daily" in sql  # the rollup does not cover days 0-1
+    with engine.connect() as conn:
+        folded = spend(conn, **by_model)
+        same(folded, spend(conn, **by_model, raw=True))
+    assert folded.folded_days == 4
+    assert [d.isoformat() for d in verify(engine).mismatched] == ["2026-03-01", "2026-03-02"]
+    with engine.begin() as conn:  # undo verify's marks: fold finds the days by itself
+        conn.execute(usage_fold.update().values(dirty=0))
+    assert fold(engine, clock=NOW).refolded == 2  # the uncovered days
+    _rollup_is_true(engine)
+    assert ROLLUP_READ in _reads(engine, lambda c: spend(c, **by_model))
+
+
+def test_a_day_refolded_without_the_rollup_is_never_read_from_its_stale_rollup(
+    engine: Any,
+) -> None:
+    """An agora that does not know the rollup branch refolds a day (same rows, new costs): the
+    day's rollup rows keep the old fold's stamp, so reports read ``agent_usage_daily`` for it,
+    and the next ``fold`` that knows the branch refolds the day and its rollup."""
+    from agora_cli.store.fold import fold_day
+
+    set_rollup(engine, True)
+    reset(engine)
+    write(
+        engine,
+        [_row(at=T0 + n * DAY_MS + k, model=f"m{k % 2}") for n in range(3) for k in range(4)],
+    )
+    fold(engine, clock=NOW)
+    day = T0 // DAY_MS + 1
+    with engine.begin() as conn:  # the same row count, other costs and tokens
+        conn.execute(
+            token_usage.update()
+            .where(token_usage.c.created_at.between(day * DAY_MS, (day + 1) * DAY_MS - 1))
+            .values(cost_usd=9.0, input_tokens=5_000)
+        )
+        mark_days_dirty(conn, token_usage.c.created_at == day * DAY_MS)
+    with engine.begin() as conn:
+        assert fold_day(conn, day, NOW.now_ms() + 1, rollup=False) == ("folded", 4)
+    by_model = {"by": "model", "from_day": D0, "to_day": D0 + timedelta(days=2)}
+    sql = _reads(engine, lambda c: spend(c, **by_model))
+    assert "FROM agent_usage_daily" in sql and ROLLUP_READ not in sql
+    with engine.connect() as conn:
+        folded = spend(conn, **by_model)
+        same(folded, spend(conn, **by_model, raw=True))
+    assert folded.folded_days == 3
+    assert fold(engine, clock=NOW).refolded == 1
+    _rollup_is_true(engine)
+    assert ROLLUP_READ in _reads(engine, lambda c: spend(c, **by_model))
+
+
+def test_without_the_rollup_branch_reports_and_verify_never_touch_it(engine: Any) -> None:
+    set_rollup(engine, False)
+    reset(engine)
+    write(engine, [_row(at=T0 + n * DAY_MS, model=f"m{n % 2}") for n in range(3)])
+    assert fold(engine, clock=NOW).folded > 0
+    by_model = {"by": "model", "from_day": D0, "to_day": D0 + timedelta(days=2)}
+    sql = _reads(engine, lambda c: spend(c, **by_model))
+    assert ROLLUP_READ not in sql and "FROM agent_usage_daily" in sql
+    with engine.connect() as conn:
+        same(spend(conn, **by_model), spend(conn, **by_model, raw=True))
+    assert verify(engine).mismatched == []

@@ -26,6 +26,8 @@ from agora_cli.store.migrate import (
 )
 from agora_cli.store.provision import check_agent_tables, ensure_agent_tables
 
+# A report that reads the per-model rollup sums its tokens (its coverage check does not).
+ROLLUP_READ = "sum(agent_usage_model_daily.input_tokens"
 HEAD = head_revision()  # the main chain's head
 CHAIN = [f"{n:04d}" for n in range(1, int(HEAD) + 1)]
 
@@ -235,3 +237,89 @@ def test_migrations_run_from_any_folder_without_alembic_ini(empty_url: str, tmp_
     assert proc.returncode == 0, proc.stderr
     assert '"applied"' in proc.stdout
     assert not (tmp_path / "alembic.ini").exists()
+
+
+def _sums(report: Any) -> dict[str, tuple[int, ...]]:
+    return {r.key: (r.turns, r.input_tokens, r.unpriced_turns) for r in report.rows}
+
+
+def test_the_rollup_branch_on_a_folded_database_stays_exact_and_leaves_the_head_alone(
+    empty_url: str,
+) -> None:
+    from datetime import date
+
+    from sqlalchemy import event, func, select
+
+    from agora_cli.store.clock import DAY_MS, ManualClock, parse_instant
+    from agora_cli.store.fold import fold, has_rollup
+    from agora_cli.store.ledger import spend
+    from agora_cli.store.schema import thread, token_usage, usage_model_daily
+
+    engine = open_engine(empty_url)
+    with pytest.raises(InvalidInput, match="run agora db upgrade first"):
+        upgrade(engine, "rollup@head")  # the fold tables come first
+    assert upgrade(engine).applied == CHAIN
+    t0 = parse_instant("2026-03-01T00:00:00Z")
+    with engine.begin() as conn:
+        assert not has_rollup(conn)  # agent@head is the spec's schema: no rollup table
+        conn.execute(
+            thread.insert().values(id="t", actor_ref="a", title="", created_at=0, updated_at=0)
+        )
+        conn.execute(
+            token_usage.insert(),
+            [
+                {
+                    "id": f"u{n}",
+                    "thread_id": "t",
+                    "actor_ref": f"a{n % 3}",
+                    "tenant_ref": None if n % 2 else "acme",
+                    "model_id": f"m{n % 4}",
+                    "purpose": "chat",
+                    "input_tokens": 100 + n,
+                    "output_tokens": 10,
+                    "cost_usd": None if n % 5 == 0 else 0.01 * n,
+                    "cost_source": None if n % 5 == 0 else "estimate",
+                    "created_at": t0 + n * DAY_MS // 4,
+                }
+                for n in range(40)
+            ],
+        )
+    clock = ManualClock(t0 + 20 * DAY_MS)
+    fold(engine, clock=clock)
+    result = upgrade(engine, "rollup@head")
+    assert result.applied == ["m001"] and result.to_revision == "m001"
+    with engine.connect() as conn:
+        assert current_revision(conn) == HEAD  # the main chain's head is untouched
+        assert applied_branches(conn) == ["rollup"]
+        assert has_rollup(conn)
+    assert check_agent_tables(engine) == []
+    assert upgrade(engine, "rollup@head").applied == []
+    window = {"by": "model", "from_day": date(2026, 3, 1), "to_day": date(2026, 3, 10)}
+
+    def report() -> tuple[Any, Any, str]:
+        seen: list[str] = []
+        with engine.connect() as conn:
+            event.listen(conn, "before_cursor_execute", lambda *a: seen.append(a[2]))
+            folded, raw = spend(conn, **window), spend(conn, **window, raw=True)
+            conn.rollback()
+        return folded, raw, "\n".join(seen)
+
+    folded, raw, sql = report()  # the days are folded, the rollup empty: the daily fold is read
+    assert folded.folded_days == 10 and "FROM agent_usage_daily" in sql
+    assert _sums(folded) == _sums(raw)
+    refolded = fold(engine, clock=clock)
+    assert refolded.refolded == 10  # every day with ledger rows, refolded with its rollup
+    folded, raw, sql = report()
+    assert folded.folded_days == 10 and ROLLUP_READ in sql
+    assert _sums(folded) == _sums(raw)
+    assert folded.total.cost_usd == pytest.approx(raw.total.cost_usd)
+    with engine.connect() as conn:
+        assert conn.execute(select(func.sum(usage_model_daily.c.turns))).scalar() == 40
+    assert downgrade(engine, "rollup@base") == ["m001"]  # derived data: it may be dropped
+    with engine.connect() as conn:
+        assert not has_rollup(conn) and applied_branches(conn) == []
+        assert current_revision(conn) == HEAD
+    folded, raw, sql = report()
+    assert ROLLUP_READ not in sql and _sums(folded) == _sums(raw)
+    assert fold(engine, clock=clock).refolded == 0
+    engine.dispose()

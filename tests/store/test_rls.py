@@ -458,3 +458,68 @@ def test_tenant_session_nests_and_ends_with_the_transaction(rls: Any) -> None:
         after = conn.execute(text("SELECT coalesce(current_setting('agora.tenant', true), '')"))
         assert after.scalar() == ""
         conn.rollback()
+
+
+def test_a_tenant_sessions_report_by_model_never_reads_the_cross_tenant_rollup(
+    rls: Any, app_role: str
+) -> None:
+    from datetime import date
+
+    from agora_cli.store.clock import DAY_MS, ManualClock, parse_instant
+    from agora_cli.store.fold import create_rollup, fold
+    from agora_cli.store.ledger import spend
+    from agora_cli.store.schema import thread, token_usage, usage_model_daily
+
+    t0 = parse_instant("2026-03-01T00:00:00Z")
+    with rls.begin() as conn:
+        for tenant in ("acme", "globex"):
+            conn.execute(
+                thread.insert().values(
+                    id=f"t-{tenant}",
+                    actor_ref="a",
+                    tenant_ref=tenant,
+                    title="",
+                    created_at=0,
+                    updated_at=0,
+                )
+            )
+        conn.execute(
+            token_usage.insert(),
+            [
+                {
+                    "id": f"u{n}",
+                    "thread_id": f"t-{tenant}",
+                    "actor_ref": "a",
+                    "tenant_ref": tenant,
+                    "model_id": "m1",
+                    "purpose": "chat",
+                    "input_tokens": 10 if tenant == "acme" else 1_000,
+                    "output_tokens": 1,
+                    "cost_usd": 0.5,
+                    "cost_source": "estimate",
+                    "created_at": t0 + n * DAY_MS // 2,
+                }
+                for n, tenant in enumerate(["acme", "globex"] * 4)
+            ],
+        )
+    with rls.begin() as conn:  # agora db upgrade rollup@head, after rls enable
+        create_rollup(conn)
+    fold(rls, clock=ManualClock(t0 + 10 * DAY_MS))  # as the owner, who bypasses RLS
+    with rls.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(usage_model_daily)).scalar() == 4
+        conn.rollback()
+    window = {"by": "model", "from_day": date(2026, 3, 1), "to_day": date(2026, 3, 4)}
+    with as_app(rls, app_role, "acme") as conn:
+        savepoint = conn.begin_nested()
+        with pytest.raises(DBAPIError, match="permission"):
+            conn.execute(select(usage_model_daily))  # the app role has no grant on it
+        savepoint.rollback()
+    with as_app(rls, app_role, "acme") as conn:
+        folded = spend(conn, **window)  # the daily fold, under the policy: acme's rows only
+        raw = spend(conn, **window, raw=True)
+    assert folded.folded_days == 4
+    assert [(r.key, r.turns, r.input_tokens) for r in folded.rows] == [("m1", 4, 40)]
+    assert [(r.key, r.turns, r.input_tokens) for r in raw.rows] == [("m1", 4, 40)]
+    with rls.connect() as conn:  # the owner reads the rollup: every tenant
+        assert spend(conn, **window).total.input_tokens == 4_040
+        conn.rollback()
