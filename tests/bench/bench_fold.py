@@ -322,21 +322,8 @@ def same_sums(a: tuple[int, float, int], b: tuple[int, float, int]) -> None:
 def prepare(dialect: str, rows: int, actors: int) -> tuple[str, str, Any]:
     name, url = create_database(dialect, "agora_bench_fold")
     engine = open_engine(url)
-    ensure_agent_tables(engine)
-    with engine.begin() as conn:  # agora db upgrade rollup@head
-        create_rollup(conn)
-    t = time.perf_counter()
-    load(engine, dialect, rows, actors)
-    load_s = time.perf_counter() - t
-    t = time.perf_counter()
-    result = fold(engine, through=YEAR[1])
-    fold_s = time.perf_counter() - t
-    analyze(engine, dialect, "agent_usage_daily")
-    analyze(engine, dialect, "agent_usage_model_daily")
-    print(
-        f"{dialect} ledger rows={rows:,}: load {load_s:.0f} s; fold of {result.folded} days "
-        f"({result.rows:,} rows) {fold_s:.0f} s -> {fold_sizes(engine)}",
-        flush=True,
+    schema_and_fold(
+        engine, dialect, f"ledger rows={rows:,}", load=lambda: load(engine, dialect, rows, actors)
     )
     return name, url, engine
 
@@ -347,20 +334,33 @@ def reuse(dialect: str, name: str) -> tuple[str, str, Any]:
     url = make_url(normalize_url(ADMIN[dialect])).set(database=name)
     text_url = url.render_as_string(hide_password=False)
     engine = open_engine(text_url)
+    schema_and_fold(engine, dialect, name)
+    return name, text_url, engine
+
+
+def schema_and_fold(
+    engine: Any, dialect: str, label: str, load: Callable[[], None] | None = None
+) -> None:
+    """The agent tables and the rollup branch's (``agora db upgrade rollup@head``), the ledger
+    loaded (``load``), then everything not folded folded, and the sizes printed."""
     ensure_agent_tables(engine)
-    with engine.begin() as conn:  # agora db upgrade rollup@head
+    with engine.begin() as conn:
         create_rollup(conn)
+    loaded = ""
+    if load is not None:
+        t = time.perf_counter()
+        load()
+        loaded = f"load {time.perf_counter() - t:.0f} s; "
     t = time.perf_counter()
     result = fold(engine, through=YEAR[1])
     if result.folded:
         analyze(engine, dialect, "agent_usage_daily")
         analyze(engine, dialect, "agent_usage_model_daily")
         print(
-            f"{dialect} {name}: fold of {result.folded} days ({result.rows:,} rows) "
+            f"{dialect} {label}: {loaded}fold of {result.folded} days ({result.rows:,} rows) "
             f"{time.perf_counter() - t:.0f} s -> {fold_sizes(engine)}",
             flush=True,
         )
-    return name, text_url, engine
 
 
 def fold_sizes(engine: Any) -> str:
