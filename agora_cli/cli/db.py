@@ -157,10 +157,15 @@ def upgrade(
     if not result.applied:
         out_console().print(f"Already at {result.to_revision}: nothing to apply.")
     else:
-        out_console().print(
-            f"Upgraded {result.from_revision or 'an unversioned database'} → "
-            f"{result.to_revision} (applied {', '.join(result.applied)})."
-        )
+        from agora_cli.store.migrate import MAIN_BRANCH, target_branch
+
+        applied = ", ".join(result.applied)
+        branch = target_branch(revision)
+        if result.from_revision is None and branch != MAIN_BRANCH:
+            out_console().print(f"Applied the {branch} branch ({applied}).")
+            return
+        start = result.from_revision or "an unversioned database"
+        out_console().print(f"Upgraded {start} → {result.to_revision} (applied {applied}).")
 
 
 @app.command("status")

@@ -459,9 +459,11 @@ def test_the_optional_rollup_branch_through_the_cli(cli: Any, empty_url: str) ->
     early = cli("db", "upgrade", "rollup@head", "--db", empty_url)
     assert early.exit_code == 2 and "run agora db upgrade first" in early.stderr
     assert cli("db", "upgrade", "--db", empty_url).exit_code == 0
-    up = cli("db", "upgrade", "rollup@head", "--db", empty_url, "--json")
+    up = cli("db", "upgrade", "rollup@head", "--db", empty_url)
     assert up.exit_code == 0, up.stderr
-    assert up.json() == {"from": None, "to": "m001", "applied": ["m001"]}
+    assert up.stdout.strip() == "Applied the rollup branch (m001)."
+    again = cli("db", "upgrade", "rollup@head", "--db", empty_url, "--json")
+    assert again.json() == {"from": "m001", "to": "m001", "applied": []}
     status = cli("db", "status", "--db", empty_url, "--json").json()
     assert status["revision"] == status["head"] != "m001"
     assert status["branches"] == ["rollup"] and status["schema_current"] is True
