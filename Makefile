@@ -6,7 +6,7 @@ install:
 # The README's test command: all three dialects (a server that does not answer is skipped,
 # unless AGORA_TEST_REQUIRE lists it, as .ci/run does).
 test:
-	.venv/bin/pytest -q
+	.venv/bin/pytest -q -n 2
 
 # The inner loop: SQLite only, no multi-process or subprocess tests, two workers (< 30 s).
 test-fast:
