@@ -371,9 +371,7 @@ def short_ids(ids: Sequence[str | None], width: int = SHORT_ID) -> dict[str, str
     ordered = sorted({i for i in ids if i is not None})
     need = dict.fromkeys(ordered, width)
     for a, b in itertools.pairwise(ordered):
-        common = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
-        if common is None:  # one is a prefix of the other
-            common = min(len(a), len(b))
+        common = len(os.path.commonprefix((a, b)))  # noqa: RUF071 (characters are meant)
         need[a] = max(need[a], common + 1)
         need[b] = max(need[b], common + 1)
     return {ident: ident[:n] if len(ident) >= n + 8 else ident for ident, n in need.items()}

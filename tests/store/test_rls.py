@@ -139,30 +139,27 @@ def visible(conn: Any, table: Any) -> set[tuple[Any, ...]]:
     return {pk_value(table, r) for r in conn.execute(select(table)).mappings()}
 
 
-def refused(conn: Any, statement: Any) -> bool:
-    """Whether the policy refuses ``statement`` (in a savepoint, so the test can go on)."""
+def _fails(conn: Any, statement: Any, reason: str) -> bool:
+    """Whether ``statement`` fails, for ``reason`` only (in a savepoint, so the test goes on)."""
     savepoint = conn.begin_nested()
     try:
         conn.execute(statement)
     except DBAPIError as exc:
         savepoint.rollback()
-        assert "row-level security" in str(exc.orig), exc
+        assert reason in str(exc.orig), exc
         return True
     savepoint.rollback()
     return False
+
+
+def refused(conn: Any, statement: Any) -> bool:
+    """Whether the policy refuses ``statement``."""
+    return _fails(conn, statement, "row-level security")
 
 
 def denied(conn: Any, statement: Any) -> bool:
     """Whether the app role lacks the grant for ``statement`` (a table it may only read)."""
-    savepoint = conn.begin_nested()
-    try:
-        conn.execute(statement)
-    except DBAPIError as exc:
-        savepoint.rollback()
-        assert "permission denied" in str(exc.orig), exc
-        return True
-    savepoint.rollback()
-    return False
+    return _fails(conn, statement, "permission denied")
 
 
 @pytest.mark.parametrize("name", PROTECTED_TABLES)
