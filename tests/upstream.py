@@ -347,7 +347,9 @@ def write_upstream(engine: Any, *, now: int) -> Upstream:
             usage=u4,
             tool_calls=[{"id": "cancel", "name": "cancel_invoice", "input": {"order_id": 7}}],
         )
-        c4 = tool_call("rejected", a3, "update_invoice", "action", "pending_approval", t0 + 6_010, r2)
+        c4 = tool_call(
+            "rejected", a3, "update_invoice", "action", "pending_approval", t0 + 6_010, r2
+        )
         settle_call(c4, "rejected", t0 + 6_020, error="not allowed")
         tool_call("pending", a3, "cancel_invoice", "action", "pending_approval", t0 + 6_030, r2)
 
