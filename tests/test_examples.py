@@ -110,6 +110,7 @@ def test_cron_script_runs_each_step(db_url: str, tmp_path: Path) -> None:
     assert [sorted(d) for d in docs] == [
         ["cutoff", "rows_deleted", "runs_purged", "runs_still_active"],
         ["expired"],
+        ["repriced", "still_unpriced", "unpriced_models"],
         ["backfilled", "batches", "remaining"],
     ]
     assert docs[0]["runs_purged"] == 1  # the demo's expired stream

@@ -19,7 +19,7 @@ from agora_cli.cli.output import (
     safe_text,
     say,
 )
-from agora_cli.store.clock import SystemClock, day_window, iso_ms, parse_day
+from agora_cli.store.clock import SystemClock, day_window, iso_ms, ms_to_date, parse_day
 from agora_cli.store.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -671,6 +671,16 @@ def reprice(
         str | None,
         typer.Option("--to", metavar="D", help="Last UTC day (YYYY-MM-DD), inclusive."),
     ] = None,
+    last: Annotated[
+        str | None,
+        typer.Option(
+            "--last",
+            metavar="2d|1w|1m",
+            help="Instead of --from/--to: the last N UTC days, weeks or months, up to today "
+            "(a cron step: agora prices reprice --last 2d).",
+            show_default=False,
+        ),
+    ] = None,
     estimates: Annotated[
         bool,
         typer.Option(
@@ -690,7 +700,10 @@ def reprice(
 ) -> None:
     """Fill unknown (NULL) ledger costs from the current prices, as estimates.
 
-    Provider-reported costs are never touched. Reports the model ids that are still unpriced.
+    Provider-reported costs are never touched (a known cost without a source is the
+    provider's). Reports the model ids that are still unpriced. A runtime that prices on read
+    (the upstream AdonisJS runtime stores NULL and prices when it reads) leaves every turn to
+    this command: run it from cron (--last 2d) so spend, quota and budgets see those costs.
     --estimates first recomputes the rows already estimated (after a price correction, or after
     seed --missing priced a more specific spelling), in batches of --batch rows, each its own
     transaction: an interrupted run is safe to repeat. It reports the rows whose cost changed
@@ -701,9 +714,16 @@ def reprice(
     from agora_cli.store.engine import retry_transient
     from agora_cli.store.usage import EstimateBatch, RepriceResult, recompute_estimates
     from agora_cli.store.usage import reprice as run_reprice
+    from agora_cli.store.windows import report_window
 
-    start = None if from_ is None else day_window(parse_day(from_, what="--from"))[0]
-    end = None if to is None else day_window(parse_day(to, what="--to"))[1]
+    start: int | None
+    end: int | None
+    if last is not None:
+        first_day, last_day = report_window(from_, to, last, ms_to_date(SystemClock().now_ms()))
+        start, end = day_window(first_day)[0], day_window(last_day)[1]
+    else:
+        start = None if from_ is None else day_window(parse_day(from_, what="--from"))[0]
+        end = None if to is None else day_window(parse_day(to, what="--to"))[1]
     if start is not None and end is not None and start > end:
         raise InvalidInput(f"--from {from_} is after --to {to}")
     engine = open_db(db)

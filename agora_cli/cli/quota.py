@@ -312,6 +312,7 @@ def _render(
     if unpriced:
         say(
             f"{unpriced:,} turn(s) this month have no known cost and are not in USD: "
-            "agora spend --by model names them.",
+            "agora spend --by model names them (agora prices reprice stores the cost of "
+            "those whose model has a price: a runtime that prices on read leaves it NULL).",
             style="yellow",
         )

@@ -170,6 +170,7 @@ def spend(
         return
     from agora_cli.store.ledger import list_unpriced_models
     from agora_cli.store.ledger import spend as spend_report
+    from agora_cli.store.usage import models_priced_now
 
     if as_json and csv:
         raise InvalidInput("choose one of --json and --csv")
@@ -197,12 +198,14 @@ def spend(
             raw=raw,
         )
         unpriced: list[tuple[str, int]] = []
+        priced_now: frozenset[str] = frozenset()
         if report.total.unpriced_turns and not (as_json or csv):
             if grouping == "model":
                 unpriced = [(str(r.key), r.unpriced_turns) for r in report.rows if r.unpriced_turns]
             else:
                 found = list_unpriced_models(conn, from_day=start, to_day=end, **filters)
                 unpriced = [(m.model_id, m.turns) for m in found]
+            priced_now = models_priced_now(conn, (model_id for model_id, _ in unpriced))
         conn.rollback()
     if csv:
         _emit_csv(report)
@@ -210,7 +213,7 @@ def spend(
     finish(
         _document(report),
         as_json=as_json,
-        show=lambda: _render(report, chart=chart, unpriced=unpriced),
+        show=lambda: _render(report, chart=chart, unpriced=unpriced, priced_now=priced_now),
     )
 
 
@@ -260,7 +263,13 @@ def _title(report: SpendReport) -> str:
     )
 
 
-def _render(report: SpendReport, *, chart: bool, unpriced: list[tuple[str, int]]) -> None:
+def _render(
+    report: SpendReport,
+    *,
+    chart: bool,
+    unpriced: list[tuple[str, int]],
+    priced_now: frozenset[str] = frozenset(),
+) -> None:
     if not report.rows:
         out_console().print(f"{_title(report)}: no usage in this window.", markup=False)
     elif chart and report.periods:
@@ -269,7 +278,7 @@ def _render(report: SpendReport, *, chart: bool, unpriced: list[tuple[str, int]]
         _render_chart(report)
     else:
         _render_table(report)
-    _explain_unpriced(unpriced)
+    _explain_unpriced(unpriced, priced_now)
 
 
 def _cells(row: SpendRow, key: str | None) -> dict[str, str]:
@@ -493,14 +502,21 @@ def _chart_total(report: SpendReport, by_cost: bool, measure: str) -> None:
     )
 
 
-def _explain_unpriced(unpriced: list[tuple[str, int]]) -> None:
+def _explain_unpriced(unpriced: list[tuple[str, int]], priced_now: frozenset[str]) -> None:
     from rich.text import Text
 
     console = out_console()
     for model_id, turns in unpriced:
         shown = safe_text(model_id)
-        line = Text(f"unpriced: {shown}, {turns:,} turn(s) with no cost", style="yellow")
-        line.append(_pricing_hint(model_id))
+        if model_id in priced_now:
+            # A runtime that prices on read (the upstream one) left the cost NULL: a price
+            # exists, and reprice stores the estimate the runtime would have shown.
+            line = Text(f"not yet priced: {shown}, {turns:,} turn(s) with no stored cost")
+            line.stylize("yellow")
+            line.append(" → agora prices reprice  (a current price exists)")
+        else:
+            line = Text(f"unpriced: {shown}, {turns:,} turn(s) with no cost", style="yellow")
+            line.append(_pricing_hint(model_id))
         console.print(line, soft_wrap=not console.is_terminal)
 
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from sqlalchemy import case, delete, func, insert, literal_column, select, update
+from sqlalchemy import delete, func, insert, literal_column, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agora_cli.store.clock import Clock, SystemClock
@@ -33,7 +33,7 @@ from agora_cli.store.schema import budget as b
 from agora_cli.store.schema import token_usage as u
 from agora_cli.store.schema import usage_daily as d
 from agora_cli.store.schema import usage_model_daily as m
-from agora_cli.store.sqlexpr import exact_eq
+from agora_cli.store.sqlexpr import exact_eq, provider_cost
 from agora_cli.store.values import (
     BIGINT_MAX,
     check_finite,
@@ -323,7 +323,7 @@ def _sums(
     if source == "raw":
         cost: ColumnElement[Any] = u.c.cost_usd
         if provider_cost_only:
-            cost = case((u.c.cost_source == "provider", u.c.cost_usd))
+            cost = provider_cost(u.c.cost_usd, u.c.cost_source)
         measures = (
             func.coalesce(func.sum(u.c.input_tokens + u.c.output_tokens), 0),
             func.coalesce(func.sum(cost), 0),

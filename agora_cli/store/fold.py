@@ -69,6 +69,7 @@ from agora_cli.store.schema import token_usage as u
 from agora_cli.store.schema import usage_daily as d
 from agora_cli.store.schema import usage_fold as f
 from agora_cli.store.schema import usage_model_daily as m
+from agora_cli.store.sqlexpr import provider_cost
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
@@ -324,9 +325,9 @@ def _measures() -> list[ColumnElement[Any]]:
         func.coalesce(
             func.sum(case((u.c.cost_source == "estimate", u.c.cost_usd), else_=0)), 0
         ).label("estimated_usd"),
-        func.coalesce(
-            func.sum(case((u.c.cost_source == "provider", u.c.cost_usd), else_=0)), 0
-        ).label("provider_usd"),
+        func.coalesce(func.sum(provider_cost(u.c.cost_usd, u.c.cost_source)), 0).label(
+            "provider_usd"
+        ),
         (func.count() - priced).label("unpriced_turns"),
     ]
 

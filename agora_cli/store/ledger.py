@@ -28,7 +28,7 @@ from agora_cli.store.engine import dialect_name
 from agora_cli.store.errors import InvalidInput
 from agora_cli.store.fold import fold_filter, raw_filter, rollup_covers, window_parts
 from agora_cli.store.schema import token_usage, usage_daily, usage_model_daily
-from agora_cli.store.sqlexpr import exact_eq
+from agora_cli.store.sqlexpr import exact_eq, provider_cost
 from agora_cli.store.values import (
     BIGINT_MAX,
     check_finite,
@@ -201,7 +201,7 @@ def _filtered(
 def _spend_measures(provider_cost_only: bool) -> list[ColumnElement[Any]]:
     u = token_usage.c
     if provider_cost_only:
-        cost = func.sum(case((u.cost_source == "provider", u.cost_usd)))
+        cost = func.sum(provider_cost(u.cost_usd, u.cost_source))
         estimated: ColumnElement[Any] = literal_column("0")
     else:
         cost = func.sum(u.cost_usd)

@@ -20,13 +20,18 @@ trailing spaces count) and served by the column's index where the dialect allows
   column's collation orders by code point (``C``, ``POSIX``, ``C.UTF-8``, ``ucs_basic``) the
   range above is added so that the index is used; under a linguistic collation (``en_US``) a
   range would not hold every match, and the lookup scans instead: one catalog query tells which.
+
+``provider_cost(cost, source)``: a ledger row's cost as the provider reported it, else NULL. A
+known cost is the provider's unless agora (or another writer) marked it an ``estimate``: the
+upstream runtime stores a provider-reported cost with ``cost_source`` NULL, and only ever stores
+a cost the provider reported.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, func, literal
+from sqlalchemy import and_, case, func, literal
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.sqltypes import NullType
@@ -36,7 +41,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Column
     from sqlalchemy.engine import Connection
 
-__all__ = ["escape_like", "exact_eq", "starts_with", "successor"]
+__all__ = ["escape_like", "exact_eq", "provider_cost", "starts_with", "successor"]
 
 LIKE_ESCAPE = "/"
 # Collations whose order is code-point order: a prefix's matches are one contiguous range.
@@ -139,3 +144,9 @@ def starts_with(conn: Connection, column: Column[Any], prefix: str) -> ColumnEle
     if name == "postgresql" and _orders_by_code_point(conn, column):
         return and_(_code_point_range(column, prefix), like)
     return like
+
+
+def provider_cost(cost: Any, source: Any) -> ColumnElement[Any]:
+    """``cost`` where the provider reported it (any known cost not marked ``estimate``), else
+    NULL — a cost with no source is the provider's (the runtime writes it so)."""
+    return case((source == "estimate", None), else_=cost)

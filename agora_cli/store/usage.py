@@ -44,6 +44,8 @@ from agora_cli.store.values import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from sqlalchemy.engine import Connection
     from sqlalchemy.sql.elements import ColumnElement
 
@@ -54,6 +56,7 @@ __all__ = [
     "RepriceResult",
     "UnpricedRows",
     "UsageRecord",
+    "models_priced_now",
     "recompute_estimates",
     "record_usage",
     "reprice",
@@ -307,6 +310,24 @@ def reprice(
         unpriced_models=tuple(unpriced),
         dry_run=dry_run,
     )
+
+
+def models_priced_now(conn: Connection, model_ids: Iterable[str]) -> frozenset[str]:
+    """The ledger model ids among ``model_ids`` that ``reprice`` would price now.
+
+    A NULL cost on such a model's rows is not "no price": the runtime that wrote it prices on
+    read. ``reprice`` stores that estimate; a report names it as the fix (not ``prices seed``).
+    """
+    wanted = sorted(set(model_ids))
+    if not wanted:
+        return frozenset()
+    prices = current_prices(conn)
+    found = set()
+    for model_id in wanted:
+        price = resolve_model_price(model_id, prices).price
+        if price is not None and price.in_range():
+            found.add(model_id)
+    return frozenset(found)
 
 
 def recompute_estimates(
