@@ -314,8 +314,9 @@ def test_a_policy_dropped_by_hand_is_named_by_verify_and_check(rls: Any) -> None
     problems = check_agent_tables(rls)
     assert [(p.kind, p.table) for p in problems] == [("missing_policy", "agent_tool_call")]
     repair = enable_rls(rls)
-    assert len(repair.sql) == 1
+    assert len(repair.sql) == 2
     assert repair.sql[0].startswith(f'CREATE POLICY {POLICY_NAME} ON "agent_tool_call"')
+    assert repair.sql[1].startswith(f'COMMENT ON POLICY {POLICY_NAME} ON "agent_tool_call" IS')
     assert verify_isolation(rls).ok
     assert check_agent_tables(rls) == []
 
