@@ -1016,7 +1016,7 @@ def _check_threads_tenant(
     key = next(iter(table.primary_key.columns)).name
     intruder = {**row, key: f"{row[key]}-x"}
     insert = table.insert().values(**intruder)
-    none = "a row with no tenant_ref"
+    none = "row with no tenant_ref"
     probes: list[tuple[str, Any, str]] = [  # (agora.tenant, the probe, what its failure means)
         (tenants["a"], lambda: conn.execute(count).scalar() == 1, f"A cannot see its {none}"),
         (tenants["b"], lambda: conn.execute(count).scalar() == 0, f"B sees A's {none}"),
@@ -1024,12 +1024,12 @@ def _check_threads_tenant(
         (
             tenants["b"],
             lambda: not conn.execute(insert).rowcount,
-            f"B inserted {none} on A's thread",
+            f"B inserted a {none} on A's thread",
         ),
         (
             "",
             lambda: not conn.execute(insert).rowcount,
-            f"an untenanted session inserted {none} on A's thread",
+            f"an untenanted session inserted a {none} on A's thread",
         ),
     ]
     ok = True
