@@ -3,16 +3,20 @@
 ``enable_rls`` enables and *forces* row-level security on every agent table that holds tenant
 data, with one policy per table named ``agent_tenant_isolation`` (tenancy.md):
 
-- tables with ``tenant_ref`` (thread, token usage, run, queued message, action proposal): a row
-  is visible and writable when ``tenant_ref`` equals the session setting ``agora.tenant``;
-  untenanted rows (``tenant_ref`` NULL) only while the setting is unset or empty. The daily fold
-  of the ledger follows the same rule on its ``tenant_key`` (``''`` is untenanted);
+- threads: a row is visible and writable when ``tenant_ref`` equals the session setting
+  ``agora.tenant``; untenanted rows (``tenant_ref`` NULL) only while the setting is unset or
+  empty. The daily fold of the ledger follows the same rule on its ``tenant_key`` (``''`` is
+  untenanted);
+- token usage, runs and action proposals: the same on their own ``tenant_ref``, but a row whose
+  ``tenant_ref`` is NULL belongs to its thread's tenant (the upstream runtime writes its ledger
+  rows so): visible iff its thread is, through an ``EXISTS`` on ``agent_thread`` under the
+  thread's own policy — never to another tenant nor to an untenanted session when the thread is
+  a tenant's. Queued messages: their own ``tenant_ref`` (or NULL) and their thread;
 - tables without ``tenant_ref`` follow their parent, through an ``EXISTS`` on the parent table,
   whose own policy applies inside it: messages, generated-UI calls and confirmation tokens through
-  their thread, tool calls through their message, stream frames through their run. Queued
-  messages have both: their own ``tenant_ref`` and their thread. A frame whose run has no row is
-  visible only to untenanted sessions; whether the run row exists at all is asked of
-  ``agent_rls_run_absent``, a ``SECURITY DEFINER`` function owned by the role that ran
+  their thread, tool calls through their message, stream frames through their run. A frame whose
+  run has no row is visible only to untenanted sessions; whether the run row exists at all is
+  asked of ``agent_rls_run_absent``, a ``SECURITY DEFINER`` function owned by the role that ran
   ``enable`` (which must bypass row-level security for that answer: otherwise the function
   answers "not absent", and such frames are visible to no one but roles that bypass RLS);
 - tenants' data keys (``agent_tenant_key``) follow their ``tenant_key``: a session sees only
@@ -28,8 +32,16 @@ that ledger writes go on meanwhile: under the policy a thread's ledger read is a
 both columns, and without it PostgreSQL merges the thread index with the tenant's whole range
 (``threads show`` of 500 messages: 1.62× with RLS on; 1.1× with the index). ``disable`` drops it.
 
-``WITH CHECK`` is the same expression, so a session cannot write a row for another tenant. The
-tenant comparisons are plain equalities on a STABLE expression, so the tenant indexes stay usable.
+``WITH CHECK`` is the same expression, so a session cannot write a row for another tenant, nor
+a row with no ``tenant_ref`` on another tenant's thread. The tenant comparisons are plain
+equalities on a STABLE expression, so the tenant indexes stay usable.
+
+Each policy carries a comment, its mark (``POLICY_MARKS``: a hash of the expression ``enable``
+installs). PostgreSQL stores the expression deparsed, in a text that differs from ours and by
+server version, so the mark is what ``status`` and ``db check`` compare: a policy without it (an
+older agora's) or with another is outdated, and ``enable`` replaces its expressions in place
+(``ALTER POLICY``). A policy edited by hand that keeps its mark is not noticed: ``verify`` is the
+test of what the policies do.
 
 ``tenant_session(conn, tenant)`` and ``open_engine(..., tenant=…)`` / ``AGORA_TENANT`` set
 ``agora.tenant`` per transaction (``set_config(…, true)``, i.e. ``SET LOCAL``).
@@ -521,7 +533,8 @@ def enable_rls(
 ) -> RlsPlan:
     """Enable and force row-level security with its policies, idempotently, in one transaction.
 
-    Only what is missing is created (an already enabled schema runs nothing). With ``app_role``,
+    Only what is missing is created and outdated policies (another mark: an older agora's) are
+    replaced in place (an already enabled, current schema runs nothing). With ``app_role``,
     the role is created if missing (``NOLOGIN NOBYPASSRLS``) and granted the runtime's DML on
     the agent tables (SELECT only on prices, budgets and tenant keys); a role that bypasses RLS
     is refused. ``dry_run`` returns the statements and runs none.
