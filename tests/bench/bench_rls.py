@@ -268,7 +268,7 @@ def main() -> None:
         print(f"tenant {TENANT}: {spend_on.total.turns:,} ledger rows in March with its tenant_ref")
         print(f"ledger: {ROWS:,} rows, {THREADS:,} threads, {shape}")
         for key, label in (
-            ("spend", "spend --tenant T, one month of a 2M-row ledger"),
+            ("spend", f"spend --tenant T, one month of a {ROWS:,}-row ledger"),
             ("spend_pinned", "  same, plan pinned (no plain index scans, no parallel workers)"),
             ("show", "threads show, 500 messages"),
             ("writes", f"writes: {WRITES} messages + {WRITES} ledger rows in one transaction"),
