@@ -95,8 +95,10 @@ def enable(
     """Enable and force the tenant policy (agent_tenant_isolation) on every tenant-data table.
 
     Rows are visible and writable when their tenant equals the session setting agora.tenant
-    (AGORA_TENANT); untenanted rows only while it is unset. Child tables follow their parent.
-    Idempotent: only what is missing is created, in one transaction. PostgreSQL only.
+    (AGORA_TENANT); untenanted rows only while it is unset. A ledger, run, queued-message or
+    proposal row with no tenant_ref belongs to its thread's tenant. Child tables follow their
+    parent. Idempotent: only what is missing is created and an older agora's policies are
+    upgraded, in one transaction. PostgreSQL only.
 
     Example: agora db rls enable --app-role agora_app --dry-run
     """
@@ -140,6 +142,7 @@ def disable(
 def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Show row-level security per agent table, and which kind of role is connected.
 
+    A policy an older agora installed shows as "outdated" (`db rls enable` upgrades it).
     A superuser or BYPASSRLS role sees every tenant (cross-tenant reports run as one); any
     other role, the tables' owner included (the policies are forced), sees only its tenant's rows.
 
@@ -161,6 +164,7 @@ def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
         "partial": st.partial,
         "function": st.function,
         "thread_tenant_index": st.thread_tenant_index,
+        "outdated": st.outdated,
         "tables": [
             {
                 "table": t.table,
@@ -169,6 +173,7 @@ def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
                 "rls_enabled": t.enabled,
                 "rls_forced": t.forced,
                 "policy": t.policy,
+                "policy_current": t.policy_current,
             }
             for t in st.tables
         ],
@@ -189,6 +194,13 @@ def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
             f"{index.get(st.thread_tenant_index, 'missing')}",
             markup=False,
         )
+        if st.outdated:
+            console.print(
+                f"outdated policies   {', '.join(st.outdated)} (`agora db rls enable` upgrades "
+                "them)",
+                markup=False,
+                soft_wrap=True,
+            )
         yes = {True: "yes", False: "—"}
         render_table(
             [
@@ -197,7 +209,7 @@ def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
                     "tenant data": "yes" if t.protected else "no",
                     "enabled": yes[t.enabled],
                     "forced": yes[t.forced],
-                    "policy": yes[t.policy],
+                    "policy": "outdated" if t.policy and not t.policy_current else yes[t.policy],
                 }
                 for t in st.tables
                 if t.exists or t.protected
@@ -215,8 +227,10 @@ def verify(app_role: AppRoleOpt = None, db: DbOpt = None, as_json: JsonOpt = Fal
     In one transaction that is rolled back, it writes rows for two throw-away tenants into every
     protected table, switches to the app role (SET LOCAL ROLE; without --app-role, a throw-away
     NOBYPASSRLS role made in the same transaction) and checks that tenant A sees its rows and
-    none of B's, cannot update or delete B's and cannot insert a row for B. Nothing it writes
-    survives: safe against production.
+    none of B's, cannot update or delete B's and cannot insert a row for B; and that a ledger,
+    run, queued-message or proposal row with no tenant_ref on A's thread is A's alone (hidden
+    from B and untenanted sessions, who cannot insert one there). Nothing it writes survives:
+    safe against production.
 
     Example: agora db rls verify --app-role agora_app --json
     """
@@ -238,6 +252,7 @@ def verify(app_role: AppRoleOpt = None, db: DbOpt = None, as_json: JsonOpt = Fal
                 "update_blocked": t.update_blocked,
                 "delete_blocked": t.delete_blocked,
                 "insert_blocked": t.insert_blocked,
+                "thread_tenant": t.thread_tenant,
                 "detail": t.detail,
             }
             for t in report.tables
@@ -254,6 +269,7 @@ def verify(app_role: AppRoleOpt = None, db: DbOpt = None, as_json: JsonOpt = Fal
                     "update": mark[t.update_blocked],
                     "delete": mark[t.delete_blocked],
                     "insert": mark[t.insert_blocked],
+                    "thread's tenant": "—" if t.thread_tenant is None else mark[t.thread_tenant],
                     "detail": t.detail or "",
                 }
                 for t in report.tables
@@ -265,6 +281,7 @@ def verify(app_role: AppRoleOpt = None, db: DbOpt = None, as_json: JsonOpt = Fal
                 Col("update"),
                 Col("delete"),
                 Col("insert"),
+                Col("thread's tenant"),
                 Col("detail"),
             ],
             title="Tenant isolation per table (tenant A against B's rows; all rolled back)",

@@ -3,16 +3,20 @@
 ``enable_rls`` enables and *forces* row-level security on every agent table that holds tenant
 data, with one policy per table named ``agent_tenant_isolation`` (tenancy.md):
 
-- tables with ``tenant_ref`` (thread, token usage, run, queued message, action proposal): a row
-  is visible and writable when ``tenant_ref`` equals the session setting ``agora.tenant``;
-  untenanted rows (``tenant_ref`` NULL) only while the setting is unset or empty. The daily fold
-  of the ledger follows the same rule on its ``tenant_key`` (``''`` is untenanted);
+- threads: a row is visible and writable when ``tenant_ref`` equals the session setting
+  ``agora.tenant``; untenanted rows (``tenant_ref`` NULL) only while the setting is unset or
+  empty. The daily fold of the ledger follows the same rule on its ``tenant_key`` (``''`` is
+  untenanted);
+- token usage, runs and action proposals: the same on their own ``tenant_ref``, but a row whose
+  ``tenant_ref`` is NULL belongs to its thread's tenant (the upstream runtime writes its ledger
+  rows so): visible iff its thread is, through an ``EXISTS`` on ``agent_thread`` under the
+  thread's own policy — never to another tenant nor to an untenanted session when the thread is
+  a tenant's. Queued messages: their own ``tenant_ref`` (or NULL) and their thread;
 - tables without ``tenant_ref`` follow their parent, through an ``EXISTS`` on the parent table,
   whose own policy applies inside it: messages, generated-UI calls and confirmation tokens through
-  their thread, tool calls through their message, stream frames through their run. Queued
-  messages have both: their own ``tenant_ref`` and their thread. A frame whose run has no row is
-  visible only to untenanted sessions; whether the run row exists at all is asked of
-  ``agent_rls_run_absent``, a ``SECURITY DEFINER`` function owned by the role that ran
+  their thread, tool calls through their message, stream frames through their run. A frame whose
+  run has no row is visible only to untenanted sessions; whether the run row exists at all is
+  asked of ``agent_rls_run_absent``, a ``SECURITY DEFINER`` function owned by the role that ran
   ``enable`` (which must bypass row-level security for that answer: otherwise the function
   answers "not absent", and such frames are visible to no one but roles that bypass RLS);
 - tenants' data keys (``agent_tenant_key``) follow their ``tenant_key``: a session sees only
@@ -28,8 +32,16 @@ that ledger writes go on meanwhile: under the policy a thread's ledger read is a
 both columns, and without it PostgreSQL merges the thread index with the tenant's whole range
 (``threads show`` of 500 messages: 1.62× with RLS on; 1.1× with the index). ``disable`` drops it.
 
-``WITH CHECK`` is the same expression, so a session cannot write a row for another tenant. The
-tenant comparisons are plain equalities on a STABLE expression, so the tenant indexes stay usable.
+``WITH CHECK`` is the same expression, so a session cannot write a row for another tenant, nor
+a row with no ``tenant_ref`` on another tenant's thread. The tenant comparisons are plain
+equalities on a STABLE expression, so the tenant indexes stay usable.
+
+Each policy carries a comment, its mark (``POLICY_MARKS``: a hash of the expression ``enable``
+installs). PostgreSQL stores the expression deparsed, in a text that differs from ours and by
+server version, so the mark is what ``status`` and ``db check`` compare: a policy without it (an
+older agora's) or with another is outdated, and ``enable`` replaces its expressions in place
+(``ALTER POLICY``). A policy edited by hand that keeps its mark is not noticed: ``verify`` is the
+test of what the policies do.
 
 ``tenant_session(conn, tenant)`` and ``open_engine(..., tenant=…)`` / ``AGORA_TENANT`` set
 ``agora.tenant`` per transaction (``set_config(…, true)``, i.e. ``SET LOCAL``).
@@ -40,6 +52,7 @@ MySQL/MariaDB and SQLite have no row-level security: the commands refuse there
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 from collections.abc import Iterator
@@ -98,15 +111,30 @@ def _through(table: str, column: str, parent: str) -> str:
     return f"EXISTS (SELECT 1 FROM {parent} p WHERE p.id = {table}.{column} OFFSET 0)"
 
 
+def _own_or_threads(table: str) -> str:
+    # A row's own tenant, else (tenant_ref NULL) its thread's: the upstream runtime writes ledger
+    # rows with no tenant_ref, the tenant being the thread's. The thread is looked up under the
+    # thread's own policy, so the row is visible iff its thread is: to the thread's tenant, and
+    # to untenanted sessions only when the thread is untenanted. thread_id is NOT NULL with a
+    # foreign key, so "the thread is not visible" means "another tenant's": no SECURITY DEFINER
+    # lookup is needed, and the planner sees a primary-key probe. The first branch stays a plain
+    # equality, and the second starts with `tenant_ref IS NULL`: both are index conditions.
+    return (
+        f"(tenant_ref = {_TENANT} OR "
+        f"(tenant_ref IS NULL AND {_through(table, 'thread_id', 'agent_thread')}))"
+    )
+
+
 # table -> the policy's expression (USING and WITH CHECK alike), parents before children.
 POLICY_EXPRESSIONS: dict[str, str] = {
     "agent_thread": _direct(),
-    "agent_token_usage": _direct(),
-    "agent_run": _direct(),
+    "agent_token_usage": _own_or_threads("agent_token_usage"),
+    "agent_run": _own_or_threads("agent_run"),
     "agent_queued_message": (
-        f"({_direct()} AND {_through('agent_queued_message', 'thread_id', 'agent_thread')})"
+        f"((tenant_ref = {_TENANT} OR tenant_ref IS NULL) AND "
+        f"{_through('agent_queued_message', 'thread_id', 'agent_thread')})"
     ),
-    "agent_action_proposal": _direct(),
+    "agent_action_proposal": _own_or_threads("agent_action_proposal"),
     "agent_usage_daily": f"(tenant_key = coalesce({_SETTING}, ''))",
     "agent_tenant_key": f"(tenant_key = coalesce({_SETTING}, ''))",
     "agent_message": _through("agent_message", "thread_id", "agent_thread"),
@@ -119,9 +147,28 @@ POLICY_EXPRESSIONS: dict[str, str] = {
     ),
 }
 PROTECTED_TABLES: tuple[str, ...] = tuple(POLICY_EXPRESSIONS)
+
+
+def _marker(expression: str) -> str:
+    return f"agora {POLICY_NAME} {hashlib.sha256(expression.encode()).hexdigest()[:16]}"
+
+
+# The policy's comment says which expression `enable` installed: PostgreSQL keeps a policy's
+# expression deparsed (its text differs from ours, and by server version), so the catalog is
+# compared with this mark. A policy without it (made by an older agora) or with another one is
+# outdated: `enable` replaces its expressions in place (ALTER POLICY) and marks it.
+POLICY_MARKS: dict[str, str] = {t: _marker(e) for t, e in POLICY_EXPRESSIONS.items()}
 # Built by `enable` outside its transaction (CONCURRENTLY), dropped by `disable`.
 THREAD_TENANT_INDEX = "agent_token_usage_thread_tenant_idx"
 _ONLINE = "CONCURRENTLY"  # statements that run outside the transaction, in autocommit
+# Tables whose rows with no tenant_ref belong to their thread's tenant (_own_or_threads; queued
+# messages follow their thread anyway): `verify` probes that case on each.
+THREADS_TENANT_TABLES = (
+    "agent_token_usage",
+    "agent_run",
+    "agent_queued_message",
+    "agent_action_proposal",
+)
 # The runtime reads these and never writes them: the app role gets SELECT only.
 READ_ONLY_TABLES = frozenset({"agent_model_pricing", "agent_budget", "agent_tenant_key"})
 _DML = ("SELECT", "INSERT", "UPDATE", "DELETE")
@@ -171,6 +218,8 @@ class RlsTableState:
     enabled: bool
     forced: bool
     policy: bool
+    # the policy carries the current expression (its mark: POLICY_MARKS); False without a policy
+    policy_current: bool = False
 
 
 @dataclass(frozen=True)
@@ -187,18 +236,19 @@ def _read_catalog(conn: Connection) -> _Catalog:
     schema = str(conn.execute(text("SELECT current_schema()")).scalar())
     rows = conn.execute(
         text(
-            "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity, "
-            "EXISTS (SELECT 1 FROM pg_policy p WHERE p.polrelid = c.oid AND p.polname = :policy) "
+            "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity, p.oid IS NOT NULL, "
+            "obj_description(p.oid, 'pg_policy') "
             "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "LEFT JOIN pg_policy p ON p.polrelid = c.oid AND p.polname = :policy "
             "WHERE n.nspname = :schema AND c.relkind IN ('r', 'p') "
             "AND c.relname LIKE 'agent\\_%'"
         ),
         {"policy": POLICY_NAME, "schema": schema},
     ).all()
-    live = {str(r[0]): (bool(r[1]), bool(r[2]), bool(r[3])) for r in rows}
+    live = {str(r[0]): (bool(r[1]), bool(r[2]), bool(r[3]), r[4]) for r in rows}
     tables: dict[str, RlsTableState] = {}
     for name in sorted(set(live) | set(PROTECTED_TABLES)):
-        enabled, forced, policy = live.get(name, (False, False, False))
+        enabled, forced, policy, mark = live.get(name, (False, False, False, None))
         tables[name] = RlsTableState(
             table=name,
             protected=name in POLICY_EXPRESSIONS,
@@ -206,6 +256,7 @@ def _read_catalog(conn: Connection) -> _Catalog:
             enabled=enabled,
             forced=forced,
             policy=policy,
+            policy_current=policy and mark is not None and mark == POLICY_MARKS.get(name),
         )
     function = bool(
         conn.execute(
@@ -261,6 +312,9 @@ class RlsStatus:
     function: bool
     tables: list[RlsTableState]
     thread_tenant_index: str = "missing"  # THREAD_TENANT_INDEX: valid | invalid | missing
+    # protected tables whose policy is not the current expression (an older agora's: `enable`
+    # upgrades it)
+    outdated: list[str] = field(default_factory=list)
 
     @property
     def bypasses_rls(self) -> bool:
@@ -287,6 +341,7 @@ def rls_status(conn: Connection) -> RlsStatus:
         function=cat.function,
         tables=list(cat.tables.values()),
         thread_tenant_index=cat.index,
+        outdated=[s.table for s in protected if s.policy and not s.policy_current],
     )
 
 
@@ -324,6 +379,10 @@ def policy_problems(bind: Engine | Connection) -> list[Problem]:
             )
             if not ok
         ]
+        if s.policy and not s.policy_current:
+            missing.append(
+                f"policy {POLICY_NAME} is outdated (not the expression this agora installs)"
+            )
         if missing:
             problems.append(
                 Problem(
@@ -474,7 +533,8 @@ def enable_rls(
 ) -> RlsPlan:
     """Enable and force row-level security with its policies, idempotently, in one transaction.
 
-    Only what is missing is created (an already enabled schema runs nothing). With ``app_role``,
+    Only what is missing is created and outdated policies (another mark: an older agora's) are
+    replaced in place (an already enabled, current schema runs nothing). With ``app_role``,
     the role is created if missing (``NOLOGIN NOBYPASSRLS``) and granted the runtime's DML on
     the agent tables (SELECT only on prices, budgets and tenant keys); a role that bypasses RLS
     is refused. ``dry_run`` returns the statements and runs none.
@@ -508,12 +568,16 @@ def enable_rls(
                 sql.append(f"ALTER TABLE {qt} ENABLE ROW LEVEL SECURITY")
             if not state.forced:
                 sql.append(f"ALTER TABLE {qt} FORCE ROW LEVEL SECURITY")
+            expr = POLICY_EXPRESSIONS[table]
             if not state.policy:
-                expr = POLICY_EXPRESSIONS[table]
                 sql.append(
                     f"CREATE POLICY {POLICY_NAME} ON {qt} AS PERMISSIVE FOR ALL "
                     f"USING ({expr}) WITH CHECK ({expr})"
                 )
+            elif not state.policy_current:  # an older agora's expression: replaced in place
+                sql.append(f"ALTER POLICY {POLICY_NAME} ON {qt} USING ({expr}) WITH CHECK ({expr})")
+            if not state.policy_current:
+                sql.append(f"COMMENT ON POLICY {POLICY_NAME} ON {qt} IS '{POLICY_MARKS[table]}'")
         created = False
         if app_role is not None:
             _, kind = _role_kind(conn, app_role)
@@ -707,6 +771,10 @@ class RlsTableCheck:
     delete_blocked: bool
     insert_blocked: bool
     detail: str | None = None
+    # Tables whose NULL tenant_ref means the thread's tenant (THREADS_TENANT_TABLES): a row with
+    # no tenant_ref on A's thread is visible to A, hidden from B and from untenanted sessions,
+    # and neither B nor an untenanted session can insert one on A's thread. None elsewhere.
+    thread_tenant: bool | None = None
 
     @property
     def ok(self) -> bool:
@@ -716,6 +784,7 @@ class RlsTableCheck:
             and self.update_blocked
             and self.delete_blocked
             and self.insert_blocked
+            and self.thread_tenant is not False
         )
 
 
@@ -847,14 +916,22 @@ def verify_isolation(engine: Engine, *, app_role: str | None = None) -> RlsVerif
                 name: _fixture_row(tables[name], f"{tag}-x", tenants["b"], rows["b"], 10_000 + n)
                 for n, name in enumerate(PROTECTED_TABLES)
             }
-            conn.exec_driver_sql(f"SET LOCAL ROLE {_quote(conn, role)}")
+            # Rows with no tenant_ref on A's thread (as the upstream runtime writes its ledger),
+            # written as A; and the same shape with a fresh key for the intruders to try.
             conn.execute(setter, {"t": tenants["a"]})
+            unowned: dict[str, dict[str, Any] | str] = {}
+            for n, name in enumerate(THREADS_TENANT_TABLES):
+                row = _fixture_row(tables[name], f"{tag}-n", tenants["a"], rows["a"], 20_000 + n)
+                row["tenant_ref"] = None
+                unowned[name] = _insert_or_why(conn, tables[name], row)
+            conn.exec_driver_sql(f"SET LOCAL ROLE {_quote(conn, role)}")
             for name in PROTECTED_TABLES:
-                checks.append(
-                    _check_table(
-                        conn, tables[name], rows["a"][name], rows["b"][name], intruders[name]
-                    )
+                check = _check_table(
+                    conn, tables[name], rows["a"][name], rows["b"][name], intruders[name]
                 )
+                if name in unowned:
+                    check = _check_threads_tenant(conn, tables[name], check, unowned[name], tenants)
+                checks.append(check)
         finally:
             conn.rollback()
     return RlsVerifyReport(role=role, temporary_role=temporary, tables=checks)
@@ -915,6 +992,76 @@ def _check_table(
         finally:
             savepoint.rollback()
     return RlsTableCheck(table.name, **results, detail="; ".join(details) or None)
+
+
+def _insert_or_why(conn: Connection, table: Table, row: dict[str, Any]) -> dict[str, Any] | str:
+    """Insert ``row`` in a savepoint: the row, or why it could not be written."""
+    from sqlalchemy.exc import DBAPIError
+
+    savepoint = conn.begin_nested()
+    try:
+        conn.execute(table.insert().values(**row))
+    except DBAPIError as exc:
+        savepoint.rollback()
+        return _first_line(exc)
+    savepoint.commit()
+    return row
+
+
+def _check_threads_tenant(
+    conn: Connection,
+    table: Table,
+    check: RlsTableCheck,
+    row: dict[str, Any] | str,
+    tenants: dict[str, str],
+) -> RlsTableCheck:
+    """As the app role: a row with no tenant_ref on A's thread is A's, and only A's."""
+    from sqlalchemy import func, select, text
+    from sqlalchemy.exc import DBAPIError
+
+    details = [check.detail] if check.detail else []
+    if isinstance(row, str):
+        details.append(f"tenant A could not write a row with no tenant_ref on its thread: {row}")
+        return replace(check, thread_tenant=False, detail="; ".join(details))
+    setter = text(f"SELECT set_config('{TENANT_SETTING}', :t, true)")
+    count = select(func.count()).select_from(table).where(_pk_where(table, row))
+    # the same row with a fresh key, tried by B and by an untenanted session
+    key = next(iter(table.primary_key.columns)).name
+    intruder = {**row, key: f"{row[key]}-x"}
+    insert = table.insert().values(**intruder)
+    none = "row with no tenant_ref"
+    probes: list[tuple[str, Any, str]] = [  # (agora.tenant, the probe, what its failure means)
+        (tenants["a"], lambda: conn.execute(count).scalar() == 1, f"A cannot see its {none}"),
+        (tenants["b"], lambda: conn.execute(count).scalar() == 0, f"B sees A's {none}"),
+        ("", lambda: conn.execute(count).scalar() == 0, f"an untenanted session sees A's {none}"),
+        (
+            tenants["b"],
+            lambda: not conn.execute(insert).rowcount,
+            f"B inserted a {none} on A's thread",
+        ),
+        (
+            "",
+            lambda: not conn.execute(insert).rowcount,
+            f"an untenanted session inserted a {none} on A's thread",
+        ),
+    ]
+    ok = True
+    for tenant, probe, failure in probes:
+        savepoint = conn.begin_nested()  # its rollback restores A's setting too
+        why: str | None = None
+        try:
+            conn.execute(setter, {"t": tenant})
+            if not probe():
+                why = failure
+        except DBAPIError as exc:
+            if not (" inserted " in failure and _is_rls_violation(exc)):
+                why = f"could not check whether {failure}: {_first_line(exc)}"
+        finally:
+            savepoint.rollback()
+        if why is not None:
+            ok = False
+            details.append(why)
+    return replace(check, thread_tenant=ok, detail="; ".join(details) or None)
 
 
 def _is_rls_violation(exc: Any) -> bool:

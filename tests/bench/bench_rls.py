@@ -5,7 +5,9 @@ On the local PostgreSQL it creates a database, provisions it, loads a ledger of
 tenants over ``BENCH_RLS_THREADS`` threads (default 100,000: 20 ledger rows a thread), and one
 thread of 500 messages (100 tool calls, 500 ledger rows). ``BENCH_RLS_THREADS=1000`` (2,000
 ledger rows a thread) is the shape where the planner misjudges the thread's ledger read under
-the policy (see RESULTS.md). It
+the policy (see RESULTS.md). ``BENCH_RLS_UPSTREAM=1`` writes every other ledger row, and the
+500-message thread's, as the upstream runtime does: ``tenant_ref`` NULL, the tenant being the
+thread's (the policy's branch that looks the thread up). It
 creates a NOBYPASSRLS app role (`agora db rls enable --app-role`) and connects *as that role*
 (`options=-c role=…` in the URL) with ``AGORA_TENANT`` = the tenant (``open_engine(tenant=…)``).
 Then, for ``BENCH_RLS_ROUNDS`` rounds (default 20), it switches RLS off and on (in ABBA order)
@@ -21,7 +23,9 @@ untimed warm-up call times ``BENCH_RLS_REPEAT`` calls (default 5) of each of:
    month's SUM, the thread's messages and its tool calls; and the spend once more with the plan
    pinned (no plain index scans, no parallel workers), because without the policy the planner
    may choose another index for the month (the created_at one, filtered by tenant), which makes
-   the plain ratio a comparison of two plans rather than of the policy's work.
+   the plain ratio a comparison of two plans rather than of the policy's work; and the month's SUM
+   by the thread's tenant (joined to ``agent_thread``: how a tenant's rows with no
+   ``tenant_ref`` are found).
 
 ``db rls enable`` builds ``agent_token_usage_thread_tenant_idx (thread_id, tenant_ref)`` and
 ``disable`` drops it, so the main figures compare RLS off (no such index) with RLS on (with it).
@@ -63,6 +67,7 @@ SPAN = 181 * 86_400_000  # January to June
 MARCH = (date(2026, 3, 1), date(2026, 3, 31))
 TENANTS = 50
 THREADS = int(os.environ.get("BENCH_RLS_THREADS", "100000"))
+UPSTREAM = os.environ.get("BENCH_RLS_UPSTREAM", "") == "1"
 TENANT = "tenant-7"
 BIG_THREAD = "bench-thread-500"
 WRITE_THREAD = "bench-thread-writes"
@@ -77,6 +82,13 @@ MONTH_SQL = (
     f"{parse_instant('2026-03-01T00:00:00Z')} AND {parse_instant('2026-03-31T23:59:59.999Z')} "
     "GROUP BY model_id"
 )
+MONTH_THREAD_SQL = (
+    "SELECT u.model_id, count(*), sum(u.input_tokens), sum(u.output_tokens) "
+    "FROM agent_token_usage u JOIN agent_thread t ON t.id = u.thread_id "
+    f"WHERE t.tenant_ref = '{TENANT}' AND u.created_at BETWEEN "
+    f"{parse_instant('2026-03-01T00:00:00Z')} AND {parse_instant('2026-03-31T23:59:59.999Z')} "
+    "GROUP BY u.model_id"
+)
 MESSAGES_SQL = f"SELECT * FROM agent_message WHERE thread_id = '{BIG_THREAD}' ORDER BY seq"
 USAGE_SQL = (
     f"SELECT * FROM agent_token_usage WHERE thread_id = '{BIG_THREAD}' ORDER BY created_at, id"
@@ -90,6 +102,10 @@ MODELS = ["gpt-4o-mini", "gpt-4o", "claude-sonnet-4", "claude-haiku-4-5", "gemin
 
 def load(engine: Any) -> None:
     models = "ARRAY[" + ", ".join(f"'{m}'" for m in MODELS) + "]"
+    tenant = f"'tenant-' || mod(mod(g, {THREADS}), {TENANTS})"
+    if UPSTREAM:  # every other row as the upstream runtime writes it: the thread's tenant
+        tenant = f"CASE WHEN mod(g, 2) = 0 THEN NULL ELSE {tenant} END"
+    big_tenant = "NULL" if UPSTREAM else f"'{TENANT}'"
     with engine.begin() as conn:
         conn.exec_driver_sql(
             "INSERT INTO agent_thread (id, actor_ref, tenant_ref, title, created_at, updated_at) "
@@ -101,7 +117,7 @@ def load(engine: Any) -> None:
             "purpose, input_tokens, output_tokens, cache_read_tokens, cost_usd, cost_source, "
             "created_at) "
             f"SELECT 'u-' || g, 'thread-' || mod(g, {THREADS}), 'actor-' || mod(g, 40), "
-            f"'tenant-' || mod(mod(g, {THREADS}), {TENANTS}), "
+            f"{tenant}, "
             f"({models})[1 + mod(g, {len(MODELS)})], 'chat', 1000 + mod(g, 500), "
             "100 + mod(g, 50), mod(g, 300), 0.001 * mod(g, 7), 'estimate', "
             f"{START} + (g * {SPAN // ROWS}) FROM generate_series(1::bigint, {ROWS}) g"
@@ -126,7 +142,7 @@ def load(engine: Any) -> None:
         conn.exec_driver_sql(
             "INSERT INTO agent_token_usage (id, thread_id, actor_ref, tenant_ref, model_id, "
             "purpose, input_tokens, output_tokens, created_at, message_id) "
-            f"SELECT 'bu-' || g, '{BIG_THREAD}', 'actor-7', '{TENANT}', 'gpt-4o', 'chat', 10, "
+            f"SELECT 'bu-' || g, '{BIG_THREAD}', 'actor-7', {big_tenant}, 'gpt-4o', 'chat', 10, "
             f"5, {START} + g, 'msg-' || g FROM generate_series(1, 500) g"
         )
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
@@ -216,6 +232,7 @@ def main() -> None:
             "writes": lambda: once_ms(run_writes),
             "srv_month": lambda: server_ms(MONTH_SQL),
             "srv_month_pinned": lambda: server_ms(MONTH_SQL, pinned=True),
+            "srv_month_thread": lambda: server_ms(MONTH_THREAD_SQL),
             "srv_messages": lambda: server_ms(MESSAGES_SQL),
             "srv_calls": lambda: server_ms(CALLS_SQL),
             "srv_usage": lambda: server_ms(USAGE_SQL),
@@ -233,6 +250,7 @@ def main() -> None:
                 reference.setdefault(state, (run_spend(), run_show()))  # also the warm-up
                 plans.setdefault(state, top_scans(MONTH_SQL))
                 plans.setdefault(f"usage {state}", top_scans(USAGE_SQL))
+                plans.setdefault(f"thread month {state}", top_scans(MONTH_THREAD_SQL))
                 run_spend()
                 run_show()
                 for _ in range(REPEAT):
@@ -246,26 +264,39 @@ def main() -> None:
         assert math.isclose(spend_on.total.cost_usd or 0, spend_off.total.cost_usd or 0)
         assert spend_on.total.turns > 0
         assert len(show_on.messages) == len(show_off.messages) == 500
-        print(f"tenant {TENANT}: {spend_on.total.turns:,} ledger rows in March")
+        shape = "every other row with no tenant_ref (upstream)" if UPSTREAM else "agora's rows"
+        print(f"tenant {TENANT}: {spend_on.total.turns:,} ledger rows in March with its tenant_ref")
+        print(f"ledger: {ROWS:,} rows, {THREADS:,} threads, {shape}")
         for key, label in (
-            ("spend", "spend --tenant T, one month of a 2M-row ledger"),
+            ("spend", f"spend --tenant T, one month of a {ROWS:,}-row ledger"),
             ("spend_pinned", "  same, plan pinned (no plain index scans, no parallel workers)"),
             ("show", "threads show, 500 messages"),
             ("writes", f"writes: {WRITES} messages + {WRITES} ledger rows in one transaction"),
             ("srv_month", "server time: the month's SUM"),
             ("srv_month_pinned", "server time: the month's SUM, plan pinned"),
+            ("srv_month_thread", "server time: the month's SUM by the thread's tenant (joined)"),
             ("srv_messages", "server time: the thread's 500 messages"),
             ("srv_calls", "server time: the thread's 100 tool calls (joined to messages)"),
             ("srv_usage", "server time: the thread's 500 ledger rows"),
         ):
             off = statistics.median(samples[key]["off"])
             on = statistics.median(samples[key]["on"])
-            print(f"{label}: RLS off {off:.2f} ms, on {on:.2f} ms: ratio {on / off:.2f}")
+            spread = ", ".join(
+                f"{state} {min(samples[key][state]):.2f}–{max(samples[key][state]):.2f}"
+                for state in ("off", "on")
+            )
+            print(
+                f"{label}: RLS off {off:.2f} ms, on {on:.2f} ms: ratio {on / off:.2f} "
+                f"(range {spread})"
+            )
         for state in ("off", "on"):
             print(f"plan of the month's SUM, RLS {state}: {' / '.join(plans[state])}")
         for state in ("off", "on"):
             scans = " / ".join(plans[f"usage {state}"])
             print(f"plan of the thread's ledger rows, RLS {state}: {scans}")
+        for state in ("off", "on"):
+            scans = " / ".join(plans[f"thread month {state}"])
+            print(f"plan of the month's SUM by the thread's tenant, RLS {state}: {scans}")
         # Why `enable` builds agent_token_usage_thread_tenant_idx: the same two figures with the
         # policies on but that index dropped by hand (what 0.x of agora did) vs RLS off.
         extra = {"show": lambda: once_ms(run_show), "srv_usage": lambda: server_ms(USAGE_SQL)}

@@ -224,6 +224,84 @@ def test_commands_scoped_by_tenant_set_it_for_the_app_role(
     assert sum(sealed.json()["sealed"].values()) == 1
 
 
+def test_upstream_ledger_rows_under_rls_are_their_threads_tenants(
+    cli: Any, pg_url: str, app_role: str
+) -> None:
+    """The upstream runtime writes ledger rows with no tenant_ref: the app role's `spend` as
+    acme counts acme's, as globex globex's, untenanted only the untenanted thread's."""
+    from upstream import write_upstream
+
+    engine = open_engine(pg_url)
+    up = write_upstream(engine, now=1_773_144_000_000)  # 2026-03-10T12:00:00Z
+    engine.dispose()
+    assert cli("db", "rls", "enable", "--app-role", app_role, "--db", pg_url).exit_code == 0
+    as_app = f"{pg_url}?options=-crole%3D{app_role}"
+    window = ("--from", "2026-03-10", "--to", "2026-03-10", "--raw")
+    for tenant in ("acme", "globex", None):
+        env = {"AGORA_TENANT": tenant or ""}
+        result = cli("spend", "--by", "model", *window, "--db", as_app, "--json", env=env)
+        assert result.exit_code == 0, result.stderr
+        total = result.json()["total"]
+        turns = [t for t in up.turns if t.tenant == tenant]
+        assert total["turns"] == len(turns) > 0, tenant
+        assert total["input_tokens"] + total["output_tokens"] == up.tenant_tokens(tenant)
+    # the owner (a superuser) sees every row: nothing was lost, only scoped
+    everyone = cli("spend", "--by", "model", *window, "--db", pg_url, "--json").json()
+    assert everyone["total"]["turns"] == len(up.turns)
+
+    verify = cli("db", "rls", "verify", "--app-role", app_role, "--db", pg_url, "--json")
+    assert verify.exit_code == 0, verify.stdout
+    probed = {t["table"]: t["thread_tenant"] for t in verify.json()["tables"]}
+    assert {t for t, v in probed.items() if v is True} == {
+        "agent_token_usage",
+        "agent_run",
+        "agent_queued_message",
+        "agent_action_proposal",
+    }
+    assert all(v is None for t, v in probed.items() if t in ("agent_thread", "agent_message"))
+    human = cli("db", "rls", "verify", "--db", pg_url)
+    assert "thread's tenant" in human.stdout
+
+
+def test_status_check_and_verify_name_an_older_agoras_policy_and_enable_upgrades_it(
+    cli: Any, pg_url: str
+) -> None:
+    assert cli("db", "rls", "enable", "--db", pg_url).exit_code == 0
+    old = (
+        "(tenant_ref = nullif(current_setting('agora.tenant', true), '') OR (tenant_ref IS NULL "
+        "AND coalesce(current_setting('agora.tenant', true), '') = ''))"
+    )
+    engine = open_engine(pg_url)
+    with engine.begin() as conn:  # the ledger's policy as agora left it before issue 23
+        conn.exec_driver_sql(
+            f"ALTER POLICY agent_tenant_isolation ON agent_token_usage USING ({old}) "
+            f"WITH CHECK ({old})"
+        )
+        conn.exec_driver_sql(
+            "COMMENT ON POLICY agent_tenant_isolation ON agent_token_usage IS NULL"
+        )
+    engine.dispose()
+    status = cli("db", "rls", "status", "--db", pg_url, "--json").json()
+    assert status["enabled"] and status["outdated"] == ["agent_token_usage"]
+    ledger = next(t for t in status["tables"] if t["table"] == "agent_token_usage")
+    assert ledger["policy"] and not ledger["policy_current"]
+    human = cli("db", "rls", "status", "--db", pg_url)
+    assert "outdated policies   agent_token_usage" in human.stdout
+    check = cli("db", "check", "--db", pg_url, "--json")
+    assert check.exit_code == 1
+    [problem] = check.json()["problems"]
+    assert (problem["kind"], problem["table"]) == ("missing_policy", "agent_token_usage")
+    assert "outdated" in problem["detail"]
+    verify = cli("db", "rls", "verify", "--db", pg_url, "--json")
+    assert verify.exit_code == 1 and verify.json()["failed"] == ["agent_token_usage"]
+
+    upgrade = cli("db", "rls", "enable", "--db", pg_url, "--json").json()
+    assert [s.split(" ")[0] for s in upgrade["sql"]] == ["ALTER", "COMMENT"]
+    assert cli("db", "rls", "status", "--db", pg_url, "--json").json()["outdated"] == []
+    assert cli("db", "check", "--db", pg_url).exit_code == 0
+    assert cli("db", "rls", "verify", "--db", pg_url).exit_code == 0
+
+
 # --- db redact --------------------------------------------------------------------------------
 
 

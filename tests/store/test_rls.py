@@ -314,8 +314,9 @@ def test_a_policy_dropped_by_hand_is_named_by_verify_and_check(rls: Any) -> None
     problems = check_agent_tables(rls)
     assert [(p.kind, p.table) for p in problems] == [("missing_policy", "agent_tool_call")]
     repair = enable_rls(rls)
-    assert len(repair.sql) == 1
+    assert len(repair.sql) == 2
     assert repair.sql[0].startswith(f'CREATE POLICY {POLICY_NAME} ON "agent_tool_call"')
+    assert repair.sql[1].startswith(f'COMMENT ON POLICY {POLICY_NAME} ON "agent_tool_call" IS')
     assert verify_isolation(rls).ok
     assert check_agent_tables(rls) == []
 
@@ -520,3 +521,166 @@ def test_a_tenant_sessions_report_by_model_never_reads_the_cross_tenant_rollup(
     with rls.connect() as conn:  # the owner reads the rollup: every tenant
         assert spend(conn, **window).total.input_tokens == 4_040
         conn.rollback()
+
+
+# --- rows with no tenant_ref: the thread's tenant's (the upstream runtime's ledger) --------------
+
+NOW = 1_773_144_000_000  # 2026-03-10T12:00:00Z: write_upstream's rows all fall on that UTC day
+OLD_DIRECT = (
+    "(tenant_ref = nullif(current_setting('agora.tenant', true), '') OR (tenant_ref IS NULL AND "
+    "coalesce(current_setting('agora.tenant', true), '') = ''))"
+)
+# What agora installed before issue 23, on the tables whose NULL tenant_ref is now the thread's.
+OLD_EXPRESSIONS = {
+    "agent_token_usage": OLD_DIRECT,
+    "agent_run": OLD_DIRECT,
+    "agent_action_proposal": OLD_DIRECT,
+    "agent_queued_message": (
+        f"({OLD_DIRECT} AND EXISTS (SELECT 1 FROM agent_thread p "
+        "WHERE p.id = agent_queued_message.thread_id OFFSET 0))"
+    ),
+}
+
+
+def _ledger_seen(conn: Any) -> tuple[int, int, set[str]]:
+    """(turns, tokens, thread ids) of the ledger as ``spend`` and a plain read see it."""
+    from datetime import date
+
+    from agora_cli.store.ledger import spend
+
+    day = date(2026, 3, 10)
+    report = spend(conn, by="model", from_day=day, to_day=day, raw=True)
+    usage = TABLES["agent_token_usage"]
+    threads = set(conn.execute(select(usage.c.thread_id).distinct()).scalars())
+    total = report.total
+    return total.turns, total.input_tokens + total.output_tokens, threads
+
+
+def test_upstream_ledger_rows_are_seen_by_their_threads_tenant_only(
+    rls: Any, app_role: str
+) -> None:
+    from upstream import write_upstream
+
+    up = write_upstream(rls, now=NOW)
+    turns = {
+        tenant: sum(1 for t in up.turns if t.tenant == tenant) for tenant in ("acme", "globex")
+    }
+    assert turns["acme"] and turns["globex"]  # the fixture has both, with no tenant_ref
+    with rls.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM agent_token_usage")).scalar() == len(
+            up.turns
+        )
+        nulls = "SELECT count(*) FROM agent_token_usage WHERE tenant_ref IS NOT NULL"
+        assert conn.execute(text(nulls)).scalar() == 0
+        conn.rollback()
+    for tenant, name in (("acme", "acme"), ("globex", "globex"), (None, "none")):
+        with as_app(rls, app_role, tenant) as conn:
+            seen = _ledger_seen(conn)
+        expected_turns = sum(1 for t in up.turns if t.tenant == tenant)
+        assert seen == (expected_turns, up.tenant_tokens(tenant), {up.threads[name]}), tenant
+    # and the runs (upstream writes their tenant_ref itself) follow the same rule
+    with as_app(rls, app_role, "acme") as conn:
+        runs = set(conn.execute(select(TABLES["agent_run"].c.thread_id)).scalars())
+        assert runs == {up.threads["acme"]}
+
+
+@pytest.mark.parametrize(
+    "name", ["agent_token_usage", "agent_run", "agent_queued_message", "agent_action_proposal"]
+)
+def test_a_row_with_no_tenant_ref_is_its_threads_tenants_and_no_one_elses(
+    rls: Any, app_role: str, name: str
+) -> None:
+    rows = seed(rls)
+    table = TABLES[name]
+    on_acme = _row(table, "nulltenant", None, rows["acme"], 7)
+    on_globex = _row(table, "intruder", None, rows["globex"], 8)
+    with rls.begin() as conn:  # as the owner, like the upstream runtime's login
+        conn.execute(table.insert().values(**on_acme))
+    key = pk_value(table, on_acme)
+    with as_app(rls, app_role, "acme") as conn:
+        assert key in visible(conn, table)
+        # it may write such a row on its own thread, never on another tenant's
+        conn.execute(table.insert().values(**_row(table, "mine", None, rows["acme"], 9)))
+        assert refused(conn, table.insert().values(**on_globex))
+        # nor move its no-tenant row over to another tenant's thread
+        moved = (
+            update(table)
+            .where(pk(table, on_acme))
+            .values(thread_id=rows["globex"]["agent_thread"]["id"])
+        )
+        assert refused(conn, moved)
+    with as_app(rls, app_role, "globex") as conn:
+        assert key not in visible(conn, table)
+        assert conn.execute(table.delete().where(pk(table, on_acme))).rowcount == 0
+        assert refused(conn, table.insert().values(**_row(table, "x", None, rows["acme"], 10)))
+    with as_app(rls, app_role, None) as conn:  # the leak the old policy had
+        assert visible(conn, table) == {pk_value(table, rows[None][name])}
+        assert refused(conn, table.insert().values(**_row(table, "y", None, rows["acme"], 11)))
+
+
+def _downgrade_to_the_old_policies(engine: Any) -> None:
+    """The policies as an agora before issue 23 left them: old expressions, no marks."""
+    with engine.begin() as conn:
+        for name in PROTECTED_TABLES:
+            if name in OLD_EXPRESSIONS:
+                expr = OLD_EXPRESSIONS[name]
+                conn.exec_driver_sql(
+                    f"ALTER POLICY {POLICY_NAME} ON {name} USING ({expr}) WITH CHECK ({expr})"
+                )
+            conn.exec_driver_sql(f"COMMENT ON POLICY {POLICY_NAME} ON {name} IS NULL")
+
+
+def test_enable_upgrades_an_older_agoras_policies_which_status_check_and_verify_name(
+    rls: Any, app_role: str
+) -> None:
+    with rls.connect() as conn:
+        assert rls_status(conn).outdated == []
+        conn.rollback()
+    _downgrade_to_the_old_policies(rls)
+    with rls.connect() as conn:
+        st = rls_status(conn)
+        conn.rollback()
+    assert st.enabled  # the policies are there ...
+    assert st.outdated == sorted(PROTECTED_TABLES)  # ... but none is the current expression
+    assert not any(t.policy_current for t in st.tables)
+    problems = check_agent_tables(rls)
+    assert [(p.kind, p.table) for p in problems] == [
+        ("missing_policy", name) for name in sorted(PROTECTED_TABLES)
+    ]
+    assert all("outdated" in p.detail for p in problems)
+    report = verify_isolation(rls, app_role=app_role)
+    assert sorted(report.failed) == sorted(OLD_EXPRESSIONS)  # the old ones leak or hide
+    ledger = next(t for t in report.tables if t.table == "agent_token_usage")
+    assert ledger.thread_tenant is False and ledger.sees_own and ledger.hides_other
+    assert "A cannot see its row with no tenant_ref" in (ledger.detail or "")
+    assert "an untenanted session sees A's row with no tenant_ref" in (ledger.detail or "")
+
+    dry = enable_rls(rls, dry_run=True)
+    altered = [s.split(" ON ")[1].split(" ")[0] for s in dry.sql if s.startswith("ALTER POLICY")]
+    # unmarked, every policy is replaced in place (the same text on the other eight: harmless)
+    assert altered == [f'"{name}"' for name in PROTECTED_TABLES]
+    comments = [s for s in dry.sql if s.startswith("COMMENT ON POLICY")]
+    assert len(comments) == len(PROTECTED_TABLES)
+    assert len(dry.sql) == len(altered) + len(comments)  # nothing else: no CREATE, no DROP
+    done = enable_rls(rls)
+    assert done.sql == dry.sql
+    with rls.connect() as conn:
+        assert rls_status(conn).outdated == []
+        conn.rollback()
+    assert check_agent_tables(rls) == []
+    upgraded = verify_isolation(rls, app_role=app_role)
+    assert upgraded.ok, [(t.table, t.detail) for t in upgraded.tables if not t.ok]
+    assert {t.table for t in upgraded.tables if t.thread_tenant} == set(OLD_EXPRESSIONS)
+    assert enable_rls(rls).sql == []
+
+
+def test_a_policy_altered_keeping_no_mark_is_outdated(rls: Any) -> None:
+    with rls.begin() as conn:
+        conn.exec_driver_sql(
+            f"COMMENT ON POLICY {POLICY_NAME} ON agent_message IS 'agora {POLICY_NAME} 0000'"
+        )
+    problems = check_agent_tables(rls)
+    assert [(p.kind, p.table) for p in problems] == [("missing_policy", "agent_message")]
+    plan = enable_rls(rls)
+    assert [s.split(" ")[0] for s in plan.sql] == ["ALTER", "COMMENT"]
+    assert check_agent_tables(rls) == []
