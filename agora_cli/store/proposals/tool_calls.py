@@ -28,6 +28,7 @@ from agora_cli.store.errors import AmbiguousId, InvalidInput, NotFound
 from agora_cli.store.proposals.decisions import find_proposal_id
 from agora_cli.store.proposals.model import Scope, check_limit
 from agora_cli.store.schema import action_proposal, message, run, thread, tool_call
+from agora_cli.store.short_ids import resolve_prefix
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.values import check_identity, check_optional_identity, load_json
 from agora_cli.store.vocabulary import canonical_tool_status, statuses_of
@@ -203,8 +204,6 @@ def read_tool_call_approvals(
 def find_tool_call_approval_id(conn: Connection, text: str, *, scope: Scope) -> str | None:
     """The full id of the approval tool call in ``scope`` that ``text`` names — its id, or a
     unique prefix of at least 8 characters — or ``None`` (``AmbiguousId`` as for proposals)."""
-    from agora_cli.store.short_ids import resolve_prefix
-
     # A derived table: a plain IN subquery over agent_tool_call would be correlated away.
     in_scope = select(tc.c.id).select_from(_JOINED).where(_approval(), _in_scope(scope)).subquery()
     return resolve_prefix(
