@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         NewProposal,
         Proposal,
         Scope,
+        ToolCallApproval,
     )
 
 app = typer.Typer(
@@ -69,6 +70,15 @@ IdArg = Annotated[
     str,
     typer.Argument(
         help="The proposal id, or a unique prefix of it (8+ characters) within the scope.",
+        show_default=False,
+        metavar="ID",
+    ),
+]
+ApprovalIdArg = Annotated[
+    str,
+    typer.Argument(
+        help="The proposal id, or the runtime's tool call id of an approval, or a unique prefix "
+        "of either (8+ characters) within the scope.",
         show_default=False,
         metavar="ID",
     ),
@@ -314,6 +324,38 @@ def _show_one(p: Proposal) -> None:
             console.print(_pretty(doc[key]), markup=False)
 
 
+def tool_call_document(c: ToolCallApproval) -> dict[str, Any]:
+    """The ``T`` document: the runtime's tool-call approval as ``show --json`` prints it."""
+    return {
+        "kind": "tool_call",
+        "id": c.id,
+        "tool_name": c.tool_name,
+        "tool_type": c.tool_type,
+        "input": c.input_value,
+        "status": c.status,
+        "thread_id": c.thread_id,
+        "run_id": c.run_id,
+        "message_id": c.message_id,
+        "actor_ref": c.actor_ref,
+        "tenant_ref": c.tenant_ref,
+        "requested_at": iso_ms(c.created_at),
+        "executed_at": iso_ms(c.executed_at),
+        "executed_by_ref": c.executed_by_ref,
+        "error": c.error,
+    }
+
+
+def _show_tool_call(c: ToolCallApproval) -> None:
+    from rich.markup import escape
+
+    doc = tool_call_document(c)
+    rows = [{"field": key, "value": value} for key, value in doc.items() if key != "input"]
+    render_table(rows, [Col("field"), Col("value")], title=escape(f"tool call {safe_text(c.id)}"))
+    if doc["input"] is not None:
+        out_console().print("input:", style="bold")
+        out_console().print(_pretty(doc["input"]), markup=False)
+
+
 def _print_claim(result: ClaimResult) -> None:
 
     console = out_console()
@@ -369,8 +411,15 @@ _INBOX_CSV = [
         "settled_at",
         "error",
         "stuck",
+        "kind",
     )
 ]
+# Said wherever a tool-call approval shows, so that no hint points at a command that refuses it.
+DECIDED_IN_THE_APP = (
+    "its run waits on the app, not on the database: decide it in the app "
+    "(AgentService.approve(runId, toolCallId) or reject(...), its approval route); "
+    "agora proposals decide refuses it"
+)
 
 
 def _inbox_item(p: Proposal, stuck: bool) -> dict[str, Any]:
@@ -393,6 +442,33 @@ def _inbox_item(p: Proposal, stuck: bool) -> dict[str, Any]:
         "settled_at": iso_ms(p.settled_at),
         "error": p.error,
         "stuck": stuck,
+        "kind": "proposal",
+    }
+
+
+def _inbox_tool_call(c: ToolCallApproval) -> dict[str, Any]:
+    """A tool-call approval as an inbox item: the proposal item's keys, null where a tool call
+    has no such thing (it never expires, and nothing of it is decided or leased yet)."""
+    return {
+        "id": c.id,
+        "tenant_ref": c.tenant_ref,
+        "actor_ref": c.actor_ref,
+        "thread_id": c.thread_id,
+        "run_id": c.run_id,
+        "tool_name": c.tool_name,
+        "decision": "pending",
+        "execution_state": None,
+        "created_at": iso_ms(c.created_at),
+        "expires_at": None,
+        "decided_by": None,
+        "decided_at": None,
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "attempts": None,
+        "settled_at": None,
+        "error": None,
+        "stuck": False,
+        "kind": "tool_call",
     }
 
 
@@ -442,10 +518,12 @@ def inbox(
 ) -> None:
     """What waits for a decision across every scope, soonest to expire first (privileged).
 
-    --state queued|running|failed lists approved work by execution state instead; a running
-    proposal whose lease has expired is STUCK (its worker died: claim-next recovers it). Reads
-    only the discovery index; proposals written before it existed are counted, never scanned:
-    agora db backfill fills them in. Decide one with agora proposals decide and its short id.
+    Proposals first, then the runtime's own approvals (kind tool_call: tool calls left
+    pending_approval), oldest first. --state queued|running|failed lists approved work by
+    execution state instead; a running proposal whose lease has expired is STUCK (its worker
+    died: claim-next recovers it). Proposals written before the discovery index existed are
+    counted, never scanned: agora db backfill fills them in. Decide a proposal with agora
+    proposals decide and its short id; a tool call is decided in the app, where its run waits.
 
     Example: agora proposals inbox --expiring-within 7d
     """
@@ -467,6 +545,7 @@ def inbox(
         limit=limit,
     )
     items = [_inbox_item(e.proposal, e.stuck) for e in page.entries]
+    items += [_inbox_tool_call(c) for c in page.tool_calls]
     finish(
         {
             "state": page.state,
@@ -494,6 +573,11 @@ def _inbox_notes(page: Inbox, limit: int) -> list[str]:
             f"{page.past_expiry:,} pending proposal(s) are past their expiry and can no longer "
             "be decided: agora proposals expire marks them expired"
         )
+    if page.tool_calls:
+        notes.append(
+            f"{len(page.tool_calls):,} of these (kind tool_call) are the runtime's own "
+            f"approvals; for each, {DECIDED_IN_THE_APP}"
+        )
     if page.legacy:
         notes.append(
             f"{page.legacy:,} proposal(s) written before the discovery index existed are not "
@@ -505,13 +589,15 @@ def _inbox_notes(page: Inbox, limit: int) -> list[str]:
 def _render_inbox(page: Inbox) -> None:
     now = page.now
     entries = page.entries
-    ids = short_ids([e.proposal.id for e in entries])
-    threads = short_ids([e.proposal.thread_id for e in entries])
+    calls = page.tool_calls
+    ids = short_ids([e.proposal.id for e in entries] + [c.id for c in calls])
+    threads = short_ids([e.proposal.thread_id for e in entries] + [c.thread_id for c in calls])
     rows = []
     for e in entries:
         p = e.proposal
         row: dict[str, Any] = {
             "id": ids[p.id],
+            "kind": "proposal",
             "tool": p.tool_name,
             "tenant": p.tenant_ref or "—",
             "actor": p.actor_ref,
@@ -533,8 +619,23 @@ def _render_inbox(page: Inbox) -> None:
             row["when"] = table_time(iso_ms(p.settled_at))
             row["error"] = first_line(p.error, 60)
         rows.append(row)
-    columns = [
-        Col("id"),
+    for c in calls:  # pending only: a tool call never expires
+        rows.append(
+            {
+                "id": ids[c.id],
+                "kind": "tool_call",
+                "tool": c.tool_name,
+                "tenant": c.tenant_ref or "—",
+                "actor": c.actor_ref or "—",
+                "thread": "—" if c.thread_id is None else threads[c.thread_id],
+                "age": relative_text(c.created_at, now),
+                "when": "never",
+            }
+        )
+    columns = [Col("id")]
+    if page.state == "pending":
+        columns.append(Col("kind", wrap=False))
+    columns += [
         Col("tool"),
         Col("tenant", drop=3),
         Col("actor", drop=4),
@@ -564,8 +665,8 @@ def _render_inbox(page: Inbox) -> None:
     render_table(
         rows,
         columns,
-        title=f"Proposals {what}",
-        row_styles=["bold red" if e.stuck else None for e in entries],
+        title="Waiting for a decision" if page.state == "pending" else f"Proposals {what}",
+        row_styles=[*("bold red" if e.stuck else None for e in entries), *(None for _ in calls)],
         empty=f"nothing {what}.",
         fuller="--json",
     )
@@ -651,26 +752,36 @@ def list_(
 @app.command("show")
 @scoped
 def show(
-    proposal_id: IdArg,
+    proposal_id: ApprovalIdArg,
     scope: Scope,
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show one proposal with its input, card and audit; exit 1 if it is not in that scope.
 
-    ID may be a unique prefix (8+ characters) of the id, resolved within the scope only.
+    ID may be a unique prefix (8+ characters) of the id, resolved within the scope only. A
+    runtime's tool-call approval (kind tool_call in the inbox) shows its tool, input, thread,
+    run, actor, tenant, requested time and status; its scope is its thread's tenant, its run's
+    actor (else the thread's) and its thread.
 
     Example: agora proposals show ap_c16786a6 --actor bob --thread demo-thread-05 --tenant acme
     """
     store = _store(db, scope.tenant_ref)
-    proposal = store.get(store.resolve_id(proposal_id, scope), scope)
+    kind, found = store.resolve_approval(proposal_id, scope)
+    if kind == "tool_call":
+        call = store.get_tool_call_approval(found, scope)
+        finish(tool_call_document(call), as_json=as_json, show=lambda: _show_tool_call(call))
+        if call.pending and not as_json:
+            say(f"note: this is the runtime's own approval; {DECIDED_IN_THE_APP}", style="yellow")
+        return
+    proposal = store.get(found, scope)
     finish(proposal_document(proposal), as_json=as_json, show=lambda: _show_one(proposal))
 
 
 @app.command("decide")
 @scoped
 def decide(
-    proposal_id: IdArg,
+    proposal_id: ApprovalIdArg,
     scope: Scope,
     approve: Annotated[bool, typer.Option("--approve", help="Approve it.")] = False,
     reject: Annotated[bool, typer.Option("--reject", help="Reject it.")] = False,
@@ -687,7 +798,9 @@ def decide(
     """Approve or reject a pending proposal; exit 0 if applied or unchanged, else 1.
 
     An approval queues the work for a worker. The decision time is the clock's, never an option.
-    ID may be a unique prefix (8+ characters) of the id, resolved within the scope only.
+    ID may be a unique prefix (8+ characters) of the id, resolved within the scope only. A
+    runtime's tool-call approval is refused (exit 2, nothing written): its run waits on the app's
+    AgentService.approve/reject, not on the database, so decide it in the app.
 
     Example: agora proposals decide ap_91583097 --actor dave --thread demo-thread-10 --no-tenant
     --reject --by ops-lead --note "not a customer of ours"
@@ -695,9 +808,14 @@ def decide(
     choice = _one_of("the decision", approve=approve, reject=reject)
     if by is None:
         raise InvalidInput("--by WHO is required: the person deciding")
+    from agora_cli.store.proposals import refuse_tool_call_decision
+
     decision = "approved" if choice == "approve" else "rejected"
     store = _store(db, scope.tenant_ref)
-    result = store.decide(store.resolve_id(proposal_id, scope), scope, decision, by, note)
+    kind, found = store.resolve_approval(proposal_id, scope)
+    if kind == "tool_call":
+        refuse_tool_call_decision(store.get_tool_call_approval(found, scope))
+    result = store.decide(found, scope, decision, by, note)
     p = None if result.proposal is None else proposal_document(result.proposal)
     if p is None:
         said = f"not_found: no proposal {proposal_id} in that scope."

@@ -111,6 +111,7 @@ ITEM_KEYS = {
     "settled_at",
     "error",
     "stuck",
+    "kind",
 }
 
 
@@ -126,6 +127,8 @@ def test_the_inbox_finds_what_waits_across_scopes(demo: str, cli: Any) -> None:
         0,
     )
     assert all(set(p) == ITEM_KEYS for p in doc["proposals"])
+    # the demo's approvals are agora's proposals: their tool calls are not listed twice
+    assert {p["kind"] for p in doc["proposals"]} == {"proposal"}
     assert [(p["actor_ref"], p["thread_id"]) for p in doc["proposals"]] == [
         ("dave", "demo-thread-10"),
         ("bob", "demo-thread-05"),

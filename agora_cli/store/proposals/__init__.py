@@ -22,7 +22,8 @@ serialization failures, boundedly.
 The package, one concern a module: ``model`` (the values, states and results), ``queries`` (every
 statement, once), ``decisions`` (create, read, decide, expire), ``leases`` (claim, claim the next
 due work, renew, settle), ``delivery`` (outcomes into threads), ``backfill`` (legacy rows),
-``inbox`` (the operator's cross-scope view) and ``store`` (``ActionProposalStore``).
+``inbox`` (the operator's cross-scope view), ``tool_calls`` (the runtime's own approvals, read
+beside the proposals) and ``store`` (``ActionProposalStore``).
 """
 
 from __future__ import annotations
@@ -85,6 +86,16 @@ from agora_cli.store.proposals.model import (
     proposal_id,
 )
 from agora_cli.store.proposals.store import ActionProposalStore
+from agora_cli.store.proposals.tool_calls import (
+    ApprovalKind,
+    ToolCallApproval,
+    find_approval_id,
+    find_tool_call_approval,
+    find_tool_call_approval_id,
+    get_tool_call_approval,
+    list_tool_call_approvals,
+    refuse_tool_call_decision,
+)
 from agora_cli.store.values import MAX_IDENTITY_UNITS, check_identity, utf16_units
 
 __all__ = [
@@ -94,6 +105,7 @@ __all__ = [
     "MAX_EXPIRING_WITHIN_MS",
     "MAX_IDENTITY_UNITS",
     "ActionProposalStore",
+    "ApprovalKind",
     "BackfillResult",
     "ClaimOutcome",
     "ClaimResult",
@@ -119,6 +131,7 @@ __all__ = [
     "SettleResult",
     "SettledState",
     "Settlement",
+    "ToolCallApproval",
     "Work",
     "backfill_discovery_index",
     "check_identity",
@@ -131,13 +144,19 @@ __all__ = [
     "default_idempotency_key",
     "deliver_outcome",
     "expire_proposals",
+    "find_approval_id",
     "find_proposal",
     "find_proposal_id",
+    "find_tool_call_approval",
+    "find_tool_call_approval_id",
     "get_proposal",
+    "get_tool_call_approval",
     "list_inbox",
     "list_proposals",
+    "list_tool_call_approvals",
     "list_undelivered_outcomes",
     "proposal_id",
+    "refuse_tool_call_decision",
     "renew_lease",
     "settle_and_claim_next",
     "settle_proposal",

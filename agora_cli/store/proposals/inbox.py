@@ -15,6 +15,12 @@ discovery index ``(discovery_state, discovery_at)`` only:
   range with every other finished proposal, so this one reads that range and filters it: its
   cost follows the number of finished proposals, not the page.
 
+The runtime's own approvals — tool calls left ``pending_approval``, which it never writes as
+proposals (``tool_calls.py``) — wait for a decision too: ``pending`` lists them after the
+proposals, oldest first as upstream's ``pendingApprovals`` does, in one statement over the
+``(status, created_at)`` index. They never expire, so ``expiring_within_ms`` leaves them out, and
+they have no execution state, so the other states never hold them.
+
 Rows an older writer left without discovery columns (``discovery_state`` NULL) are never scanned:
 they are counted (``legacy``, one count over the index's NULL range) so the operator can run the
 bounded backfill. Filters (tenant, actor, tool) narrow the rows of the range read.
@@ -22,7 +28,7 @@ bounded backfill. Filters (tenant, actor, tool) narrow the rows of the range rea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, get_args
 
 from sqlalchemy import func, select
@@ -32,6 +38,7 @@ from agora_cli.store.errors import InvalidInput
 from agora_cli.store.proposals.backfill import count_legacy_proposals
 from agora_cli.store.proposals.model import Proposal, check_limit, clock_or_system
 from agora_cli.store.proposals.queries import proposal_row, select_rows
+from agora_cli.store.proposals.tool_calls import ToolCallApproval, read_tool_call_approvals
 from agora_cli.store.schema import action_proposal as p
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.values import check_int, check_optional_identity
@@ -66,7 +73,10 @@ class InboxEntry:
 class Inbox:
     """A page of the inbox, and what it leaves out: ``more`` (the limit cut it),
     ``past_expiry`` (pending proposals past their expiry, ``pending`` only; else 0) and
-    ``legacy`` (rows without discovery columns, in any scope: run the backfill)."""
+    ``legacy`` (rows without discovery columns, in any scope: run the backfill).
+
+    The page is ``entries`` (proposals) then ``tool_calls`` (the runtime's own approvals,
+    ``pending`` only), in that order; ``limit`` counts both."""
 
     state: InboxState
     now: int
@@ -74,6 +84,7 @@ class Inbox:
     more: bool
     past_expiry: int
     legacy: int
+    tool_calls: list[ToolCallApproval] = field(default_factory=list)
 
 
 def _filters(
@@ -108,7 +119,8 @@ def list_inbox(
     """One page of the inbox in ``state`` (see the module docs); ``limit`` is 1–1000.
 
     ``expiring_within_ms`` keeps the pending proposals that expire within that many milliseconds
-    from now (1 ms to 366 days; ``pending`` only).
+    from now (1 ms to 366 days; ``pending`` only). ``tenant_ref`` of a tool call is its thread's,
+    ``actor_ref`` its run's (else its thread's).
     """
     if state not in INBOX_STATES:
         raise InvalidInput(f"state must be one of {', '.join(INBOX_STATES)}, not {state!r}")
@@ -133,6 +145,12 @@ def list_inbox(
     else:
         q = select_rows().where(p.c.discovery_state == state, *where)
         rows = _read(conn, q.order_by(p.c.discovery_at, p.c.id), limit + 1)
+    calls: list[ToolCallApproval] = []
+    if state == "pending" and expiring_within_ms is None and len(rows) <= limit:
+        calls = read_tool_call_approvals(
+            conn, tenant_ref=tenant_ref, actor_ref=actor_ref, tool_name=tool_name,
+            limit=limit - len(rows) + 1,
+        )  # fmt: skip
     entries = [
         InboxEntry(
             proposal=r,
@@ -146,9 +164,10 @@ def list_inbox(
         state=state,
         now=now,
         entries=entries,
-        more=len(rows) > limit,
+        more=len(rows) + len(calls) > limit,
         past_expiry=past_expiry,
         legacy=count_legacy_proposals(conn),
+        tool_calls=calls[: limit - len(entries)],
     )
 
 

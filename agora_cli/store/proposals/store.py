@@ -48,6 +48,12 @@ from agora_cli.store.proposals.model import (
     SettleResult,
     clock_or_system,
 )
+from agora_cli.store.proposals.tool_calls import (
+    ApprovalKind,
+    ToolCallApproval,
+    find_approval_id,
+    get_tool_call_approval,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
@@ -119,6 +125,16 @@ class ActionProposalStore:
         itself when it names none, so that ``get`` and ``decide`` answer as for any id."""
         found = self._read(find_proposal_id, text, scope=scope)
         return text if found is None else found
+
+    def resolve_approval(self, text: str, scope: Scope) -> tuple[ApprovalKind, str]:
+        """What ``text`` names in ``scope``: a proposal or the runtime's tool-call approval, by id
+        or unique prefix; ``("proposal", text)`` when it names neither, as ``resolve_id``."""
+        found = self._read(find_approval_id, text, scope=scope)
+        return ("proposal", text) if found is None else found
+
+    def get_tool_call_approval(self, tool_call_id: str, scope: Scope) -> ToolCallApproval:
+        """Return the runtime's tool-call approval in its scope; ``NotFound`` otherwise."""
+        return self._read(get_tool_call_approval, tool_call_id, scope=scope)
 
     def inbox(
         self,
