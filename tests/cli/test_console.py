@@ -299,18 +299,24 @@ def test_tools_stats_json_and_csv(demo: str, cli: Any) -> None:
     assert flaky["p50_ms"] <= flaky["p95_ms"]
     assert set(flaky) == {
         "tool_name",
+        "tool_type",
         "calls",
         "succeeded",
         "failed",
         "rejected",
         "pending_approval",
+        "running",
         "other",
         "timed",
+        "derived",
         "p50_ms",
         "p95_ms",
         "last_failure",
     }
-    assert by_name["lookup_order"]["other"] >= 1  # the running run's call, still executing
+    assert by_name["lookup_order"]["running"] >= 1  # the running run's call, still executing
+    for t in doc["tools"]:
+        outcomes = ("succeeded", "failed", "rejected", "pending_approval", "running", "other")
+        assert t["calls"] == sum(t[k] for k in outcomes)
     [support] = doc["agents"]
     assert (support["agent_name"], support["running"]) == ("support", 1)
     assert support["failed"] >= 1 and support["median_ms"] > 0
