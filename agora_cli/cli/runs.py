@@ -224,6 +224,7 @@ def _tool_call_doc(c: ToolCall) -> dict[str, Any]:
         "tool_type": c.tool_type,
         "status": c.status,
         "execution_ms": c.execution_ms,
+        "latency_ms": c.latency_ms,
         "error": c.error,
         "executed_by_ref": c.executed_by_ref,
         "created_at": iso_ms(c.created_at),
@@ -336,7 +337,7 @@ def _render_detail(doc: dict[str, Any], run: Run) -> None:
                 {
                     "tool": c["tool_name"],
                     "status": c["status"],
-                    "duration": duration_text(c["execution_ms"]),
+                    "duration": duration_text(c["latency_ms"]),
                     "at": table_time(c["created_at"]),
                     "error": first_line(c["error"], 60),
                 }

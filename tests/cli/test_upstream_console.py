@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from upstream import Upstream, write_upstream
 
-from agora_cli.store.clock import SystemClock
+from agora_cli.store.clock import ManualClock, SystemClock
 
 
 @pytest.fixture
@@ -83,3 +83,87 @@ def test_tools_stats_table_columns_add_up(up: Upstream, db_url: str, cli: Any) -
     assert rows["lookup_order"][1] == "read" and rows["lookup_order"][3] == "1"
     assert rows["refund_order"][10] == "24 ms*"
     assert "* latency from executed_at − created_at" in r.stdout
+
+
+# --- threads show -----------------------------------------------------------------------------
+
+
+def test_threads_show_interleaves_writers_by_time(
+    up: Upstream, engine: Any, db_url: str, cli: Any
+) -> None:
+    from agora_cli.store.threads import append_message
+
+    acme = up.threads["acme"]
+    t0 = up.now - 600_000
+    # agora writes a numbered message (seq 1) between the runtime's unnumbered ones (seq 0):
+    # after the assistant's turn at +2,000 ms, before the tool results at +2,040 ms
+    with engine.begin() as conn:
+        mine = append_message(
+            conn,
+            thread_id=acme,
+            role="assistant",
+            content="(agora) checking the order",
+            usage={"input_tokens": 5, "output_tokens": 3, "cost_usd": None},
+            clock=ManualClock(t0 + 2_035),
+        )
+    assert mine.seq == 1
+    doc = cli("threads", "show", acme, "--db", db_url, "--json").json()
+    ids = [m["id"] for m in doc["messages"]]
+    ups = up.messages["acme"]
+    assert ids == [ups[0], ups[1], mine.id, *ups[2:]]
+    assert [m["seq"] for m in doc["messages"]] == [0, 0, 1, 0, 0, 0]
+    table = cli("threads", "show", acme, "--db", db_url).stdout
+    assert "#3 assistant" in table
+    assert table.index("#3 assistant") < table.index("(agora) checking") < table.index("#4 user")
+
+
+def test_threads_show_camel_case_usage_and_tool_results(
+    up: Upstream, engine: Any, db_url: str, cli: Any
+) -> None:
+    acme = up.threads["acme"]
+    doc = cli("threads", "show", acme, "--db", db_url, "--json").json()
+    first, results, second, third = doc["messages"][1:]
+    [turn] = [t for t in up.turns if t.at == up.now - 600_000 + 2_000]
+    # the runtime's camelCase, in agora's field names (as agora's own snake_case usage is)
+    assert first["payload"]["usage"] == {
+        "input_tokens": 1_200_000,
+        "output_tokens": 150_000,
+        "cost_usd": up.estimate(turn),
+    }
+    assert second["payload"]["usage"]["cache_read_tokens"] == 400_000
+    assert second["payload"]["usage"]["cost_usd"] == 0.0125
+    assert third["payload"]["usage"]["cost_usd"] is None
+    assert results["content"] == ""
+    assert results["payload"]["tool_results"][0]["name"] == "lookup_order"
+    table = cli("threads", "show", acme, "--db", db_url).stdout
+    assert "turn usage: 1,200,000 in / 150,000 out, $0.270000" in table
+    assert "turn usage: 900,000 in / 80,000 out, cache read 400,000, $0.012500" in table
+    assert "turn usage: 10,000 in / 2,000 out, unknown cost" in table
+    # the empty tool-results message shows its result, not a blank body
+    block = table[table.index("#3 user") :].split("\n\n")[0].splitlines()
+    assert block[1] == '  ← lookup_order: {"status": "shipped"}'
+    # a read tool's latency comes from its timestamps (the runtime writes no execution_ms)
+    assert "↳ tool lookup_order [executed, 20 ms]" in table
+    assert "↳ tool lookup_order [failed, 18 ms]" in table
+
+
+def test_tool_results_are_escaped_for_people(engine: Any, db_url: str, cli: Any) -> None:
+    from agora_cli.store.threads import append_message, create_thread
+
+    with engine.begin() as conn:
+        t = create_thread(conn, actor_ref="alice", thread_id="t-esc")
+        append_message(
+            conn,
+            thread_id=t.id,
+            role="user",
+            content="",
+            tool_results=[
+                {"id": "c1", "name": "[red]evil[/red]", "output": "\x1b[2Jwiped"},
+                {"id": "c2", "name": "send", "output": None, "error": "smtp\x07: 421\nretry"},
+            ],
+        )
+    r = cli("threads", "show", "t-esc", "--db", db_url)
+    assert r.exit_code == 0, r.stderr
+    assert "\x1b" not in r.stdout and "\x07" not in r.stdout
+    assert '  ← [red]evil[/red]: "\\u001b[2Jwiped"' in r.stdout
+    assert "  ← send failed: smtp\\x07: 421 …" in r.stdout
