@@ -90,6 +90,7 @@ __all__ = [
     "get_tool_call",
     "get_transcript",
     "list_messages",
+    "list_run_messages",
     "list_threads",
     "load_thread_for_turn",
     "record_tool_call",
@@ -684,6 +685,32 @@ def _list_messages(conn: Connection, thread_id: str, tenant: str | bool | None) 
     rows = conn.execute(q).mappings().all()
     contents = _open_contents(conn, thread_id, tenant, rows)
     return [_message(r, c) for r, c in zip(rows, contents, strict=True)]
+
+
+def list_run_messages(conn: Connection, run: Run, *, limit: int = 1000) -> list[Message]:
+    """List the first ``limit`` messages of ``run`` (those naming it in ``run_id``) in the
+    thread's order (``created_at``, ``seq``, ``id``), sealed contents opened or marked.
+
+    One read of ``agent_message_run_idx``; a sealed content is opened under its thread's
+    tenant (read only when one is sealed).
+    """
+    check_int("limit", limit, low=1, high=100_000)
+    q = (
+        select(message)
+        .where(exact_eq(message.c.run_id, run.id))
+        .order_by(*_message_order())
+        .limit(limit)
+    )
+    rows = conn.execute(q).mappings().all()
+    # A run's messages are its thread's; a foreign writer's stray one opens under its own.
+    by_thread: dict[str, list[Mapping[Any, Any]]] = {}
+    for r in rows:
+        by_thread.setdefault(r["thread_id"], []).append(r)
+    opened: dict[str, str] = {}
+    for thread_id, group in by_thread.items():
+        for row, text in zip(group, _open_contents(conn, thread_id, False, group), strict=True):
+            opened[row["id"]] = text
+    return [_message(r, opened[r["id"]]) for r in rows]
 
 
 def load_thread_for_turn(conn: Connection, thread_id: str, *, limit: int = 50) -> ThreadTurn:

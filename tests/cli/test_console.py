@@ -215,6 +215,8 @@ RUN_KEYS = {
     "input_tokens",
     "output_tokens",
     "cost_usd",
+    "unpriced_turns",
+    "recorded_cost_usd",
     "error",
     "durable",
 }
@@ -250,6 +252,8 @@ def test_runs_show_and_its_short_id(demo: str, cli: Any) -> None:
     doc = r.json()
     assert set(doc) == {
         "run",
+        "messages",
+        "messages_total",
         "tool_calls",
         "tool_calls_total",
         "usage",
@@ -258,7 +262,8 @@ def test_runs_show_and_its_short_id(demo: str, cli: Any) -> None:
         "frames",
     }
     assert doc["run"]["status"] == "running"
-    assert [c["status"] for c in doc["tool_calls"]] == ["running"]
+    assert [c["status"] for c in doc["tool_calls"]] == ["auto_executed"]  # the runtime's word
+    assert [m["content"] for m in doc["messages"]] == ["Any news on the refund?"]
     assert doc["frames"]["buffered"] and doc["frames"]["ended"] is False
     failed = cli("runs", "show", "demo-run-03-1", "--db", demo)
     assert failed.exit_code == 0 and "504 Gateway Timeout" in failed.stdout
