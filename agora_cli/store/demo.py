@@ -514,12 +514,13 @@ def _write_thread(
                 summary,
                 now,
             )
-            if state in ("rejected", "expired"):  # never ran: the runtime records why
+            if state in ("rejected", "expired"):
+                # never ran: the runtime's word is `rejected` either way, the error says why
                 set_tool_call_status(
                     conn,
                     call_id,
-                    status=state,
-                    error="rejected by ops-lead" if state == "rejected" else None,
+                    status="rejected",
+                    error="rejected by ops-lead" if state == "rejected" else "the approval expired",
                 )
             if decision in ("approved-executed", "approved-failed"):
                 ok = decision == "approved-executed"

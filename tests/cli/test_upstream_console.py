@@ -5,6 +5,7 @@ agora's own writers in the runtime's words."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -167,3 +168,118 @@ def test_tool_results_are_escaped_for_people(engine: Any, db_url: str, cli: Any)
     assert "\x1b" not in r.stdout and "\x07" not in r.stdout
     assert '  ← [red]evil[/red]: "\\u001b[2Jwiped"' in r.stdout
     assert "  ← send failed: smtp\\x07: 421 …" in r.stdout
+
+
+# --- runs: the cost is the ledger's -----------------------------------------------------------
+
+
+def test_a_runs_cost_is_its_ledger_rows_and_agrees_after_reprice(
+    up: Upstream, db_url: str, cli: Any
+) -> None:
+    rid, acme = up.runs["acme"], up.threads["acme"]
+    [priced, provider, unpriced] = [t for t in up.turns if t.run_id == rid]
+    before = cli("runs", "show", rid, "--db", db_url, "--json").json()["run"]
+    # the runtime leaves the priced turn's cost NULL (it prices on read): only the provider's
+    assert (before["cost_usd"], before["unpriced_turns"]) == (0.0125, 2)
+    # the run row's own rollup is kept, as recorded, not as the run's cost
+    assert before["recorded_cost_usd"] == pytest.approx(up.estimate(priced) + 0.0125)
+    assert cli("prices", "reprice", "--db", db_url).exit_code == 0
+    shown = cli("runs", "show", rid, "--db", db_url, "--json").json()
+    run = shown["run"]
+    assert run["cost_usd"] == pytest.approx(up.run_usd("acme"))
+    assert run["unpriced_turns"] == 1  # mystery-model-1: no price anywhere
+    assert run["cost_usd"] == pytest.approx(
+        sum(u["cost_usd"] for u in shown["usage"] if u["cost_usd"] is not None)
+    )
+    # threads show agrees (every ledger row of the acme thread is the run's)
+    thread = cli("threads", "show", acme, "--db", db_url, "--json").json()["thread"]
+    assert thread["usage"]["cost_usd"] == pytest.approx(run["cost_usd"])
+    # runs list too: one grouped query for the page
+    listed = {r["id"]: r for r in cli("runs", "list", "--db", db_url, "--json").json()["runs"]}
+    assert listed[rid]["cost_usd"] == pytest.approx(run["cost_usd"])
+    assert listed[up.runs["globex"]]["cost_usd"] == pytest.approx(up.run_usd("globex"))
+    table = cli("runs", "show", rid, "--db", db_url, env={"COLUMNS": "200"}).stdout
+    assert f"${up.run_usd('acme'):,.4f} +1 unpriced" in table
+    # the run's messages, in the thread's order (upstream's runDetail: created_at)
+    assert [m["id"] for m in shown["messages"]] == up.messages["acme"]
+    assert shown["messages_total"] == 5
+    assert "tool results: lookup_order" in table
+    assert [c["latency_ms"] for c in shown["tool_calls"]] == [20, 24, 18]
+    assert provider.cost_usd == 0.0125 and unpriced.cost_usd is None
+
+
+# --- agora writes the runtime's words ---------------------------------------------------------
+
+
+def test_agora_writers_use_the_runtime_vocabulary(engine: Any) -> None:
+    from sqlalchemy import select
+
+    from agora_cli.store.schema import message, tool_call
+    from agora_cli.store.threads import (
+        append_message,
+        complete_tool_call,
+        create_thread,
+        record_tool_call,
+    )
+
+    with engine.begin() as conn:
+        t = create_thread(conn, actor_ref="alice", thread_id="t-words")
+        m = append_message(
+            conn,
+            thread_id=t.id,
+            role="assistant",
+            content="on it",
+            usage={"input_tokens": 10, "output_tokens": 4, "cache_read_tokens": 2},
+            tool_calls=[{"id": "c-read", "name": "lookup", "input": {"order_id": 7}}],
+        )
+        record_tool_call(conn, message_id=m.id, tool_call_id="c-read", tool_name="lookup")
+        complete_tool_call(conn, "c-read", output={"ok": True})
+        record_tool_call(
+            conn,
+            message_id=m.id,
+            tool_call_id="c-act",
+            tool_name="refund",
+            tool_type="action",
+            status="pending_approval",
+        )
+        stored = conn.execute(select(message.c.usage).where(message.c.id == m.id)).scalar()
+        calls = conn.execute(
+            select(tool_call.c.id, tool_call.c.tool_type, tool_call.c.status).order_by(
+                tool_call.c.id
+            )
+        ).all()
+    assert json.loads(stored) == {"inputTokens": 10, "outputTokens": 4, "cacheReadTokens": 2}
+    assert [tuple(c) for c in calls] == [
+        ("c-act", "action", "pending_approval"),
+        ("c-read", "read", "executed"),
+    ]
+
+
+def test_the_demo_writes_the_runtime_vocabulary(db_url: str, engine: Any, cli: Any) -> None:
+    from sqlalchemy import select
+
+    from agora_cli.store.schema import message, tool_call
+    from agora_cli.store.vocabulary import TOOL_STATUSES
+
+    assert cli("demo", "--db", db_url, "--json").exit_code == 0
+    with engine.connect() as conn:
+        calls = conn.execute(
+            select(
+                tool_call.c.id, tool_call.c.message_id, tool_call.c.tool_type, tool_call.c.status
+            )
+        ).all()
+        named = dict(
+            conn.execute(
+                select(message.c.id, message.c.tool_calls).where(message.c.role == "assistant")
+            ).all()
+        )
+        usages = conn.execute(select(message.c.usage).where(message.c.usage.is_not(None))).all()
+    assert {c.status for c in calls} <= set(TOOL_STATUSES)
+    assert {c.status for c in calls} >= {"executed", "failed", "pending_approval", "rejected"}
+    assert {c.tool_type for c in calls} == {"read", "action"}
+    for c in calls:
+        if c.message_id in named:  # an assistant's message names every call it made
+            requested = json.loads(named[c.message_id])
+            assert c.id in {r["id"] for r in requested}
+            assert all(set(r) == {"id", "name", "input"} for r in requested)
+    assert usages and all("inputTokens" in json.loads(u) for (u,) in usages)
