@@ -32,17 +32,18 @@ from agora_cli.cli.output import (
 )
 from agora_cli.cli.pager import page
 from agora_cli.store.clock import SystemClock, iso_ms
+from agora_cli.store.values import load_json
 
 if TYPE_CHECKING:
     from agora_cli.store.runs import RunDetail, RunFrames
-    from agora_cli.store.threads import Run, ThreadUsageRow, ToolCall
+    from agora_cli.store.threads import Message, Run, ThreadUsageRow, ThreadUsageTotals, ToolCall
 
 __all__ = ["app", "run_document"]
 
 app = typer.Typer(
     help=(
-        "List the agent's runs, newest first, and show one with its tool calls, usage, "
-        "proposals and stream frames.\n\n"
+        "List the agent's runs, newest first, and show one with its messages, tool calls, "
+        "usage, proposals and stream frames.\n\n"
         "Example: agora runs list --status failed && agora runs show demo-run-03-1"
     ),
     no_args_is_help=True,
@@ -56,8 +57,12 @@ def _opt(flag: str, text: str) -> Any:
 LimitOpt = Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most N (1-1000).")]
 
 
-def run_document(r: Run) -> dict[str, Any]:
-    """A run as scripts get it: ISO times, ``duration_ms`` (null while it runs), money rounded."""
+def run_document(r: Run, ledger: ThreadUsageTotals | None) -> dict[str, Any]:
+    """A run as scripts get it: ISO times, ``duration_ms`` (null while it runs), money rounded.
+
+    ``cost_usd`` is the run's ledger rows' known costs summed (``null`` when none has one) and
+    ``unpriced_turns`` counts those without; ``recorded_cost_usd`` is the run row's own figure
+    (the runtime's rollup when it wrote it)."""
     return {
         "id": r.id,
         "thread_id": r.thread_id,
@@ -71,7 +76,9 @@ def run_document(r: Run) -> dict[str, Any]:
         "step_count": r.step_count,
         "input_tokens": r.input_tokens,
         "output_tokens": r.output_tokens,
-        "cost_usd": money(r.cost_usd),
+        "cost_usd": None if ledger is None else money(ledger.cost_usd),
+        "unpriced_turns": 0 if ledger is None else ledger.unpriced_turns,
+        "recorded_cost_usd": money(r.cost_usd),
         "error": r.error,
         "durable": r.durable,
     }
@@ -93,6 +100,8 @@ _CSV_COLUMNS = [
         "input_tokens",
         "output_tokens",
         "cost_usd",
+        "unpriced_turns",
+        "recorded_cost_usd",
         "error",
         "durable",
     )
@@ -154,18 +163,26 @@ def list_(
             limit=limit,
         )
         conn.rollback()
-    runs = [run_document(r) for r in page.runs]
+    runs = [run_document(r, page.usage.get(r.id)) for r in page.runs]
     finish(
         {"runs": runs, "next": page.next_cursor},
         as_json=as_json,
         csv=(runs, _CSV_COLUMNS) if csv else None,
-        show=lambda: _render_list(page.runs),
+        show=lambda: _render_list(page.runs, runs),
     )
     if page.next_cursor and not as_json:
         say(f"more: add --after {page.next_cursor} for the next page")
 
 
-def _render_list(runs: list[Run]) -> None:
+def _cost_text(doc: dict[str, Any]) -> str | None:
+    """A run's cost from its ledger: known costs, and how many rows have none."""
+    cost = None if doc["cost_usd"] is None else f"${doc['cost_usd']:,.4f}"
+    if doc["unpriced_turns"]:
+        return f"{cost or 'unknown'} +{doc['unpriced_turns']} unpriced"
+    return cost
+
+
+def _render_list(runs: list[Run], docs: list[dict[str, Any]]) -> None:
     now = SystemClock().now_ms()
     ids = short_ids([r.id for r in runs])
     rows = [
@@ -178,10 +195,10 @@ def _render_list(runs: list[Run]) -> None:
             "duration": _took(r, now),
             "steps": r.step_count,
             "tokens": r.input_tokens + r.output_tokens,
-            "cost": None if r.cost_usd is None else f"${r.cost_usd:,.4f}",
+            "cost": _cost_text(doc),
             "error": first_line(r.error, 60),
         }
-        for r in runs
+        for r, doc in zip(runs, docs, strict=True)
     ]
     render_table(
         rows,
@@ -224,6 +241,7 @@ def _tool_call_doc(c: ToolCall) -> dict[str, Any]:
         "tool_type": c.tool_type,
         "status": c.status,
         "execution_ms": c.execution_ms,
+        "latency_ms": c.latency_ms,
         "error": c.error,
         "executed_by_ref": c.executed_by_ref,
         "created_at": iso_ms(c.created_at),
@@ -260,11 +278,25 @@ def _frames_doc(f: RunFrames | None) -> dict[str, Any]:
     }
 
 
+def _message_doc(m: Message) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "seq": m.seq,
+        "role": m.role,
+        "content": m.content,
+        "sealed": m.sealed,
+        "tool_results": load_json(m.tool_results),
+        "created_at": iso_ms(m.created_at),
+    }
+
+
 def _detail_document(d: RunDetail) -> dict[str, Any]:
     from agora_cli.cli.proposals import proposal_document
 
     return {
-        "run": run_document(d.run),
+        "run": run_document(d.run, d.ledger),
+        "messages": [_message_doc(m) for m in d.messages],
+        "messages_total": d.messages_total,
         "tool_calls": [_tool_call_doc(c) for c in d.tool_calls],
         "tool_calls_total": d.tool_calls_total,
         "usage": [_usage_doc(u) for u in d.usage],
@@ -283,7 +315,14 @@ def show(
     as_json: JsonOpt = False,
     no_pager: NoPagerOpt = False,
 ) -> None:
-    """Show a run: its tool calls, ledger rows, proposals and whether its frames are buffered.
+    """Show a run: its messages, tool calls, ledger rows, proposals and whether its frames are
+    buffered.
+
+    The run's cost is its ledger rows' (known costs summed, unpriced rows counted apart): the
+    figure threads show and spend use, repriced by prices reprice. The run row's own cost_usd
+    (the runtime's rollup when it wrote it) is shown as "recorded". Messages are in the
+    thread's order (created_at, then seq, then id); latency is execution_ms, else
+    executed_at - created_at.
 
     ID may be any unique prefix of at least 8 characters; an ambiguous one is exit 2 and lists
     the runs it starts.
@@ -305,6 +344,19 @@ def show(
     )
 
 
+def _message_line(m: dict[str, Any]) -> str | None:
+    """A message's first line; an empty tool-results message names its results instead."""
+    results = m["tool_results"]
+    if not m["content"] and isinstance(results, list) and results:
+        names = [
+            str(r.get("name") or r.get("id")) + (" (failed)" if r.get("error") else "")
+            for r in results
+            if isinstance(r, dict)
+        ]
+        return "tool results: " + ", ".join(names)
+    return first_line(m["content"], 80)
+
+
 def _render_detail(doc: dict[str, Any], run: Run) -> None:
     from rich.markup import escape
 
@@ -315,7 +367,10 @@ def _render_detail(doc: dict[str, Any], run: Run) -> None:
     r = doc["run"]
     took = _took(run, SystemClock().now_ms())
     took = f"running for {took.rstrip('…')}" if run.finished_at is None else f"took {took}"
-    cost = "cost unknown" if r["cost_usd"] is None else f"${r['cost_usd']:,.4f}"
+    cost = _cost_text(r) or "cost unknown"
+    recorded = r["recorded_cost_usd"]
+    if recorded is not None and recorded != r["cost_usd"]:
+        cost += f" (recorded by the runtime: ${recorded:,.4f})"
     console.print(f"[bold]run {shown(r['id'])}[/bold]  {shown(r['status'])}")
     console.print(
         f"agent {shown(r['agent_name'] or '—')} · actor {shown(r['actor_ref'])} · tenant "
@@ -328,6 +383,26 @@ def _render_detail(doc: dict[str, Any], run: Run) -> None:
     if r["error"]:
         console.print("error:", style="bold red")
         console.print(safe_text(r["error"], body=True), markup=False)
+    if doc["messages"]:
+        console.print()
+        render_table(
+            [
+                {
+                    "n": n,
+                    "role": m["role"],
+                    "at": table_time(m["created_at"]),
+                    "text": _message_line(m),
+                }
+                for n, m in enumerate(doc["messages"], 1)
+            ],
+            [
+                Col.number("n", "#"),
+                Col("role", wrap=False),
+                Col("at", "created (UTC)", wrap=False, drop=1),
+                Col("text"),
+            ],
+            title=f"messages ({doc['messages_total']:,})",
+        )
     calls = doc["tool_calls"]
     if calls:
         console.print()
@@ -336,7 +411,7 @@ def _render_detail(doc: dict[str, Any], run: Run) -> None:
                 {
                     "tool": c["tool_name"],
                     "status": c["status"],
-                    "duration": duration_text(c["execution_ms"]),
+                    "duration": duration_text(c["latency_ms"]),
                     "at": table_time(c["created_at"]),
                     "error": first_line(c["error"], 60),
                 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -11,6 +12,7 @@ from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, NoPagerOpt, open_db
 from agora_cli.cli.output import (
     Col,
     finish,
+    first_line,
     money,
     one_format,
     out_console,
@@ -24,6 +26,7 @@ from agora_cli.cli.pager import page
 from agora_cli.store.clock import iso_ms
 from agora_cli.store.errors import InvalidInput
 from agora_cli.store.values import load_json
+from agora_cli.store.vocabulary import usage_from_json
 
 if TYPE_CHECKING:
     from agora_cli.store.threads import (
@@ -245,6 +248,7 @@ def _tool_call_doc(call: ToolCall) -> dict[str, Any]:
         "error": call.error,
         "executed_by_ref": call.executed_by_ref,
         "execution_ms": call.execution_ms,
+        "latency_ms": call.latency_ms,
         "run_id": call.run_id,
         "created_at": _iso(call.created_at),
         "executed_at": _iso(call.executed_at),
@@ -265,6 +269,14 @@ def _usage_doc(row: ThreadUsageRow) -> dict[str, Any]:
         "run_id": row.run_id,
         "created_at": _iso(row.created_at),
     }
+
+
+def _turn_usage(text: str | None) -> Any:
+    """A message's per-turn usage in agora's field names, whichever spelling stored it (the
+    runtime's camelCase or agora's older snake_case); a value that is no object as it is."""
+    value = _json_value(text)
+    found = usage_from_json(value)
+    return value if found is None else found
 
 
 def _transcript_doc(transcript: Transcript) -> dict[str, Any]:
@@ -289,7 +301,7 @@ def _transcript_doc(transcript: Transcript) -> dict[str, Any]:
                     "tool_results": _json_value(m.tool_results),
                     "attachments": _json_value(m.attachments),
                     "follow_ups": _json_value(m.follow_ups),
-                    "usage": _json_value(m.usage),
+                    "usage": _turn_usage(m.usage),
                     "outcome": _json_value(m.outcome),
                 },
             }
@@ -304,7 +316,12 @@ def show(
     as_json: JsonOpt = False,
     no_pager: NoPagerOpt = False,
 ) -> None:
-    """Show a thread's transcript in seq order, with its tool calls and token usage.
+    """Show a thread's transcript, with its tool calls, tool results and token usage.
+
+    Messages are in time order (created_at, then seq, then id), so the runtime's unnumbered
+    messages (seq 0) and agora's numbered ones interleave as they were written; #N is the
+    message's place in the thread. Each turn shows its ledger rows, or else the usage the
+    runtime stored on the message (either spelling).
 
     ID may be any unique prefix of at least 8 characters; an ambiguous one is exit 2 and lists
     the threads it starts. Sealed messages (a tenant with a key) are opened with the
@@ -346,16 +363,18 @@ def _render_transcript(doc: dict[str, Any]) -> None:
         f"{len(doc['messages'])} message(s) · {usage['turns']} model turn(s), "
         f"{usage['input_tokens']:,} in / {usage['output_tokens']:,} out, {cost}{unpriced}"
     )
-    for m in doc["messages"]:
+    for n, m in enumerate(doc["messages"], 1):
         console.print()
         lock = "  [dim](sealed)[/dim]" if m["sealed"] else ""
-        console.print(
-            f"[bold cyan]#{m['seq']} {shown(m['role'])}[/bold cyan]  {m['created_at']}{lock}"
-        )
-        # A message body keeps its newlines and tabs; every other control character is shown.
-        console.print(safe_text(m["content"], body=True), markup=False)
+        console.print(f"[bold cyan]#{n} {shown(m['role'])}[/bold cyan]  {m['created_at']}{lock}")
+        results = m["payload"]["tool_results"]
+        if m["content"] or not isinstance(results, list) or not results:
+            # A message body keeps its newlines and tabs; every other control character is shown.
+            console.print(safe_text(m["content"], body=True), markup=False)
+        for line in _tool_result_lines(results):
+            console.print(line, markup=False)
         for call in m["tool_calls"]:
-            took = f", {call['execution_ms']} ms" if call["execution_ms"] is not None else ""
+            took = f", {call['latency_ms']} ms" if call["latency_ms"] is not None else ""
             console.print(
                 f"  ↳ tool {safe_text(call['tool_name'])} [{safe_text(call['status'])}{took}]",
                 markup=False,
@@ -368,6 +387,47 @@ def _render_transcript(doc: dict[str, Any]) -> None:
                 style="dim",
                 markup=False,
             )
+        turn = m["payload"]["usage"]
+        if not m["usage"] and isinstance(turn, dict):
+            console.print(_turn_usage_line(turn), style="dim", markup=False)
+
+
+def _tool_result_lines(results: Any) -> list[str]:
+    """A tool-results payload (``[{"id", "name", "output", "error"?}]``) as lines for people."""
+    if not isinstance(results, list):
+        return []
+    lines = []
+    for r in results:
+        if not isinstance(r, dict):
+            continue
+        name = safe_text(r.get("name") or r.get("id") or "?")
+        if r.get("error") is not None:
+            lines.append(f"  ← {name} failed: {safe_text(first_line(str(r['error']), 200))}")
+        else:
+            output = json.dumps(r.get("output"), ensure_ascii=False, separators=(", ", ": "))
+            lines.append(f"  ← {name}: {safe_text(first_line(output, 200))}")
+    return lines
+
+
+def _turn_usage_line(usage: dict[str, Any]) -> str:
+    """The usage the runtime stored on a message (no ledger row names it), for people."""
+
+    def count(key: str) -> str:
+        value = usage.get(key)
+        return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else "?"
+
+    parts = [f"{count('input_tokens')} in / {count('output_tokens')} out"]
+    for key, label in (
+        ("cache_read_tokens", "cache read"),
+        ("cache_write_tokens", "cache write"),
+        ("reasoning_tokens", "reasoning"),
+    ):
+        if usage.get(key) is not None:
+            parts.append(f"{label} {count(key)}")
+    cost = usage.get("cost_usd")
+    known = isinstance(cost, int | float) and not isinstance(cost, bool)
+    parts.append(f"${cost:,.6f}" if known else "unknown cost")
+    return "  · turn usage: " + ", ".join(parts)
 
 
 @app.command("delete")

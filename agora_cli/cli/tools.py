@@ -26,7 +26,7 @@ __all__ = ["app"]
 
 app = typer.Typer(
     help=(
-        "Tool health: calls by outcome, execution-time percentiles, last failures; and run "
+        "Tool health: calls by outcome, latency percentiles, last failures; and run "
         "reliability per agent.\n\n"
         "Example: agora tools stats --tenant acme"
     ),
@@ -47,13 +47,16 @@ def _tool_doc(s: ToolStat) -> dict[str, Any]:
     failure = s.last_failure
     return {
         "tool_name": s.tool_name,
+        "tool_type": s.tool_type,
         "calls": s.calls,
         "succeeded": s.succeeded,
         "failed": s.failed,
         "rejected": s.rejected,
         "pending_approval": s.pending_approval,
+        "running": s.running,
         "other": s.other,
         "timed": s.timed,
+        "derived": s.derived,
         "p50_ms": _ms(s.p50_ms),
         "p95_ms": _ms(s.p95_ms),
         "last_failure": None
@@ -87,6 +90,7 @@ _CSV_COLUMNS = [
     for name in (
         "kind",
         "name",
+        "tool_type",
         "calls",
         "runs",
         "succeeded",
@@ -99,6 +103,7 @@ _CSV_COLUMNS = [
         "other",
         "p50_ms",
         "p95_ms",
+        "derived",
         "median_ms",
         "last_failure_at",
         "last_failure_error",
@@ -114,8 +119,9 @@ def _csv_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
             {
                 "kind": "tool",
                 "name": t["tool_name"],
-                **{k: t[k] for k in ("calls", "succeeded", "failed", "rejected")},
-                **{k: t[k] for k in ("pending_approval", "other", "p50_ms", "p95_ms")},
+                **{k: t[k] for k in ("tool_type", "calls", "succeeded", "failed", "rejected")},
+                **{k: t[k] for k in ("pending_approval", "running", "other")},
+                **{k: t[k] for k in ("p50_ms", "p95_ms", "derived")},
                 "last_failure_at": failure.get("at"),
                 "last_failure_error": first_line(failure.get("error"), 200),
             }
@@ -144,8 +150,15 @@ def stats(
     as_json: JsonOpt = False,
     csv: CsvOpt = False,
 ) -> None:
-    """Per tool: calls by outcome, p50/p95 execution time, the last failure; per agent: runs by
-    status and the median duration. The window defaults to the last 7 UTC days, today included.
+    """Per tool: calls by outcome, p50/p95 latency, the last failure; per agent: runs by status
+    and the median duration. The window defaults to the last 7 UTC days, today included.
+
+    The outcome columns add up to calls: ok (executed), failed, rejected, awaiting approval
+    (pending_approval), running (auto_executed: recorded, not settled) and other (any other
+    status). fail % is failed / (ok + failed): calls awaiting approval, running or rejected are
+    not in it. Latency is execution_ms, else executed_at - created_at (the runtime records no
+    duration; for an approved action it includes the wait); the table marks the tools where
+    some latencies come from the timestamps with *.
 
     Counted by the database (GROUP BY; percentile_cont on PostgreSQL, an exact rank-based
     percentile elsewhere), one index range per tool-call status: the cost follows the window.
@@ -177,6 +190,11 @@ def stats(
     )
 
 
+def _latency_text(ms: float | None, t: dict[str, Any]) -> str | None:
+    text = duration_text(ms)
+    return f"{text}*" if ms is not None and t["derived"] else text
+
+
 def _failure_share(t: dict[str, Any]) -> float:
     done = t["succeeded"] + t["failed"]
     return t["failed"] / done if done else 0.0
@@ -198,14 +216,17 @@ def _render(doc: dict[str, Any]) -> None:
             rows.append(
                 {
                     "tool": t["tool_name"],
+                    "type": t["tool_type"],
                     "calls": t["calls"],
                     "ok": t["succeeded"],
                     "failed": t["failed"] or None,
                     "rate": f"{share:.0%}" if t["failed"] else None,
                     "rejected": t["rejected"] or None,
                     "waiting": t["pending_approval"] or None,
-                    "p50": duration_text(t["p50_ms"]),
-                    "p95": duration_text(t["p95_ms"]),
+                    "running": t["running"] or None,
+                    "other": t["other"] or None,
+                    "p50": _latency_text(t["p50_ms"], t),
+                    "p95": _latency_text(t["p95_ms"], t),
                     "last_failure": None
                     if failure is None
                     else f"{table_time(failure['at'])} {first_line(failure['error'], 50) or ''}",
@@ -216,19 +237,29 @@ def _render(doc: dict[str, Any]) -> None:
             rows,
             [
                 Col("tool"),
+                Col("type", drop=7),
                 Col.number("calls"),
-                Col.number("ok", drop=4),
+                Col.number("ok"),
                 Col.number("failed"),
                 Col.number("rate", "fail %"),
-                Col.number("rejected", drop=3),
-                Col.number("waiting", "awaiting approval", drop=2),
-                Col.number("p50", drop=5),
-                Col.number("p95"),
+                Col.number("rejected"),
+                Col.number("waiting", "awaiting approval"),
+                Col.number("running"),
+                Col.number("other"),
+                Col.number("p50", "p50 latency", drop=5),
+                Col.number("p95", "p95 latency", drop=4),
                 Col("last_failure", "last failure (UTC)", drop=1),
             ],
             title=f"Tools, {window}",
             row_styles=styles,
         )
+        if any(t["derived"] for t in tools):
+            out_console().print(
+                "* latency from executed_at − created_at: the runtime recorded no execution_ms "
+                "(an approved action's includes the wait)",
+                style="dim",
+                markup=False,
+            )
     agents = doc["agents"]
     console = out_console()
     if not agents:

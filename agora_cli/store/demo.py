@@ -464,6 +464,11 @@ def _write_thread(
             cache_write = min(cache_write, inp - cache_read)
         message_id = f"{PREFIX}msg-{n:02d}-{turn}a"
         with_tool = turn == turns and decision is not None
+        plan = _plan_agent_tool_calls(ops, n, turn)
+        # the assistant's message names the calls it makes, as the runtime writes it
+        requested = [{"id": c[0], "name": c[1], "input": {"turn": turn}} for c in plan]
+        if with_tool:
+            requested.append({"id": f"{PREFIX}call-{n:02d}", "name": tool, "input": tool_input})
         append_message(
             conn,
             thread_id=thread_id,
@@ -473,21 +478,23 @@ def _write_thread(
             message_id=message_id,
             clock=clock,
             usage={"input_tokens": inp, "output_tokens": out},
+            tool_calls=requested or None,
         )
         summary.messages += 2
         if tenant is not None and tenant == summary.sealed_tenant:
             summary.sealed_messages += 2
             summary.sealed_thread = summary.sealed_thread or thread_id
-        failure = _write_agent_tool_calls(conn, ops, clock, n, turn, message_id, run_id, summary)
+        failure = _write_agent_tool_calls(conn, clock, plan, turn, message_id, run_id, summary)
         if with_tool:
             call_id = f"{PREFIX}call-{n:02d}"
-            record_tool_call(
+            record_tool_call(  # an action: it waits for a person, as the runtime records it
                 conn,
                 message_id=message_id,
                 tool_call_id=call_id,
                 tool_name=tool,
+                tool_type="action",
                 input=tool_input,
-                status="awaiting_approval",
+                status="pending_approval",
                 run_id=run_id,
                 clock=clock,
             )
@@ -507,19 +514,20 @@ def _write_thread(
                 summary,
                 now,
             )
-            if state in ("rejected", "expired"):  # never ran: the runtime records why
+            if state in ("rejected", "expired"):
+                # never ran: the runtime's word is `rejected` either way, the error says why
                 set_tool_call_status(
                     conn,
                     call_id,
-                    status=state,
-                    error="rejected by ops-lead" if state == "rejected" else None,
+                    status="rejected",
+                    error="rejected by ops-lead" if state == "rejected" else "the approval expired",
                 )
             if decision in ("approved-executed", "approved-failed"):
                 ok = decision == "approved-executed"
                 complete_tool_call(
                     conn,
                     call_id,
-                    status="completed" if ok else "failed",
+                    status="executed" if ok else "failed",
                     output={"ok": True} if ok else None,
                     error=None if ok else REFUND_FAILURE,
                     executed_by_ref="worker-1",
@@ -566,47 +574,66 @@ def _write_thread(
         summary.sample_thread, summary.sample_tenant = thread_id, tenant
 
 
+def _plan_agent_tool_calls(
+    ops: random.Random, n: int, turn: int
+) -> list[tuple[str, str, int, str | None]]:
+    """The read tools the agent runs by itself in a turn (0–2): ``(call id, tool, duration ms,
+    error or None)``, drawn before the assistant's message is written so that it can name them."""
+    plan = []
+    for k in range(ops.choice((0, 1, 1, 2, 2))):
+        name, fails, (low, high), error = ops.choice(CONSOLE_TOOLS)
+        took = ops.randrange(low, high)
+        failed = ops.random() < fails
+        plan.append(
+            (
+                f"{PREFIX}call-{n:02d}-{turn}-{k + 1}",
+                name,
+                took,
+                f"{name}: {error}" if failed else None,
+            )
+        )
+    return plan
+
+
 def _write_agent_tool_calls(
     conn: Connection,
-    ops: random.Random,
     clock: ManualClock,
-    n: int,
+    plan: list[tuple[str, str, int, str | None]],
     turn: int,
     message_id: str,
     run_id: str,
     summary: DemoSummary,
 ) -> str | None:
-    """The tools the agent ran by itself in a turn (0–2 calls); the error of one that failed."""
+    """Record the planned calls as the runtime does (``auto_executed``, then ``executed`` or
+    ``failed``); the error of the last one that failed."""
     from agora_cli.store.threads import complete_tool_call, record_tool_call
 
     failure = None
-    for k in range(ops.choice((0, 1, 1, 2, 2))):
-        name, fails, (low, high), error = ops.choice(CONSOLE_TOOLS)
-        call_id = f"{PREFIX}call-{n:02d}-{turn}-{k + 1}"
+    for call_id, name, took, error in plan:
         record_tool_call(
             conn,
             message_id=message_id,
             tool_call_id=call_id,
             tool_name=name,
+            tool_type="read",
             input={"turn": turn},
-            status="running",
+            status="auto_executed",
             run_id=run_id,
             clock=clock,
         )
-        clock.advance(ops.randrange(low, high))
-        failed = ops.random() < fails
+        clock.advance(took)
         complete_tool_call(
             conn,
             call_id,
-            status="failed" if failed else "completed",
-            output=None if failed else {"ok": True},
-            error=f"{name}: {error}" if failed else None,
+            status="failed" if error else "executed",
+            output=None if error else {"ok": True},
+            error=error,
             executed_by_ref="runtime",
             clock=clock,
         )
         summary.tool_calls += 1
-        if failed:
-            failure = f"{name}: {error}"
+        if error:
+            failure = error
     return failure
 
 
@@ -813,8 +840,9 @@ def _write_running_run(engine: Engine, clock: ManualClock, summary: DemoSummary)
             message_id=message.id,
             tool_call_id=f"{PREFIX}call-12-live",
             tool_name="lookup_order",
+            tool_type="read",
             input={"order_id": 12},
-            status="running",
+            status="auto_executed",  # recorded, still executing
             run_id=RUNNING_RUN,
             clock=clock,
         )

@@ -12,6 +12,13 @@ pages that follow. (On MySQL two ids that differ only by trailing spaces, starte
 millisecond, compare equal under PAD SPACE; that tie is the one the cursor cannot split.)
 
 The cursor is opaque text for the command line: base64url of ``[started_at, id]`` as JSON.
+
+**A run's cost is its ledger rows'** (``agent_token_usage.run_id``), summed like a thread's:
+known costs added, unpriced rows counted apart (``ThreadUsageTotals``), so ``runs`` and
+``threads show`` agree, and agree again after ``prices reprice``. The run row's own
+``cost_usd`` is the runtime's rollup at write time (its estimates then, never repriced): it is
+kept as the recorded figure, not the run's cost. A page's totals are one ``GROUP BY`` over
+``agent_token_usage_run_idx`` (``usage_by_run``).
 """
 
 from __future__ import annotations
@@ -19,17 +26,36 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, case, func, or_, select
 
+from agora_cli.store.engine import dialect_name
 from agora_cli.store.errors import InvalidInput
 from agora_cli.store.proposals.model import Proposal
 from agora_cli.store.proposals.queries import proposal_row, select_rows
-from agora_cli.store.schema import action_proposal, run, stream_frame, token_usage, tool_call
+from agora_cli.store.schema import (
+    action_proposal,
+    message,
+    run,
+    stream_frame,
+    token_usage,
+    tool_call,
+)
 from agora_cli.store.sqlexpr import exact_eq
-from agora_cli.store.threads import Run, ThreadUsageRow, ToolCall, get_run
+from agora_cli.store.threads import (
+    Message,
+    Run,
+    ThreadUsageRow,
+    ThreadUsageTotals,
+    ToolCall,
+    _usage_sums,
+    _usage_totals,
+    get_run,
+    list_run_messages,
+)
 from agora_cli.store.values import (
     check_identity,
     check_instant,
@@ -51,6 +77,7 @@ __all__ = [
     "encode_run_cursor",
     "get_run_detail",
     "list_runs",
+    "usage_by_run",
 ]
 
 MAX_RUNS_PAGE = 1000
@@ -61,10 +88,12 @@ MAX_DETAIL_ROWS = 1000
 
 @dataclass(frozen=True)
 class RunPage:
-    """One page of ``list_runs``; ``next_cursor`` is ``None`` on the last page."""
+    """One page of ``list_runs``; ``next_cursor`` is ``None`` on the last page. ``usage`` holds
+    each run's ledger totals (runs without ledger rows are absent)."""
 
     runs: list[Run]
     next_cursor: str | None
+    usage: dict[str, ThreadUsageTotals] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -81,14 +110,18 @@ class RunFrames:
 @dataclass(frozen=True)
 class RunDetail:
     """One run and what hangs off it; each list holds at most ``MAX_DETAIL_ROWS`` rows and
-    its ``*_total`` counts them all. ``frames`` is ``None`` when none are buffered (never
-    streamed through the SQL sink, or purged past their TTL)."""
+    its ``*_total`` counts them all. ``ledger`` sums all the run's ledger rows: the run's cost.
+    ``frames`` is ``None`` when none are buffered (never streamed through the SQL sink, or
+    purged past their TTL)."""
 
     run: Run
+    messages: list[Message]
+    messages_total: int
     tool_calls: list[ToolCall]
     tool_calls_total: int
     usage: list[ThreadUsageRow]
     usage_total: int
+    ledger: ThreadUsageTotals
     proposals: list[Proposal]
     frames: RunFrames | None
 
@@ -191,7 +224,31 @@ def list_runs(
     page, more = rows[:limit], len(rows) > limit
     last = page[-1] if page else None
     cursor = encode_run_cursor(last.started_at, last.id) if more and last else None
-    return RunPage(runs=page, next_cursor=cursor)
+    return RunPage(runs=page, next_cursor=cursor, usage=usage_by_run(conn, [r.id for r in page]))
+
+
+def usage_by_run(conn: Connection, run_ids: Sequence[str]) -> dict[str, ThreadUsageTotals]:
+    """The ledger totals of each run in ``run_ids`` (at most 1,000): one ``GROUP BY`` over
+    ``agent_token_usage_run_idx``. Runs without ledger rows are absent from the result."""
+    ids = list(dict.fromkeys(run_ids))
+    if len(ids) > MAX_RUNS_PAGE:
+        raise InvalidInput("usage_by_run takes at most 1,000 run ids", param="run_ids")
+    if not ids:
+        return {}
+    key = token_usage.c.run_id
+    keys: list[ColumnElement[Any]] = [key]
+    pad = dialect_name(conn) == "mysql"
+    if pad:
+        # PAD SPACE: 'r' and 'r ' are one group and both match IN ('r'); their lengths part them,
+        # and only the row whose run_id is exactly the id counts (run_id has no foreign key).
+        keys.append(func.length(key))
+    q = select(key, *_usage_sums()).where(key.in_(ids)).group_by(*keys)
+    wanted = set(ids)
+    found: dict[str, ThreadUsageTotals] = {}
+    for r in conn.execute(q).mappings():
+        if r["run_id"] in wanted:
+            found[r["run_id"]] = _usage_totals(r)
+    return found
 
 
 # --- detail -----------------------------------------------------------------------------------
@@ -214,13 +271,19 @@ def _count(conn: Connection, column: Any, where: ColumnElement[bool]) -> int:
 
 
 def get_run_detail(conn: Connection, run_id: str) -> RunDetail:
-    """Return a run with its tool calls, ledger rows, proposals and buffered frames.
+    """Return a run with its messages, tool calls, ledger rows (and their sum: the run's cost),
+    proposals and buffered frames.
 
-    ``NotFound`` if there is no such run. Each part is one indexed read: the tool calls and the
-    ledger rows by their ``run_id`` indexes, the proposals through the run's thread, the frames
-    through their primary key.
+    ``NotFound`` if there is no such run. Each part is one indexed read: the messages (in the
+    thread's order), the tool calls and the ledger rows by their ``run_id`` indexes, the
+    proposals through the run's thread, the frames through their primary key (the ledger's sum
+    reads the same index range as its rows).
     """
     found = get_run(conn, run_id)
+    messages = list_run_messages(conn, found, limit=MAX_DETAIL_ROWS)
+    messages_total = len(messages)
+    if messages_total == MAX_DETAIL_ROWS:
+        messages_total = _count(conn, message.c.id, exact_eq(message.c.run_id, found.id))
     of_run = exact_eq(tool_call.c.run_id, found.id)
     calls = conn.execute(
         select(tool_call)
@@ -245,6 +308,7 @@ def get_run_detail(conn: Connection, run_id: str) -> RunDetail:
     usage_total = len(usage)
     if usage_total == MAX_DETAIL_ROWS:
         usage_total = _count(conn, token_usage.c.id, of_run)
+    ledger = _usage_totals(conn.execute(select(*_usage_sums()).where(of_run)).mappings().one())
 
     p = action_proposal
     proposals = [
@@ -258,10 +322,13 @@ def get_run_detail(conn: Connection, run_id: str) -> RunDetail:
     ]
     return RunDetail(
         run=found,
+        messages=messages,
+        messages_total=messages_total,
         tool_calls=tool_calls,
         tool_calls_total=calls_total,
         usage=usage,
         usage_total=usage_total,
+        ledger=ledger,
         proposals=proposals,
         frames=_frames(conn, found.id),
     )

@@ -7,7 +7,14 @@ engine.begin() as conn``); the multi-statement operations (``append_message``, `
 Message order: ``seq`` is assigned on append as 1 + the thread's current maximum. The append locks
 the thread row first (``SELECT … FOR UPDATE`` on PostgreSQL and MySQL; SQLite's ``BEGIN
 IMMEDIATE`` already serialises writers), so two appenders on one thread never share a ``seq``.
-A row written before the column existed holds 0 and sorts first, then by ``created_at``.
+The upstream runtime writes no ``seq`` (0), and both write to one thread, so a thread reads in
+``created_at`` order, ties by ``seq``, then ``id`` (``agent_message_thread_created_idx``): an
+unnumbered message lands between numbered ones by its time, not before all of them.
+
+The runtime's vocabulary (``vocabulary.py``): tool-call statuses ``auto_executed``,
+``pending_approval``, ``executed``, ``rejected``, ``failed``; tool types ``read``/``action``;
+per-turn ``usage`` stored camelCase (``inputTokens`` …), read in either spelling; an assistant
+message's ``tool_calls`` is ``[{"id", "name", "input"}]``.
 
 JSON payload arguments (``tool_calls``, ``input``, ``props`` …) take JSON values and are stored
 as text; the dataclasses hand back the stored text unchanged (another writer may have written it).
@@ -48,6 +55,7 @@ from agora_cli.store.values import (
     check_text,
     dump_json,
 )
+from agora_cli.store.vocabulary import usage_from_json, usage_to_json
 
 if TYPE_CHECKING:
     from sqlalchemy import Table
@@ -82,6 +90,7 @@ __all__ = [
     "get_tool_call",
     "get_transcript",
     "list_messages",
+    "list_run_messages",
     "list_threads",
     "load_thread_for_turn",
     "record_tool_call",
@@ -179,6 +188,16 @@ class ToolCall:
     created_at: int
     executed_at: int | None
 
+    @property
+    def latency_ms(self) -> int | None:
+        """``execution_ms``, else ``executed_at − created_at`` (the runtime records no duration;
+        for an approved action it includes the wait); ``None`` for a call not settled."""
+        if self.execution_ms is not None:
+            return int(self.execution_ms)
+        if self.executed_at is None:
+            return None
+        return max(0, int(self.executed_at) - int(self.created_at))
+
 
 @dataclass(frozen=True)
 class Run:
@@ -237,7 +256,8 @@ class TranscriptMessage:
 
 @dataclass(frozen=True)
 class Transcript:
-    """A whole thread in ``seq`` order; ``other_usage`` holds ledger rows tied to no message."""
+    """A whole thread in order (``created_at``, ``seq``, ``id``); ``other_usage`` holds ledger
+    rows tied to no message."""
 
     thread: Thread
     messages: list[TranscriptMessage]
@@ -381,8 +401,9 @@ def _usage_row(row: Mapping[Any, Any]) -> ThreadUsageRow:
 
 
 def _message_order() -> tuple[ColumnElement[Any], ...]:
-    # seq first; legacy rows (seq 0) then fall back to created_at; id keeps it total.
-    return (message.c.seq, message.c.created_at, message.c.id)
+    # Time first, so the runtime's unnumbered rows (seq 0) interleave with agora's numbered ones;
+    # seq splits a millisecond, id keeps it total.
+    return (message.c.created_at, message.c.seq, message.c.id)
 
 
 def _lock_thread(conn: Connection, thread_id: str) -> Thread:
@@ -606,8 +627,16 @@ def append_message(
     Locks the thread row first, so concurrent appenders on one thread take turns. When the
     thread's tenant has an active key the content is stored sealed (``KeyUnavailable`` without
     the KEK: never stored in plaintext); the returned message holds the text as given.
+
+    In the runtime's shapes: ``usage`` (agora's snake_case fields or the runtime's camelCase) is
+    stored camelCase (``inputTokens``, ``outputTokens``, ``cacheReadTokens``, … ``costUsd``);
+    an assistant message's ``tool_calls`` is ``[{"id", "name", "input"}]``; a tool-results
+    message has content ``''`` and ``tool_results`` ``[{"id", "name", "output", "error"?}]``.
     """
     check_text("content", content)
+    turn_usage = usage_from_json(usage)
+    if turn_usage is not None:
+        usage = usage_to_json(turn_usage)
     values: dict[str, Any] = {
         "id": _ident(message_id, "message id") if message_id else None,
         "thread_id": _ident(thread_id, "thread_id"),
@@ -646,7 +675,8 @@ def append_message(
 
 
 def list_messages(conn: Connection, thread_id: str) -> list[Message]:
-    """List a thread's messages in ``seq`` order (sealed contents opened, or marked)."""
+    """List a thread's messages in order: ``created_at``, ``seq``, ``id`` (sealed contents opened,
+    or marked)."""
     return _list_messages(conn, thread_id, False)
 
 
@@ -655,6 +685,32 @@ def _list_messages(conn: Connection, thread_id: str, tenant: str | bool | None) 
     rows = conn.execute(q).mappings().all()
     contents = _open_contents(conn, thread_id, tenant, rows)
     return [_message(r, c) for r, c in zip(rows, contents, strict=True)]
+
+
+def list_run_messages(conn: Connection, run: Run, *, limit: int = 1000) -> list[Message]:
+    """List the first ``limit`` messages of ``run`` (those naming it in ``run_id``) in the
+    thread's order (``created_at``, ``seq``, ``id``), sealed contents opened or marked.
+
+    One read of ``agent_message_run_idx``; a sealed content is opened under its thread's
+    tenant (read only when one is sealed).
+    """
+    check_int("limit", limit, low=1, high=100_000)
+    q = (
+        select(message)
+        .where(exact_eq(message.c.run_id, run.id))
+        .order_by(*_message_order())
+        .limit(limit)
+    )
+    rows = conn.execute(q).mappings().all()
+    # A run's messages are its thread's; a foreign writer's stray one opens under its own.
+    by_thread: dict[str, list[Mapping[Any, Any]]] = {}
+    for r in rows:
+        by_thread.setdefault(r["thread_id"], []).append(r)
+    opened: dict[str, str] = {}
+    for thread_id, group in by_thread.items():
+        for row, text in zip(group, _open_contents(conn, thread_id, False, group), strict=True):
+            opened[row["id"]] = text
+    return [_message(r, opened[r["id"]]) for r in rows]
 
 
 def load_thread_for_turn(conn: Connection, thread_id: str, *, limit: int = 50) -> ThreadTurn:
@@ -804,7 +860,8 @@ def delete_thread(conn: Connection, thread_id: str) -> ThreadDeletion:
 
 
 def get_transcript(conn: Connection, thread_id: str) -> Transcript:
-    """Return the whole thread in ``seq`` order with its tool-call records and ledger rows."""
+    """Return the whole thread in order (``created_at``, ``seq``, ``id``) with its tool-call
+    records and ledger rows."""
     found = get_thread(conn, thread_id)
     messages = _list_messages(conn, thread_id, found.tenant_ref)
     calls_q = (
@@ -845,13 +902,17 @@ def record_tool_call(
     message_id: str,
     tool_call_id: str,
     tool_name: str,
-    tool_type: str = "function",
+    tool_type: str = "read",
     input: Any = None,
-    status: str = "pending",
+    status: str = "auto_executed",
     run_id: str | None = None,
     clock: Clock | None = None,
 ) -> ToolCall:
-    """Record a tool call the model emitted (its id is the model's) on a message."""
+    """Record a tool call the model emitted (its id is the model's) on a message.
+
+    The runtime's words: a ``read`` tool is recorded ``auto_executed`` (about to run), an
+    ``action`` tool ``pending_approval`` (waiting for a person).
+    """
     values: dict[str, Any] = {
         "id": _ident(tool_call_id, "tool call id"),
         "message_id": _ident(message_id, "message_id"),
@@ -885,13 +946,14 @@ def complete_tool_call(
     conn: Connection,
     tool_call_id: str,
     *,
-    status: str = "completed",
+    status: str = "executed",
     output: Any = None,
     error: str | None = None,
     executed_by_ref: str | None = None,
     clock: Clock | None = None,
 ) -> ToolCall:
-    """Record a tool call's result; the first completion wins and a later one changes nothing."""
+    """Record a tool call's result (``executed`` or ``failed``, the runtime's words); the first
+    completion wins and a later one changes nothing."""
     now = _clock(clock).now_ms()
     stmt = (
         update(tool_call)

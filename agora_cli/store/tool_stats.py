@@ -1,7 +1,7 @@
 """Tool health and run reliability over a window, aggregated by the database.
 
 ``stats_by_tool`` counts each tool's calls in a window of ``created_at`` by outcome, with the p50
-and p95 of ``execution_ms`` and the last failure; ``run_reliability`` counts each agent's runs in
+and p95 of their latency and the last failure; ``run_reliability`` counts each agent's runs in
 a window of ``started_at`` by status, with the median duration of the finished ones. Both are one
 ``GROUP BY`` statement; no row of the window is loaded into Python.
 
@@ -12,19 +12,27 @@ The statuses are few, so the store first lists them (``tool_call_statuses``: a l
 next through the index), then reads ``status IN (…) AND created_at BETWEEN …``: one index range
 per status. A day of calls costs that day's rows, not the table's.
 
+**Latency.** A call's ``execution_ms`` when a writer recorded one, else ``executed_at −
+created_at`` (the upstream runtime never writes ``execution_ms``; it sets ``executed_at`` when
+the call is executed or failed). For an action that waited for a person, the time from the
+timestamps includes the wait. Calls with neither (not settled, rejected) have no latency;
+``ToolStat.derived`` counts the latencies taken from the timestamps.
+
 **Percentiles.** PostgreSQL has ``percentile_cont``. MySQL, MariaDB and SQLite have no percentile
 aggregate; there the same value is computed exactly from window functions: each value's rank
-``ROW_NUMBER() OVER (PARTITION BY tool ORDER BY execution_ms)`` and the group's size ``n``;
+``ROW_NUMBER() OVER (PARTITION BY tool ORDER BY latency)`` and the group's size ``n``;
 ``percentile_cont(p)`` is the value at 0-based position ``p * (n - 1)`` interpolated linearly
 between its two neighbours, and the ``GROUP BY`` picks those two values out with integer
 arithmetic (no float rounding decides a rank). Memory and time stay those of one sort of the
-window's rows, done by the database. Calls without ``execution_ms`` (not executed) are left out
-of the percentiles; runs that have not finished are left out of the median.
+window's rows, done by the database. Calls without a latency are left out of the percentiles;
+runs that have not finished are left out of the median.
 
-**Outcomes.** A tool call's ``status`` is the runtime's text; the groups are ``TOOL_STATUS_GROUPS``
-(anything else counts as ``other``). A run's status is ``completed``, ``failed``, ``cancelled``
-or ``running``; anything else is ``other``. ``tenant_ref`` reaches a tool call through its
-message's thread (two primary-key lookups a row) and a run directly.
+**Outcomes.** A tool call's ``status`` is the runtime's text; the groups are
+``vocabulary.TOOL_STATUS_GROUPS`` (the runtime's words and the older ones that mean the same;
+anything else counts as ``other``, so the groups and ``other`` add up to ``calls``). A run's
+status is ``completed``, ``failed``, ``cancelled`` or ``running``; anything else is ``other``.
+``tenant_ref`` reaches a tool call through its message's thread (two primary-key lookups a row)
+and a run directly.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from agora_cli.store.errors import InvalidInput
 from agora_cli.store.schema import message, run, thread, tool_call
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.values import check_instant, check_optional_identity
+from agora_cli.store.vocabulary import TOOL_STATUS_GROUPS
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, RowMapping
@@ -57,12 +66,6 @@ __all__ = [
     "tool_call_statuses",
 ]
 
-TOOL_STATUS_GROUPS: dict[str, tuple[str, ...]] = {
-    "succeeded": ("completed", "succeeded", "success"),
-    "failed": ("failed", "error"),
-    "rejected": ("rejected", "denied"),
-    "pending_approval": ("awaiting_approval", "pending_approval"),
-}
 RUN_STATUS_GROUPS: dict[str, tuple[str, ...]] = {
     "completed": ("completed",),
     "failed": ("failed",),
@@ -86,17 +89,22 @@ class ToolFailure:
 
 @dataclass(frozen=True)
 class ToolStat:
-    """One tool over the window; ``calls`` = the four groups + ``other``. ``timed`` calls have an
-    ``execution_ms``; the percentiles (``None`` without timed calls) are over those."""
+    """One tool over the window; ``calls`` = the five groups + ``other``. ``timed`` calls have a
+    latency (``execution_ms``, else ``executed_at − created_at``: ``derived`` of them); the
+    percentiles (``None`` without timed calls) are over those. ``tool_type`` is the calls' type
+    (``read``, ``action`` …), ``"mixed"`` when they disagree."""
 
     tool_name: str
+    tool_type: str
     calls: int
     succeeded: int
     failed: int
     rejected: int
     pending_approval: int
+    running: int
     other: int
     timed: int
+    derived: int
     p50_ms: float | None
     p95_ms: float | None
     last_failure: ToolFailure | None
@@ -185,44 +193,65 @@ def _tenant_of_call(q: Select[Any]) -> Select[Any]:
     )
 
 
+def _latency() -> ColumnElement[Any]:
+    """``execution_ms``, else ``executed_at − created_at`` (0 if the clocks disagree)."""
+    tc = tool_call
+    measured = case(
+        (tc.c.executed_at.is_(None), None),
+        (tc.c.executed_at > tc.c.created_at, tc.c.executed_at - tc.c.created_at),
+        else_=0,
+    )
+    return func.coalesce(tc.c.execution_ms, measured)
+
+
 @functools.cache
 def _tool_stats_statement(postgres: bool, ranges: bool, tenant: bool) -> Select[Any]:
     """The per-tool ``GROUP BY`` over the window ``:lo``–``:hi`` (statuses ``:statuses``), built
     once per shape: SQLAlchemy then caches its SQL per dialect, as for a hand-written string."""
     tc = tool_call
-    source = select(tc.c.tool_name, tc.c.status, tc.c.execution_ms, tc.c.created_at).where(
-        tc.c.created_at >= bindparam("lo"), tc.c.created_at <= bindparam("hi")
-    )
+    latency = _latency()
+    derived = case((and_(tc.c.execution_ms.is_(None), tc.c.executed_at.is_not(None)), 1), else_=0)
+    source = select(
+        tc.c.tool_name,
+        tc.c.tool_type,
+        tc.c.status,
+        latency.label("latency"),
+        derived.label("derived"),
+        tc.c.created_at,
+    ).where(tc.c.created_at >= bindparam("lo"), tc.c.created_at <= bindparam("hi"))
     if ranges:
         source = source.where(tc.c.status.in_(bindparam("statuses", expanding=True)))
     if tenant:
         source = _tenant_of_call(source)
     if not postgres:
-        untimed = case((tc.c.execution_ms.is_(None), 1), else_=0)
+        untimed = case((latency.is_(None), 1), else_=0)
         source = source.add_columns(
             func.row_number()
-            .over(partition_by=(tc.c.tool_name, untimed), order_by=tc.c.execution_ms)
+            .over(partition_by=(tc.c.tool_name, untimed), order_by=latency)
             .label("rank"),
-            func.count(tc.c.execution_ms).over(partition_by=tc.c.tool_name).label("size"),
+            func.count(latency).over(partition_by=tc.c.tool_name).label("size"),
         )
     w = source.subquery("w")
     groups = TOOL_STATUS_GROUPS
     columns: list[ColumnElement[Any]] = [
         w.c.tool_name,
+        func.min(w.c.tool_type).label("type_low"),
+        func.max(w.c.tool_type).label("type_high"),
         func.count().label("calls"),
         *(_count_in(w.c.status, statuses).label(name) for name, statuses in groups.items()),
-        func.count(w.c.execution_ms).label("timed"),
+        func.count(w.c.latency).label("timed"),
+        func.sum(w.c.derived).label("derived"),
         func.max(case((w.c.status.in_(groups["failed"]), w.c.created_at))).label("failed_at"),
     ]
     if postgres:
         columns += [
-            func.percentile_cont(0.5).within_group(w.c.execution_ms).label("p50"),
-            func.percentile_cont(0.95).within_group(w.c.execution_ms).label("p95"),
+            func.percentile_cont(0.5).within_group(w.c.latency).label("p50"),
+            func.percentile_cont(0.95).within_group(w.c.latency).label("p95"),
         ]
     else:
         for percent in (50, 95):
             # untimed calls rank in a partition of their own; their NULLs never win a MAX
-            low, high = _percentile_bounds(w.c.execution_ms, w.c.rank, w.c.size, percent)
+            low, high = _percentile_bounds(w.c.latency, w.c.rank, w.c.size, percent)
             columns += [low.label(f"p{percent}_low"), high.label(f"p{percent}_high")]
     return select(*columns).group_by(w.c.tool_name)
 
@@ -231,7 +260,8 @@ def stats_by_tool(
     conn: Connection, *, from_ms: int, to_ms: int, tenant_ref: str | None = None
 ) -> list[ToolStat]:
     """Each tool's calls created in ``[from_ms, to_ms]`` (optionally one tenant's), by outcome,
-    with p50/p95 of ``execution_ms`` and the last failure; most calls first."""
+    with p50/p95 of their latency (``execution_ms``, else ``executed_at − created_at``) and the
+    last failure; most calls first."""
     lo, hi = _window(from_ms, to_ms)
     check_optional_identity("tenant_ref", tenant_ref)
     statuses = tool_call_statuses(conn)
@@ -259,11 +289,14 @@ def _tool_stat(row: RowMapping, postgres: bool, failure: ToolFailure | None) -> 
     else:
         p50 = _interpolate(row["p50_low"], row["p50_high"], timed, 50)
         p95 = _interpolate(row["p95_low"], row["p95_high"], timed, 95)
+    low, high = row["type_low"], row["type_high"]
     return ToolStat(
         tool_name=row["tool_name"],
+        tool_type=str(low) if low == high else "mixed",
         calls=calls,
         other=calls - sum(counts.values()),
         timed=timed,
+        derived=int(row["derived"] or 0),
         p50_ms=p50,
         p95_ms=p95,
         last_failure=failure,

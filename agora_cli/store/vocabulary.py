@@ -43,15 +43,7 @@ TOOL_STATUS_ALIASES: dict[str, str] = {
     "success": "executed",
     "error": "failed",
     "denied": "rejected",
-}
-
-# What the console counts: each group with every word that means it, the runtime's first.
-TOOL_STATUS_GROUPS: dict[str, tuple[str, ...]] = {
-    "succeeded": ("executed", "completed", "succeeded", "success"),
-    "failed": ("failed", "error"),
-    "rejected": ("rejected", "denied"),
-    "pending_approval": ("pending_approval", "awaiting_approval"),
-    "running": ("auto_executed",),  # recorded, not yet settled
+    "running": "auto_executed",
 }
 
 
@@ -63,6 +55,18 @@ def canonical_tool_status(status: str) -> str:
 def statuses_of(canonical: str) -> tuple[str, ...]:
     """Every stored word that means ``canonical`` (itself first)."""
     return (canonical, *(k for k, v in TOOL_STATUS_ALIASES.items() if v == canonical))
+
+
+# What the console counts: each group with every word that means it, the runtime's first.
+# ``running`` is ``auto_executed``: recorded, not settled yet (still executing, or its process
+# died before it wrote the outcome). A word in no group is counted as ``other``.
+TOOL_STATUS_GROUPS: dict[str, tuple[str, ...]] = {
+    "succeeded": statuses_of("executed"),
+    "failed": statuses_of("failed"),
+    "rejected": statuses_of("rejected"),
+    "pending_approval": statuses_of("pending_approval"),
+    "running": statuses_of("auto_executed"),
+}
 
 
 # Usage JSON: the runtime's camelCase key -> agora's field name.

@@ -218,6 +218,8 @@ RUN_KEYS = {
     "input_tokens",
     "output_tokens",
     "cost_usd",
+    "unpriced_turns",
+    "recorded_cost_usd",
     "error",
     "durable",
 }
@@ -253,6 +255,8 @@ def test_runs_show_and_its_short_id(demo: str, cli: Any) -> None:
     doc = r.json()
     assert set(doc) == {
         "run",
+        "messages",
+        "messages_total",
         "tool_calls",
         "tool_calls_total",
         "usage",
@@ -261,7 +265,8 @@ def test_runs_show_and_its_short_id(demo: str, cli: Any) -> None:
         "frames",
     }
     assert doc["run"]["status"] == "running"
-    assert [c["status"] for c in doc["tool_calls"]] == ["running"]
+    assert [c["status"] for c in doc["tool_calls"]] == ["auto_executed"]  # the runtime's word
+    assert [m["content"] for m in doc["messages"]] == ["Any news on the refund?"]
     assert doc["frames"]["buffered"] and doc["frames"]["ended"] is False
     failed = cli("runs", "show", "demo-run-03-1", "--db", demo)
     assert failed.exit_code == 0 and "504 Gateway Timeout" in failed.stdout
@@ -302,18 +307,24 @@ def test_tools_stats_json_and_csv(demo: str, cli: Any) -> None:
     assert flaky["p50_ms"] <= flaky["p95_ms"]
     assert set(flaky) == {
         "tool_name",
+        "tool_type",
         "calls",
         "succeeded",
         "failed",
         "rejected",
         "pending_approval",
+        "running",
         "other",
         "timed",
+        "derived",
         "p50_ms",
         "p95_ms",
         "last_failure",
     }
-    assert by_name["lookup_order"]["other"] >= 1  # the running run's call, still executing
+    assert by_name["lookup_order"]["running"] >= 1  # the running run's call, still executing
+    for t in doc["tools"]:
+        outcomes = ("succeeded", "failed", "rejected", "pending_approval", "running", "other")
+        assert t["calls"] == sum(t[k] for k in outcomes)
     [support] = doc["agents"]
     assert (support["agent_name"], support["running"]) == ("support", 1)
     assert support["failed"] >= 1 and support["median_ms"] > 0

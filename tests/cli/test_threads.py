@@ -214,7 +214,7 @@ def test_show_json_transcript(cli: Any, db_url: str, convo: dict[str, str]) -> N
     [call] = reply["tool_calls"]
     assert (call["id"], call["status"], call["input"], call["output"]) == (
         "call_1",
-        "completed",
+        "executed",
         {"order": 7},
         {"ok": True},
     )
@@ -233,7 +233,7 @@ def test_show_table(cli: Any, db_url: str, convo: dict[str, str]) -> None:
     assert r.exit_code == 0, r.stderr
     out = r.stdout
     assert out.index("refund 7") < out.index("on it")
-    assert "tool refund [completed, 40 ms]" in out
+    assert "tool refund [executed, 40 ms]" in out
     assert "1 unpriced" in out
 
 

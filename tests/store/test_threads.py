@@ -300,18 +300,14 @@ def test_tool_call_record_and_complete_first_wins(engine: Any) -> None:
             input={"order": 7},
             clock=clock,
         )
-    assert call.status == "pending" and call.input == '{"order":7}'
+    # the runtime's words: a read tool, recorded as about to run, then executed
+    assert (call.status, call.tool_type, call.input) == ("auto_executed", "read", '{"order":7}')
     clock.advance(250)
     with engine.begin() as conn:
         done = complete_tool_call(
-            conn,
-            "call_1",
-            status="completed",
-            output={"ok": True},
-            executed_by_ref="w1",
-            clock=clock,
+            conn, "call_1", output={"ok": True}, executed_by_ref="w1", clock=clock
         )
-    assert (done.status, done.output, done.execution_ms) == ("completed", '{"ok":true}', 250)
+    assert (done.status, done.output, done.execution_ms) == ("executed", '{"ok":true}', 250)
     assert done.executed_at == T0 + 250
     clock.advance(1000)
     with engine.begin() as conn:
@@ -625,8 +621,8 @@ def test_a_tool_call_that_never_ran_gets_its_status(engine: Any) -> None:
             record_tool_call(
                 conn, message_id=m.id, tool_call_id=call_id, tool_name="refund", clock=clock
             )
-        complete_tool_call(conn, "c2", status="completed", clock=clock)
+        complete_tool_call(conn, "c2", clock=clock)
         rejected = set_tool_call_status(conn, "c1", status="rejected", error="no")
         kept = set_tool_call_status(conn, "c2", status="rejected")
     assert (rejected.status, rejected.error, rejected.executed_at) == ("rejected", "no", None)
-    assert kept.status == "completed"
+    assert kept.status == "executed"
