@@ -165,6 +165,7 @@ if TYPE_CHECKING:
     )
     from agora_cli.store.live_schema import (
         ESTIMATE_ABOVE,
+        ColumnType,
         ForeignKeyShape,
         RowCount,
         SchemaCatalog,
@@ -470,6 +471,7 @@ _EXPORTS: dict[str, str] = {
     "ClaimOutcome": "proposals",
     "ClaimResult": "proposals",
     "Clock": "clock",
+    "ColumnType": "live_schema",
     "Conflict": "errors",
     "CreateOutcome": "proposals",
     "CreateResult": "proposals",
@@ -904,6 +906,7 @@ __all__ = [
     "ClaimOutcome",
     "ClaimResult",
     "Clock",
+    "ColumnType",
     "Conflict",
     "CreateOutcome",
     "CreateResult",

@@ -1,12 +1,13 @@
 """The live schema as the database describes it: tables, columns, indexes, foreign keys, sizes.
 
-``read_catalog`` reads every agent table's columns and indexes (and, with ``full``, foreign keys
-and MySQL table options) in a handful of catalog queries, independent of the number of tables;
-``table_row_counts`` counts rows, from the catalog's estimates on large tables.
+``read_catalog`` reads every agent table's columns (with their types, and on MySQL the table's
+engine and collation), indexes and foreign keys in three catalog queries, independent of the
+number of tables; ``table_row_counts`` counts rows, from the catalog's estimates on large tables.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from agora_cli.store.schema import metadata
 
 __all__ = [
     "ESTIMATE_ABOVE",
+    "ColumnType",
     "ForeignKeyShape",
     "RowCount",
     "SchemaCatalog",
@@ -30,12 +32,27 @@ _LIKE = "agent!_%"
 
 @dataclass(frozen=True)
 class ForeignKeyShape:
-    """A foreign key compared by shape: columns, target, target columns, ON DELETE."""
+    """A foreign key compared by shape: columns, target, target columns, ON DELETE.
+
+    ``name`` is the constraint's name where the database has one (SQLite's inline keys have
+    none); it is never compared, only used to drop and re-create the key around a conversion.
+    """
 
     columns: tuple[str, ...]
     target: str
     target_columns: tuple[str, ...]
     on_delete: str | None
+    name: str | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """A live column's type as the catalog names it, lower case and without its length
+    (``bigint``, ``int``, ``longtext``, ``double``; PostgreSQL's ``int4``, ``float8``; SQLite's
+    declared type, which only decides an affinity), and whether it takes NULL."""
+
+    name: str
+    nullable: bool
 
 
 @dataclass
@@ -44,21 +61,24 @@ class SchemaCatalog:
 
     ``index_owners`` maps an ``agent_*`` index name to the table it is on, whatever that table,
     where index names are schema-wide (PostgreSQL, SQLite; empty on MySQL, where they are per
-    table). ``table_options`` (MySQL: engine, collation) is read by the full check, and by
-    provisioning only when it has DDL to run.
+    table). ``table_options`` (MySQL: engine, collation) comes with the columns.
+    ``foreign_keys`` is keyed by the referencing table: every ``agent_*`` table's keys, and the
+    keys of any other table that references an ``agent_*`` table.
     """
 
     columns: dict[str, set[str]] = field(default_factory=dict)
+    column_types: dict[str, dict[str, ColumnType]] = field(default_factory=dict)
     indexes: dict[str, set[str]] = field(default_factory=dict)
     foreign_keys: dict[str, list[ForeignKeyShape]] = field(default_factory=dict)
     table_options: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
     index_owners: dict[str, str] = field(default_factory=dict)
 
 
-def read_catalog(conn: Connection, *, full: bool = False) -> SchemaCatalog:
-    """Read the agent tables' columns and index names (and, ``full``, FKs and MySQL options).
+def read_catalog(conn: Connection, *, full: bool = True) -> SchemaCatalog:
+    """Read the agent tables' columns (with types), index names and foreign keys.
 
-    Two queries for provisioning, at most four for a full check, whatever the number of tables.
+    Three queries, whatever the number of tables. ``full=False`` leaves out the foreign keys
+    (two queries).
     """
     name = dialect_name(conn)
     reader = {"postgresql": _read_pg, "mysql": _read_mysql, "sqlite": _read_sqlite}[name]
@@ -70,8 +90,11 @@ def _rows(conn: Connection, sql: str) -> list[Any]:
 
 
 def _fill(cat: SchemaCatalog, cols: list[Any], idx: list[Any], *, schema_wide: bool) -> None:
-    for table, column in cols:
+    for table, column, type_name, nullable in cols:
         cat.columns.setdefault(str(table), set()).add(str(column))
+        cat.column_types.setdefault(str(table), {})[str(column)] = ColumnType(
+            re.sub(r"\(.*$", "", str(type_name or "")).strip().lower(), bool(nullable)
+        )
     for table, index in idx:
         if index is None:
             continue
@@ -85,9 +108,10 @@ def _read_pg(conn: Connection, full: bool) -> SchemaCatalog:
     cat = SchemaCatalog()
     cols = _rows(
         conn,
-        "SELECT c.relname, a.attname FROM pg_catalog.pg_class c "
+        "SELECT c.relname, a.attname, t.typname, NOT a.attnotnull FROM pg_catalog.pg_class c "
         "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
         "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid "
+        "JOIN pg_catalog.pg_type t ON t.oid = a.atttypid "
         "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') "
         "AND c.relname LIKE :p ESCAPE '!' AND a.attnum > 0 AND NOT a.attisdropped",
     )
@@ -101,7 +125,7 @@ def _read_pg(conn: Connection, full: bool) -> SchemaCatalog:
     if full:
         fks = _rows(
             conn,
-            "SELECT cl.relname, ref.relname, con.confdeltype, "
+            "SELECT cl.relname, ref.relname, con.confdeltype, con.conname, "
             "ARRAY(SELECT a.attname::text FROM unnest(con.conkey) WITH ORDINALITY AS k(n, o) "
             "  JOIN pg_catalog.pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.n "
             "  ORDER BY k.o), "
@@ -113,29 +137,37 @@ def _read_pg(conn: Connection, full: bool) -> SchemaCatalog:
             "JOIN pg_catalog.pg_namespace n ON n.oid = cl.relnamespace "
             "JOIN pg_catalog.pg_class ref ON ref.oid = con.confrelid "
             "WHERE con.contype = 'f' AND n.nspname = current_schema() "
-            "AND cl.relname LIKE :p ESCAPE '!'",
+            "AND (cl.relname LIKE :p ESCAPE '!' OR ref.relname LIKE :p ESCAPE '!')",
         )
         rules = {"c": "CASCADE", "a": None, "r": "RESTRICT", "n": "SET NULL", "d": "SET DEFAULT"}
-        for table, target, rule, columns, target_columns in fks:
+        for table, target, rule, name, columns, target_columns in fks:
             cat.foreign_keys.setdefault(table, []).append(
-                ForeignKeyShape(tuple(columns), target, tuple(target_columns), rules.get(rule))
+                ForeignKeyShape(
+                    tuple(columns), target, tuple(target_columns), rules.get(rule), name
+                )
             )
     return cat
 
 
 def _read_mysql(conn: Connection, full: bool) -> SchemaCatalog:
     cat = SchemaCatalog()
+    # The table's engine and collation come with its columns: no query of their own.
     cols = _rows(
         conn,
-        "SELECT table_name, column_name FROM information_schema.columns "
-        "WHERE table_schema = DATABASE() AND table_name LIKE :p ESCAPE '!'",
+        "SELECT c.table_name, c.column_name, c.data_type, c.is_nullable = 'YES', "
+        "t.engine, t.table_collation FROM information_schema.columns c "
+        "JOIN information_schema.tables t "
+        "  ON t.table_schema = c.table_schema AND t.table_name = c.table_name "
+        "WHERE c.table_schema = DATABASE() AND c.table_name LIKE :p ESCAPE '!'",
     )
+    for row in cols:
+        cat.table_options[str(row[0])] = (row[4], row[5])
     idx = _rows(
         conn,
         "SELECT DISTINCT table_name, index_name FROM information_schema.statistics "
         "WHERE table_schema = DATABASE() AND table_name LIKE :p ESCAPE '!'",
     )
-    _fill(cat, cols, idx, schema_wide=False)
+    _fill(cat, [tuple(r[:4]) for r in cols], idx, schema_wide=False)
     if full:
         fks = _rows(
             conn,
@@ -146,13 +178,13 @@ def _read_mysql(conn: Connection, full: bool) -> SchemaCatalog:
             "  ON r.constraint_schema = k.constraint_schema "
             "  AND r.constraint_name = k.constraint_name AND r.table_name = k.table_name "
             "WHERE k.table_schema = DATABASE() AND k.referenced_table_name IS NOT NULL "
-            "AND k.table_name LIKE :p ESCAPE '!' "
+            "AND (k.table_name LIKE :p ESCAPE '!' OR k.referenced_table_name LIKE :p ESCAPE '!') "
             "ORDER BY k.table_name, k.constraint_name, k.ordinal_position",
         )
         grouped: dict[tuple[str, str], list[Any]] = {}
         for row in fks:
             grouped.setdefault((row[0], row[1]), []).append(row)
-        for (table, _name), rows in grouped.items():
+        for (table, name), rows in grouped.items():
             rule = str(rows[0][5]).upper()
             cat.foreign_keys.setdefault(table, []).append(
                 ForeignKeyShape(
@@ -160,26 +192,18 @@ def _read_mysql(conn: Connection, full: bool) -> SchemaCatalog:
                     rows[0][3],
                     tuple(r[4] for r in rows),
                     None if rule in ("NO ACTION", "RESTRICT") else rule,
+                    name,
                 )
             )
-        read_mysql_options(conn, cat)
     return cat
-
-
-def read_mysql_options(conn: Connection, cat: SchemaCatalog) -> None:
-    for table, engine, collation in _rows(
-        conn,
-        "SELECT table_name, engine, table_collation FROM information_schema.tables "
-        "WHERE table_schema = DATABASE() AND table_name LIKE :p ESCAPE '!'",
-    ):
-        cat.table_options[table] = (engine, collation)
 
 
 def _read_sqlite(conn: Connection, full: bool) -> SchemaCatalog:
     cat = SchemaCatalog()
     cols = _rows(
         conn,
-        "SELECT m.name, p.name FROM sqlite_master m JOIN pragma_table_info(m.name) p "
+        'SELECT m.name, p.name, p.type, NOT p."notnull" '
+        "FROM sqlite_master m JOIN pragma_table_info(m.name) p "
         "WHERE m.type = 'table' AND m.name LIKE :p ESCAPE '!'",
     )
     idx = _rows(
@@ -193,7 +217,9 @@ def _read_sqlite(conn: Connection, full: bool) -> SchemaCatalog:
             conn,
             'SELECT m.name, f.id, f."from", f."table", f."to", f.on_delete '
             "FROM sqlite_master m JOIN pragma_foreign_key_list(m.name) f "
-            "WHERE m.type = 'table' AND m.name LIKE :p ESCAPE '!' ORDER BY m.name, f.id, f.seq",
+            "WHERE m.type = 'table' "
+            "AND (m.name LIKE :p ESCAPE '!' OR f.\"table\" LIKE :p ESCAPE '!') "
+            "ORDER BY m.name, f.id, f.seq",
         )
         grouped: dict[tuple[str, int], list[Any]] = {}
         for row in fks:
