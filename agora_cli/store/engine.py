@@ -372,7 +372,7 @@ _MISSING = tuple(
         r"^table (?P<table>\S+) has no column named (?P<column>\S+)",
     )
 )
-_MISSING_CODES = {"42P01", "42703", 1146, 1054}
+_MISSING_CODES = {"42P01", "42703"}  # PostgreSQL; MySQL by errno below
 
 
 def _missing_object(exc: Any) -> str | None:
@@ -381,8 +381,8 @@ def _missing_object(exc: Any) -> str | None:
     such table/column"), else ``None``."""
     orig = getattr(exc, "orig", exc)
     args: tuple[Any, ...] = tuple(getattr(orig, "args", ()))
-    code = getattr(orig, "sqlstate", None) or (args[0] if args else None)
-    if code in (1146, 1054):
+    code = getattr(orig, "sqlstate", None)
+    if args and args[0] in (1146, 1054):  # PyMySQL: (errno, message), sqlstate beside
         message = str(args[1]) if len(args) > 1 else ""
     elif code in _MISSING_CODES or type(orig).__module__.startswith("sqlite3"):
         message = str(orig).strip().splitlines()[0] if str(orig).strip() else ""

@@ -258,11 +258,6 @@ def _orphan_reasons(conn: Connection, cat: SchemaCatalog, steps: list[Step]) -> 
             continue
         if step.fk.target not in cat.columns:
             continue
-        if dialect_name(conn) == "mysql":
-            child = cat.table_options.get(step.table, (None, None))[1]
-            parent = cat.table_options.get(step.fk.target, (None, None))[1]
-            if child != parent:
-                continue  # compared after the conversion, when adding the key fails (below)
         found = orphan_rows(conn, step.table, step.fk)
         if found is not None:
             reasons.append(found)
@@ -272,9 +267,11 @@ def _orphan_reasons(conn: Connection, cat: SchemaCatalog, steps: list[Step]) -> 
 def orphan_rows(conn: Connection, table: str, fk: ForeignKeyShape) -> str | None:
     """Describe the rows of ``table`` whose key ``fk`` names no row of its target, or ``None``.
 
-    On MySQL a case-insensitive collation would let ``'ABC'`` find ``'abc'``, which the binary
-    collation after adoption does not: the match is checked byte for byte too (``BINARY``,
-    trailing spaces aside, as ``PAD SPACE`` compares).
+    On MySQL, before a conversion, a case-insensitive collation would let ``'ABC'`` find
+    ``'abc'``, which the binary collation after it does not: the match is made in
+    ``utf8mb4_bin``, as the key will compare (the explicit collation wins, whatever either
+    table's, and the target's primary key is still used). Not ``p.id = c.x AND BINARY p.id =
+    BINARY c.x``: MariaDB propagates the first equality into the second and finds no orphan.
     """
     prep = conn.dialect.identifier_preparer
     col, target_col = fk.columns[0], fk.target_columns[0]
@@ -282,7 +279,7 @@ def orphan_rows(conn: Connection, table: str, fk: ForeignKeyShape) -> str | None
     p = f"p.{prep.quote(target_col)}"
     match = f"{p} = {c}"
     if dialect_name(conn) == "mysql":
-        match += f" AND BINARY RTRIM({p}) = BINARY RTRIM({c})"
+        match = f"{p} = CONVERT({c} USING utf8mb4) COLLATE utf8mb4_bin"
     sql = (
         f"SELECT COUNT(*), MIN({c}) FROM {prep.quote(table)} c WHERE {c} IS NOT NULL "
         f"AND NOT EXISTS (SELECT 1 FROM {prep.quote(fk.target)} p WHERE {match})"
