@@ -4,15 +4,20 @@
 and against a current schema does nothing else: no DDL, no lock. When something is missing it takes
 the session-level provisioning lock (PostgreSQL ``pg_try_advisory_lock``, MySQL ``GET_LOCK``
 salted with the database name; SQLite's ``BEGIN IMMEDIATE`` is its own lock), re-reads the
-catalog, and creates only what is still missing. It never drops, renames or rewrites anything.
+catalog, and does only what is still to do: create missing tables, columns and indexes, widen
+columns narrower than the schema, add foreign keys missing by shape, and with
+``convert_collation`` (MySQL) convert tables that are not InnoDB in ``utf8mb4_bin`` first. It never
+drops data, renames or narrows anything.
 
 Before any DDL it refuses (``SchemaDrift``, creating nothing) what it cannot build on: an expected
 index name already taken by another table's index (PostgreSQL and SQLite index names are
-schema-wide, and ``CREATE INDEX IF NOT EXISTS`` would silently skip it), and on MySQL an existing
-agent table that is not InnoDB in ``utf8mb4_bin`` (its foreign keys cannot be formed). Every lock
-wait of the DDL is bounded (``table_lock_timeout_s``, default 10 s): PostgreSQL ``lock_timeout``,
-MySQL ``lock_wait_timeout`` and ``innodb_lock_wait_timeout``, SQLite's busy timeout; past it,
-``LockTimeout`` names the table and, where the server can tell, the session holding it.
+schema-wide, and ``CREATE INDEX IF NOT EXISTS`` would silently skip it), a column of another type
+family, rows a foreign key to be added would reject, and on MySQL, unless asked to convert, an
+existing agent table that is not InnoDB in ``utf8mb4_bin`` (its foreign keys cannot be formed).
+Every lock wait of the DDL is bounded (``table_lock_timeout_s``, default 10 s): PostgreSQL
+``lock_timeout``, MySQL ``lock_wait_timeout`` and ``innodb_lock_wait_timeout``, SQLite's busy
+timeout; past it, ``LockTimeout`` names the table and, where the server can tell, the session
+holding it.
 
 Beside this module: ``live_schema`` reads the live catalog, ``ddl`` plans and compiles the
 statements, ``lock_waits`` bounds and explains lock waits. Their public names are re-exported
@@ -448,9 +453,10 @@ def _lost_race(exc: BaseException) -> bool:
     if cause is None:
         return False
     args: tuple[object, ...] = tuple(getattr(cause.orig, "args", ()))
-    # 1050/1060/1061/1826: already exists (table, column, key, foreign key); 1146: no such table
-    # (yet, on this node); 1213: aborted by a replicated statement; 1047: node not ready.
-    return bool(args) and args[0] in {1047, 1050, 1060, 1061, 1146, 1213, 1826}
+    # 1050/1060/1061/1826: already exists (table, column, key, foreign key); 1091: a key
+    # another node dropped first; 1146: no such table (yet, on this node); 1213: aborted by a
+    # replicated statement; 1047: node not ready.
+    return bool(args) and args[0] in {1047, 1050, 1060, 1061, 1091, 1146, 1213, 1826}
 
 
 def _apply_on(conn: Connection, dialect: Dialect, *, nested: bool, convert: bool) -> list[Step]:
