@@ -470,11 +470,11 @@ def _apply_on(conn: Connection, dialect: Dialect, *, nested: bool, convert: bool
             else:
                 conn.execute(step.element)
         except Exception as exc:
-            if not is_lock_wait(exc):
-                _raise_orphans(conn, step, exc, kept=i if dialect.name == "mysql" else 0)
-                raise
             # MySQL commits each DDL statement; elsewhere the caller's transaction undoes them.
             kept = i if dialect.name == "mysql" else 0
+            if not is_lock_wait(exc):
+                _raise_orphans(conn, step, exc, kept=kept, own=False)
+                raise
             raise lock_wait_error(conn, step, kept=kept) from exc
     return steps
 
@@ -494,7 +494,7 @@ def _apply_each(conn: Connection, dialect: Dialect, *, convert: bool) -> list[St
                 conn.rollback()
             if is_lock_wait(exc):
                 raise lock_wait_error(conn, step, kept=len(done)) from exc
-            _raise_orphans(conn, step, exc, kept=len(done))
+            _raise_orphans(conn, step, exc, kept=len(done), own=True)
             replanned = plan(read_catalog(conn), dialect, convert=convert)
             still = {(s.kind, s.table, s.name) for s in replanned}
             conn.rollback()
@@ -504,17 +504,22 @@ def _apply_each(conn: Connection, dialect: Dialect, *, convert: bool) -> list[St
     return done
 
 
-def _raise_orphans(conn: Connection, step: Step, exc: BaseException, *, kept: int) -> None:
-    """A foreign key refused because of rows that arrived (or became visible after a
-    conversion) since the check: say which, as the check before any DDL does."""
+def _raise_orphans(
+    conn: Connection, step: Step, exc: BaseException, *, kept: int, own: bool
+) -> None:
+    """A foreign key refused because of rows that arrived since the check before any DDL: say
+    which, as that check does. ``own``: the connection's transaction is provisioning's own, to
+    end; otherwise (a migration's) it is left to its owner, and an aborted one cannot tell."""
     if step.kind != "foreign_key" or step.fk is None:
         return
-    if conn.in_transaction():
+    if own and conn.in_transaction():
         conn.rollback()
     try:
         found = orphan_rows(conn, step.table, step.fk)
+    except Exception:
+        return  # the original error stands
     finally:
-        if conn.in_transaction():
+        if own and conn.in_transaction():
             conn.rollback()
     if found is not None:
         done = (

@@ -340,3 +340,36 @@ def test_a_missing_table_points_to_provision_too(empty_url: str, dialect: str, c
     (line,) = result.stderr.strip().splitlines()
     assert re.match(r"error: table \S*agent_model_pricing does not exist: ", line), line
     assert "run `agora db provision`" in line
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        "ENGINE=MyISAM DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        "ENGINE=InnoDB DEFAULT CHARSET=latin1",
+    ],
+    ids=["myisam", "latin1"],
+)
+def test_convert_collation_fixes_engine_and_character_set_too(
+    empty_url: str, dialect: str, options: str, cli: Any
+) -> None:
+    if dialect != "mysql":
+        pytest.skip("storage engines and table character sets are MySQL/MariaDB's")
+    engine = open_engine(empty_url)
+    _exec(
+        engine,
+        "CREATE TABLE agent_thread (id VARCHAR(191) PRIMARY KEY, actor_ref VARCHAR(191) NOT NULL,"
+        " title LONGTEXT NOT NULL, created_at BIGINT NOT NULL, updated_at BIGINT NOT NULL) "
+        + options,
+        "INSERT INTO agent_thread (id, actor_ref, title, created_at, updated_at)"
+        " VALUES ('t-old', 'alice', 'caf\u00e9', 1, 1)",
+    )
+    result = cli("db", "provision", "--convert-collation", "--db", empty_url, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert result.json()["converted_tables"] == ["agent_thread"]
+    assert cli("db", "check", "--db", empty_url).exit_code == 0
+    with engine.connect() as conn:
+        title = conn.execute(text("SELECT title FROM agent_thread")).scalar_one()
+        conn.rollback()
+    assert title == "caf\u00e9"
+    engine.dispose()
