@@ -64,6 +64,7 @@ from agora_cli.store.live_schema import (
     ForeignKeyShape,
     RowCount,
     SchemaCatalog,
+    foreign_keys_into,
     read_catalog,
     table_row_counts,
 )
@@ -201,7 +202,7 @@ def _refuse_unbuildable(
                 f"statement), or convert first with {by_hand} ({rewrites}), then provision again"
             )
         elif wrong:
-            reasons += _foreign_tables(cat, wrong)
+            reasons += _foreign_tables(conn, cat, wrong)
     if not reasons:
         reasons += _orphan_reasons(conn, cat, steps)
     if reasons:
@@ -236,12 +237,17 @@ def _expected(column: Column[Any], name: str) -> str:
     return expected_type_sql(column, compile_dialect(name))
 
 
-def _foreign_tables(cat: SchemaCatalog, wrong: list[str]) -> list[str]:
-    """Keys between a table to convert and a table agora does not convert (and that is not
-    already InnoDB in ``utf8mb4_bin``): re-creating them after the conversion would fail."""
+def _foreign_tables(conn: Connection, cat: SchemaCatalog, wrong: list[str]) -> list[str]:
+    """Keys from a table agora does not convert into a table it does: MySQL would refuse the
+    conversion (1833), and re-creating the key after it would fail on the other collation."""
     converting = set(wrong)
-    out = []
-    for child, fk in keys_around(cat, wrong):
+    out = [
+        f"foreign key {name} of {table} (not an agent table) references {target}: agora "
+        f"converts only its own tables; drop that key first"
+        for table, name, target in foreign_keys_into(conn)
+        if target in converting
+    ]
+    for child, fk in keys_around(cat, wrong):  # agent_* tables outside agora's schema
         other = fk.target if child in converting else child
         if other not in converting and not table_options_ok(
             cat.table_options.get(other, (None, None))

@@ -373,3 +373,25 @@ def test_convert_collation_fixes_engine_and_character_set_too(
         conn.rollback()
     assert title == "caf\u00e9"
     engine.dispose()
+
+
+def test_a_key_from_an_application_table_is_refused_before_any_change(
+    empty_url: str, dialect: str, cli: Any
+) -> None:
+    if dialect != "mysql":
+        pytest.skip("the conversion is MySQL/MariaDB's")
+    engine, _ = _upstream(empty_url)
+    _exec(
+        engine,
+        "CREATE TABLE app_note (id VARCHAR(255) PRIMARY KEY, thread_id VARCHAR(255),"
+        " CONSTRAINT app_note_thread_fk FOREIGN KEY (thread_id) REFERENCES agent_thread (id))"
+        " DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci",
+    )
+    before = _snapshot(engine)
+    result = cli("db", "provision", "--convert-collation", "--db", empty_url)
+    assert result.exit_code == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert "foreign key app_note_thread_fk of app_note" in line and "nothing was changed" in line
+    assert _snapshot(engine) == before
+    assert _keys(engine) == UPSTREAM_KEYS  # no key was dropped
+    engine.dispose()
