@@ -46,25 +46,41 @@ def provision(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the statements it would run; run none.")
     ] = False,
+    convert_collation: Annotated[
+        bool,
+        typer.Option(
+            "--convert-collation",
+            help=(
+                "MySQL/MariaDB: convert agent tables that are not InnoDB in utf8mb4_bin (as the "
+                "runtime's migrations make them), dropping their foreign keys first and "
+                "re-creating them after. Rewrites each such table, blocking its writes meanwhile."
+            ),
+        ),
+    ] = False,
     lock_timeout: LockTimeoutOpt = 10.0,
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Create or repair the agent tables, columns and indexes, idempotently.
+    """Create or repair the agent tables, columns, indexes and foreign keys, idempotently.
 
     Safe from many processes at once; against a current schema it issues no DDL and takes no
     lock. DDL waits at most --lock-timeout for another session's open transaction (SQLite: for
-    the database's write lock). Never drops or rewrites anything; refuses (exit 1, creating
-    nothing) an expected index name taken by another table, or a MySQL agent table that is not
-    InnoDB in utf8mb4_bin.
+    the database's write lock). Never drops data or narrows anything; widens columns narrower
+    than the schema (INT token counts to BIGINT, MySQL TEXT to LONGTEXT: each rewrites its
+    table). Refuses (exit 1, creating nothing) an expected index name taken by another table, a
+    column of another type, rows a foreign key to add would reject, or a MySQL agent table that
+    is not InnoDB in utf8mb4_bin unless --convert-collation is given.
 
-    Example: agora db provision --db postgresql://app@db.internal/app --lock-timeout 5 --json
+    Example: agora db provision --db mysql://root@db.internal/app --convert-collation --dry-run
     """
     from agora_cli.store.provision import ensure_agent_tables, table_lock_timeout
 
     seconds = table_lock_timeout(lock_timeout)
     report = ensure_agent_tables(
-        open_db(db, create=True), dry_run=dry_run, table_lock_timeout_s=seconds
+        open_db(db, create=True),
+        dry_run=dry_run,
+        table_lock_timeout_s=seconds,
+        convert_collation=convert_collation,
     )
     if as_json:
         emit_json(
@@ -73,6 +89,9 @@ def provision(
                 "created_tables": report.created_tables,
                 "added_columns": report.added_columns,
                 "created_indexes": report.created_indexes,
+                "converted_tables": report.converted_tables,
+                "widened_columns": report.widened_columns,
+                "added_foreign_keys": report.added_foreign_keys,
                 "statements": report.statements,
                 "already_current": report.already_current,
                 "sql": report.sql,
@@ -90,10 +109,19 @@ def provision(
         for statement in report.sql:
             console.print(statement + ";", markup=False)
         return
+    repaired = [
+        f"{len(items)} {what}"
+        for items, what in (
+            (report.converted_tables, "table(s) converted"),
+            (report.widened_columns, "column(s) widened"),
+            (report.added_foreign_keys, "foreign key(s) added"),
+        )
+        if items
+    ]
     console.print(
         f"Provisioned {report.dialect}: {len(report.created_tables)} table(s) created, "
         f"{len(report.added_columns)} column(s) added, {len(report.created_indexes)} index(es) "
-        f"created ({report.statements} statement(s))."
+        f"created{''.join(', ' + r for r in repaired)} ({report.statements} statement(s))."
     )
     for note in report.notes:
         say(f"note: {note}", style="yellow")
@@ -229,9 +257,10 @@ def check(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Compare the live schema with the expected one; exit 1 on any difference.
 
     Reports missing tables, columns, indexes and foreign keys (compared by shape, not name),
-    and on MySQL a wrong engine or collation. Extra indexes are not drift. On a Galera cluster
-    node, also what the cluster cannot replicate: tables without a primary key or not in
-    InnoDB, and binlog_format or membership problems.
+    columns narrower than the schema or of another type (wrong_type: INT token counts, MySQL
+    TEXT JSON), and on MySQL a wrong engine or collation. Extra indexes are not drift. On a
+    Galera cluster node, also what the cluster cannot replicate: tables without a primary key
+    or not in InnoDB, and binlog_format or membership problems.
 
     Example: agora db check --db mysql://root@127.0.0.1/app --json
     """
@@ -258,7 +287,9 @@ def check(db: DbOpt = None, as_json: JsonOpt = False) -> None:
             [Col("kind"), Col("table"), Col("detail")],
             title=f"{len(problems)} difference(s)",
         )
-        say("`agora db provision` adds what is missing (it never drops anything).")
+        convert = any(p.kind in ("wrong_collation", "wrong_engine") for p in problems)
+        flag = " --convert-collation" if convert else ""
+        say(f"`agora db provision{flag}` adds what is missing (it never drops anything).")
     if problems:
         raise typer.Exit(1)
 

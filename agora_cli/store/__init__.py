@@ -165,6 +165,7 @@ if TYPE_CHECKING:
     )
     from agora_cli.store.live_schema import (
         ESTIMATE_ABOVE,
+        ColumnType,
         ForeignKeyShape,
         RowCount,
         SchemaCatalog,
@@ -483,6 +484,7 @@ _EXPORTS: dict[str, str] = {
     "ClaimOutcome": "proposals",
     "ClaimResult": "proposals",
     "Clock": "clock",
+    "ColumnType": "live_schema",
     "Conflict": "errors",
     "CreateOutcome": "proposals",
     "CreateResult": "proposals",
@@ -929,6 +931,7 @@ __all__ = [
     "ClaimOutcome",
     "ClaimResult",
     "Clock",
+    "ColumnType",
     "Conflict",
     "CreateOutcome",
     "CreateResult",

@@ -1,7 +1,11 @@
 """The DDL of the agent schema: the steps that bring a live schema to the expected one.
 
-``plan`` compares a ``SchemaCatalog`` with the ``MetaData`` and returns the missing tables,
-columns and indexes as compiled statements; ``create_table_statements`` is the whole schema for a
+``plan`` compares a ``SchemaCatalog`` with the ``MetaData`` and returns, as compiled statements,
+the missing tables, columns and indexes, the columns to widen (``type_verdict``: an ``INT``
+token count to ``BIGINT``, MySQL ``TEXT`` JSON to ``LONGTEXT``; never narrower), the missing
+foreign keys (compared by shape, not name), and, when asked on MySQL, the conversion of tables
+that are not InnoDB in ``utf8mb4_bin`` with the foreign keys around them dropped first and
+re-created after (``conversion_steps``); ``create_table_statements`` is the whole schema for a
 dialect (what ``agora db sql`` prints) and ``revision_statements`` what one revision added (for
 offline ``agora db upgrade --sql``).
 """
@@ -9,21 +13,32 @@ offline ``agora db upgrade --sql``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from sqlalchemy import Column, ForeignKeyConstraint, Index, MetaData, Table
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Double,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.schema import CreateColumn, CreateIndex, CreateTable, ExecutableDDLElement
+from sqlalchemy.schema import DDL, CreateColumn, CreateIndex, CreateTable, ExecutableDDLElement
 
 from agora_cli.store.errors import (
     UnknownDialect,
 )
-from agora_cli.store.live_schema import SchemaCatalog
+from agora_cli.store.live_schema import ColumnType, ForeignKeyShape, SchemaCatalog
 from agora_cli.store.schema import (
     UPGRADE_COLUMNS,
     UPGRADE_INDEXES,
     UPGRADE_TABLES,
+    LongText,
     apply_mysql_options,
     metadata,
 )
@@ -35,14 +50,25 @@ __all__ = [
 ]
 
 
+StepKind = Literal[
+    "table", "column", "index", "widen", "foreign_key", "drop_foreign_key", "convert"
+]
+
+
 @dataclass(frozen=True)
 class Step:
-    kind: str  # table | column | index
+    """One statement of a plan. ``name`` is the column, index or constraint (the table for
+    ``table`` and ``convert``); ``fk`` the key a ``foreign_key``/``drop_foreign_key`` step is
+    about; ``doing`` says what it does, for a lock-wait error."""
+
+    kind: StepKind
     table: str
     name: str
     element: ExecutableDDLElement
     sql: str
     note: str | None = None
+    fk: ForeignKeyShape | None = None
+    doing: str | None = None
 
 
 def compile_dialect(name: str) -> Dialect:
@@ -111,8 +137,21 @@ def _add_column(table: Table, column: Column[Any], dialect: Dialect) -> Step:
     return Step("column", table.name, column.name, element, _sql(element, dialect), note)
 
 
-def plan(cat: SchemaCatalog, dialect: Dialect, meta: MetaData = metadata) -> list[Step]:
+def plan(
+    cat: SchemaCatalog, dialect: Dialect, meta: MetaData = metadata, *, convert: bool = False
+) -> list[Step]:
+    """The statements that bring ``cat`` to ``meta``, in an order that works.
+
+    With ``convert`` (MySQL), first the conversion of the tables that are not InnoDB in
+    ``utf8mb4_bin`` (``conversion_steps``). Then, table by table: create what is missing, add
+    columns, widen columns, create indexes; then the missing foreign keys of existing tables
+    (after every index, so that MySQL finds the index it needs). SQLite cannot add a foreign
+    key to an existing table, nor change a column's type: it plans neither.
+    """
     steps: list[Step] = []
+    if convert and dialect.name == "mysql":
+        steps += conversion_steps(cat, dialect)
+    fk_steps: list[Step] = []
     for table in meta.sorted_tables:
         live_columns = cat.columns.get(table.name)
         if live_columns is None:
@@ -122,11 +161,274 @@ def plan(cat: SchemaCatalog, dialect: Dialect, meta: MetaData = metadata) -> lis
         for column in table.columns:
             if column.name not in live_columns:
                 steps.append(_add_column(table, column, dialect))
+        widen = _widen(table, cat, dialect)
+        if widen is not None:
+            steps.append(widen)
         live_indexes = cat.indexes.get(table.name, set())
         for index in sorted_indexes(table):
             if index.name not in live_indexes:
                 steps.append(_create_index(index, dialect))
+        if dialect.name != "sqlite":
+            live_fks = cat.foreign_keys.get(table.name, [])
+            for fk in table.foreign_key_constraints:
+                if not any(same_shape(fk, s) for s in live_fks):
+                    shape = expected_shape(fk)
+                    fk_steps.append(_add_foreign_key(table, shape, shape.name, dialect))
+    return steps + fk_steps
+
+
+def _raw(sql: str) -> ExecutableDDLElement:
+    """A statement agora wrote itself (names quoted by the dialect's preparer)."""
+    return DDL(sql)  # type: ignore[no-untyped-call]
+
+
+# --- foreign keys -------------------------------------------------------------------------------
+
+
+def expected_shape(fk: ForeignKeyConstraint) -> ForeignKeyShape:
+    return ForeignKeyShape(
+        tuple(e.parent.name for e in fk.elements),
+        fk.elements[0].column.table.name,
+        tuple(e.column.name for e in fk.elements),
+        fk.ondelete.upper() if fk.ondelete else None,
+        str(fk.name),
+    )
+
+
+def same_shape(fk: ForeignKeyConstraint, live: ForeignKeyShape) -> bool:
+    """Whether ``live`` joins the same columns to the same target (``ON DELETE`` aside)."""
+    want = expected_shape(fk)
+    return (live.columns, live.target, live.target_columns) == (
+        want.columns,
+        want.target,
+        want.target_columns,
+    )
+
+
+def describe_fk(table: str, fk: ForeignKeyShape) -> str:
+    return f"{table}({', '.join(fk.columns)}) -> {fk.target}({', '.join(fk.target_columns)})"
+
+
+def _add_foreign_key(
+    table: Table | str, fk: ForeignKeyShape, name: str | None, dialect: Dialect
+) -> Step:
+    prep = dialect.identifier_preparer
+    table_name = table if isinstance(table, str) else table.name
+    constraint = name or f"{table_name}_{'_'.join(fk.columns)}_fk"
+    cols = ", ".join(prep.quote(c) for c in fk.columns)
+    target_cols = ", ".join(prep.quote(c) for c in fk.target_columns)
+    sql = (
+        f"ALTER TABLE {prep.quote(table_name)} ADD CONSTRAINT {prep.quote(constraint)} "
+        f"FOREIGN KEY ({cols}) REFERENCES {prep.quote(fk.target)} ({target_cols})"
+        + (f" ON DELETE {fk.on_delete}" if fk.on_delete else "")
+    )
+    return Step(
+        "foreign_key",
+        table_name,
+        constraint,
+        _raw(sql),
+        sql,
+        fk=fk,
+        doing=f"to add foreign key {describe_fk(table_name, fk)}",
+    )
+
+
+def _drop_foreign_key(table: str, fk: ForeignKeyShape, dialect: Dialect) -> Step:
+    prep = dialect.identifier_preparer
+    sql = f"ALTER TABLE {prep.quote(table)} DROP FOREIGN KEY {prep.quote(str(fk.name))}"
+    return Step(
+        "drop_foreign_key",
+        table,
+        str(fk.name),
+        _raw(sql),
+        sql,
+        fk=fk,
+        doing=f"to drop foreign key {fk.name} of {table} before converting",
+    )
+
+
+# --- MySQL: engine and collation ----------------------------------------------------------------
+
+CONVERT_CLAUSE = "ENGINE=InnoDB, CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+
+
+def table_options_ok(options: tuple[str | None, str | None]) -> bool:
+    engine, collation = options
+    return str(engine).lower() == "innodb" and collation == "utf8mb4_bin"
+
+
+def tables_to_convert(cat: SchemaCatalog, meta: MetaData = metadata) -> list[str]:
+    """The existing agent tables (MySQL) that are not InnoDB in ``utf8mb4_bin``."""
+    return [
+        t.name
+        for t in meta.sorted_tables
+        if t.name in cat.table_options and not table_options_ok(cat.table_options[t.name])
+    ]
+
+
+def keys_around(cat: SchemaCatalog, tables: list[str]) -> list[tuple[str, ForeignKeyShape]]:
+    """The foreign keys from or to ``tables``: MySQL refuses to change the collation of a
+    column a foreign key uses (errors 1832/1833, even with ``foreign_key_checks=0``)."""
+    wrong = set(tables)
+    return [
+        (child, fk)
+        for child in sorted(cat.foreign_keys)
+        for fk in cat.foreign_keys[child]
+        if child in wrong or fk.target in wrong
+    ]
+
+
+def conversion_steps(cat: SchemaCatalog, dialect: Dialect) -> list[Step]:
+    """Drop the foreign keys around the tables to convert, convert each, re-create the keys.
+
+    Each statement commits on its own (MySQL DDL). Re-planning after a crash midway finds the
+    tables still to convert and the keys still there; a key dropped before the crash is added
+    back by ``plan`` as a missing one (agora's name when it is one of agora's keys).
+    """
+    tables = tables_to_convert(cat)
+    if not tables:
+        return []
+    prep = dialect.identifier_preparer
+    keys = keys_around(cat, tables)
+    steps = [_drop_foreign_key(child, fk, dialect) for child, fk in keys]
+    for t in tables:
+        sql = f"ALTER TABLE {prep.quote(t)} {CONVERT_CLAUSE}"
+        engine, collation = cat.table_options[t]
+        steps.append(
+            Step(
+                "convert",
+                t,
+                t,
+                _raw(sql),
+                sql,
+                note=f"{t} was converted from ENGINE={engine} {collation} (the table was "
+                "rewritten)",
+                doing=f"to convert table {t} to InnoDB utf8mb4_bin",
+            )
+        )
+    steps += [_add_foreign_key(child, fk, fk.name, dialect) for child, fk in keys]
     return steps
+
+
+# --- column types -------------------------------------------------------------------------------
+
+# Integer and float widths, text capacities: a live column below the expected rank is widened.
+_INT_RANK = {
+    "tinyint": 1, "int1": 1, "smallint": 2, "int2": 2, "mediumint": 3, "int": 4, "integer": 4,
+    "int4": 4, "bigint": 8, "int8": 8,
+}  # fmt: skip
+_FLOAT_RANK = {"float": 4, "real": 4, "float4": 4, "double": 8, "double precision": 8, "float8": 8}
+_MYSQL_TEXT_RANK = {
+    "char": 0, "varchar": 0, "tinytext": 1, "text": 2, "mediumtext": 3, "longtext": 4,
+}  # fmt: skip
+_PG_TEXT_RANK = {"bpchar": 0, "varchar": 0, "text": 4}
+
+TypeVerdict = Literal["ok", "widen", "wrong"]
+
+
+def _expected_kind(column: Column[Any], dialect: str) -> tuple[str, int] | None:
+    """The family and rank ``column`` needs on ``dialect``; ``None``: its type is not compared
+    (identity ``VARCHAR(255)`` columns)."""
+    t = column.type
+    if isinstance(t, BigInteger):
+        return ("int", 8)
+    if isinstance(t, Integer):
+        return ("int", 4)
+    if isinstance(t, Double):
+        return ("float", 8)
+    if isinstance(t, type(LongText)):
+        return ("text", 4)
+    if isinstance(t, Text):
+        return ("text", 2 if dialect == "mysql" else 4)
+    return None
+
+
+def _live_kind(live: ColumnType, dialect: str) -> tuple[str, int] | None:
+    name = live.name
+    if name in _INT_RANK:
+        return ("int", _INT_RANK[name])
+    if name in _FLOAT_RANK:
+        return ("float", _FLOAT_RANK[name])
+    ranks = _MYSQL_TEXT_RANK if dialect == "mysql" else _PG_TEXT_RANK
+    if name in ranks:
+        return ("text", ranks[name])
+    return None
+
+
+def sqlite_affinity(declared: str) -> str:
+    """SQLite's affinity of a declared type (its documented rules, in order)."""
+    d = declared.upper()
+    if "INT" in d:
+        return "INTEGER"
+    if any(w in d for w in ("CHAR", "CLOB", "TEXT")):
+        return "TEXT"
+    if "BLOB" in d or not d:
+        return "BLOB"
+    if any(w in d for w in ("REAL", "FLOA", "DOUB")):
+        return "REAL"
+    return "NUMERIC"
+
+
+_SQLITE_AFFINITY = {"int": {"INTEGER", "NUMERIC"}, "float": {"REAL", "NUMERIC"}, "text": {"TEXT"}}
+
+
+def type_verdict(column: Column[Any], live: ColumnType | None, dialect: str) -> TypeVerdict:
+    """``ok``, ``widen`` (the live type holds less: provisioning widens it) or ``wrong`` (another
+    family: a text token count, a decimal price; provisioning refuses to guess).
+
+    SQLite's types are affinities: an ``INTEGER`` column holds 64-bit integers whatever its
+    declared width, so only an affinity that stores the value differently is ``wrong``; SQLite
+    cannot change a column's type, so nothing there is ``widen``.
+    """
+    want = _expected_kind(column, dialect)
+    if want is None or live is None:
+        return "ok"
+    if dialect == "sqlite":
+        return "ok" if sqlite_affinity(live.name) in _SQLITE_AFFINITY[want[0]] else "wrong"
+    have = _live_kind(live, dialect)
+    if have is None or have[0] != want[0]:
+        return "wrong"
+    return "ok" if have[1] >= want[1] else "widen"
+
+
+def expected_type_sql(column: Column[Any], dialect: Dialect) -> str:
+    return str(column.type.compile(dialect=dialect))
+
+
+def _widen(table: Table, cat: SchemaCatalog, dialect: Dialect) -> Step | None:
+    """One ``ALTER TABLE`` widening every column of ``table`` that holds less than it should
+    (one rewrite of the table, not one per column); nullability is kept as it is live."""
+    if dialect.name == "sqlite":
+        return None
+    live_types = cat.column_types.get(table.name, {})
+    prep = dialect.identifier_preparer
+    clauses: list[str] = []
+    names: list[str] = []
+    for column in table.columns:
+        live = live_types.get(column.name)
+        if live is None or type_verdict(column, live, dialect.name) != "widen":
+            continue
+        names.append(column.name)
+        new_type = expected_type_sql(column, dialect)
+        if dialect.name == "mysql":
+            default = ""
+            if column.server_default is not None:
+                default = f" DEFAULT {column.server_default.arg.text}"  # type: ignore[attr-defined]
+            null = "NULL" if live.nullable else "NOT NULL"
+            clauses.append(f"MODIFY COLUMN {prep.quote(column.name)} {new_type} {null}{default}")
+        else:
+            clauses.append(f"ALTER COLUMN {prep.quote(column.name)} TYPE {new_type}")
+    if not clauses:
+        return None
+    sql = f"ALTER TABLE {prep.quote(table.name)} " + ", ".join(clauses)
+    return Step(
+        "widen",
+        table.name,
+        ", ".join(names),
+        _raw(sql),
+        sql,
+        doing=f"to widen {', '.join(f'{table.name}.{n}' for n in names)}",
+    )
 
 
 def sorted_indexes(table: Table) -> list[Index]:

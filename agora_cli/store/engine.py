@@ -35,6 +35,7 @@ from agora_cli.store.errors import (
     DatabaseError,
     DatabaseUnreachable,
     InvalidInput,
+    SchemaDrift,
     UnknownDialect,
 )
 from agora_cli.store.masking import mask_url, remember_url, scrub, url_password
@@ -343,10 +344,12 @@ def translate_error(exc: BaseException, url: str | None = None) -> AgoraError | 
         where = f" to {mask_url(url)}" if url else ""
         return DatabaseUnreachable(f"lost the connection{where}: {_first_line(exc, url)}")
     if isinstance(exc, sa_exc.DBAPIError):
-        if _is_missing_table(exc):
-            return DatabaseError(
-                f"{_first_line(exc, url)}: the agent schema is missing or incomplete; "
-                "run `agora db provision` (or `agora db upgrade`)"
+        missing = _missing_object(exc)
+        if missing is not None:
+            return SchemaDrift(
+                f"{missing} does not exist: this database's agent schema is missing or "
+                "incomplete (not provisioned yet, or made by another writer); run `agora db "
+                "provision` (`agora db check` lists what differs)"
             )
         return DatabaseError(f"the database refused a statement: {_first_line(exc, url)}")
     if isinstance(exc, sa_exc.ArgumentError | sa_exc.NoSuchModuleError):
@@ -354,14 +357,46 @@ def translate_error(exc: BaseException, url: str | None = None) -> AgoraError | 
     return None
 
 
-def _is_missing_table(exc: Any) -> bool:
+# What each driver says when a statement names a table or column the database lacks (the
+# column as the driver gives it: "m.seq" when the statement aliased the table).
+_MISSING = tuple(
+    re.compile(p)
+    for p in (
+        r'relation "(?P<table>[^"]+)" does not exist',  # PostgreSQL 42P01
+        r'column "?(?P<column>[^" ]+)"? of relation "(?P<table>[^"]+)" does not exist',  # 42703
+        r'column "?(?P<column>[^" ]+)"? does not exist',
+        r"Table '(?:[^'.]+\.)?(?P<table>[^']+)' doesn't exist",  # MySQL 1146
+        r"Unknown column '(?P<column>[^']+)'",  # MySQL 1054
+        r"^no such table: (?P<table>\S+)",  # SQLite
+        r"^no such column: (?P<column>\S+)",
+        r"^table (?P<table>\S+) has no column named (?P<column>\S+)",
+    )
+)
+_MISSING_CODES = {"42P01", "42703"}  # PostgreSQL; MySQL by errno below
+
+
+def _missing_object(exc: Any) -> str | None:
+    """``table agent_budget`` or ``column agent_message.seq`` when the driver says a statement
+    named something the database lacks (PostgreSQL 42P01/42703, MySQL 1146/1054, SQLite's "no
+    such table/column"), else ``None``."""
     orig = getattr(exc, "orig", exc)
-    if getattr(orig, "sqlstate", None) == "42P01":  # PostgreSQL undefined_table
-        return True
-    args = getattr(orig, "args", ())
-    if args and args[0] == 1146:  # MySQL ER_NO_SUCH_TABLE
-        return True
-    return "no such table" in str(orig).lower()
+    args: tuple[Any, ...] = tuple(getattr(orig, "args", ()))
+    code = getattr(orig, "sqlstate", None)
+    if args and args[0] in (1146, 1054):  # PyMySQL: (errno, message), sqlstate beside
+        message = str(args[1]) if len(args) > 1 else ""
+    elif code in _MISSING_CODES or type(orig).__module__.startswith("sqlite3"):
+        message = str(orig).strip().splitlines()[0] if str(orig).strip() else ""
+    else:
+        return None
+    for pattern in _MISSING:
+        found = pattern.search(message)
+        if found is not None:
+            named = found.groupdict()
+            if named.get("column"):
+                table = f"{named['table']}." if named.get("table") else ""
+                return f"column {table}{named['column']}"
+            return f"table {named['table']}"
+    return None
 
 
 def _is_connection_error(exc: Any) -> bool:

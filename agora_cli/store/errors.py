@@ -7,7 +7,8 @@ SQLAlchemy or httpx. Driver and HTTP errors are translated into this tree once, 
     AgoraError                      exit 1  the command ran; the answer is negative
     ├── NotFound                    exit 1  no such object (in that scope)
     ├── Conflict                    exit 1  the object exists with other content
-    ├── SchemaDrift                 exit 1  the live schema differs from the expected one
+    ├── SchemaDrift                 exit 1  the live schema differs from the expected one (a table
+    │                                       or column a statement needs is missing, too)
     ├── ModelNotInCatalog           exit 1  a provider/model is missing, or has no price
     ├── ForwardOnlyMigration        exit 1  a downgrade of a forward-only revision
     ├── DemoRefused                 exit 1  the demo would write into a database with data

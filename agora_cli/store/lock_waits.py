@@ -154,6 +154,8 @@ def is_lock_wait(exc: BaseException) -> bool:
 
 
 def _describe(step: Step) -> str:
+    if step.doing:
+        return step.doing
     if step.kind == "table":
         return f"to create table {step.table}"
     if step.kind == "column":
@@ -163,6 +165,8 @@ def _describe(step: Step) -> str:
 
 def _locked_tables(step: Step) -> list[str]:
     """The tables whose locks ``step`` waits on: a new table waits on its foreign keys' targets."""
+    if step.fk is not None and step.kind == "foreign_key":
+        return [step.table, step.fk.target]  # adding a key locks its target too
     if step.kind != "table":
         return [step.table]
     targets = [

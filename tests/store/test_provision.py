@@ -70,7 +70,8 @@ def test_second_run_issues_no_ddl_and_takes_no_lock(engine: Any) -> None:
     assert not [s for s in seen if any(w in s for w in LOCK_WORDS)]
     assert not [s for s in seen if "lock_timeout" in s or "lock_wait_timeout" in s]
     catalog_queries = [s for s in seen if "SELECT" in s.upper()]
-    assert len(catalog_queries) == 2  # columns and indexes; engine options only before DDL
+    # columns (with their types, and MySQL's engine and collation), indexes, foreign keys
+    assert len(catalog_queries) == 3
 
 
 def test_repairs_missing_columns_and_indexes_and_keeps_data(empty_url: str, dialect: str) -> None:
@@ -246,6 +247,7 @@ def test_check_names_every_kind_of_drift(empty_url: str, dialect: str, cli: Any)
         expected |= {
             ("wrong_engine", "agent_stream_frame"),
             ("wrong_collation", "agent_model_pricing"),
+            ("wrong_type", "agent_genui_call"),  # props re-created as TEXT, not LONGTEXT
         }
     assert found == expected
     # the table view says the same, on stdout, and still exits 1
