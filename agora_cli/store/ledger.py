@@ -27,6 +27,7 @@ from agora_cli.store.clock import DAY_MS, day_start_ms, day_window, month_window
 from agora_cli.store.engine import dialect_name
 from agora_cli.store.errors import InvalidInput
 from agora_cli.store.fold import fold_filter, raw_filter, rollup_covers, window_parts
+from agora_cli.store.ledger_tenant import effective_tenant, ledger_with_threads, tenant_is
 from agora_cli.store.schema import token_usage, usage_daily, usage_model_daily
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.values import (
@@ -63,12 +64,7 @@ __all__ = [
 ]
 
 _EPOCH = date(1970, 1, 1)
-_KEY_COLUMNS = {
-    "model": "model_id",
-    "actor": "actor_ref",
-    "tenant": "tenant_ref",
-    "thread": "thread_id",
-}
+_KEY_COLUMNS = {"model": "model_id", "actor": "actor_ref", "thread": "thread_id"}
 
 
 @dataclass(frozen=True)
@@ -191,8 +187,8 @@ def _filtered(
     q = q.where(token_usage.c.created_at.between(from_ms, to_ms))
     if check_optional_identity("actor", actor) is not None:
         q = q.where(exact_eq(token_usage.c.actor_ref, actor))
-    if check_optional_identity("tenant", tenant) is not None:
-        q = q.where(exact_eq(token_usage.c.tenant_ref, tenant))
+    if tenant is not None:
+        q = q.where(tenant_is(check_identity("tenant", tenant)))
     if check_optional_identity("model", model) is not None:
         q = q.where(exact_eq(token_usage.c.model_id, model))
     return q
@@ -345,13 +341,19 @@ def _raw_groups(
     keys: list[ColumnElement[Any]] = []
     if time:
         keys.append(_day_bucket(conn).label("day"))
-    if dim:
+    if dim == "tenant":  # the row's own tenant, else its thread's (ledger_tenant.py)
+        keys.append(effective_tenant().label("key"))
+    elif dim:
         keys.append(u[_KEY_COLUMNS[dim]].label("key"))
     q = select(*keys, *_spend_measures(provider_cost_only)).group_by(*(k.element for k in keys))
+    if dim == "tenant":
+        q = q.select_from(ledger_with_threads())
     q = q.where(where)
-    for name, column in (("actor", u.actor_ref), ("tenant", u.tenant_ref), ("model", u.model_id)):
+    for name, column in (("actor", u.actor_ref), ("model", u.model_id)):
         if filters[name] is not None:
             q = q.where(exact_eq(column, filters[name]))
+    if filters["tenant"] is not None:
+        q = q.where(tenant_is(filters["tenant"]))
     return [_as_group(r, time=time, dim=dim) for r in conn.execute(q)]
 
 
