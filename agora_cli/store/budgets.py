@@ -12,7 +12,8 @@ unpriced rows are counted, never summed as free. A budget is ``exhausted`` when 
 reached (used ≥ limit), ``warning`` when the used share of a limit reaches ``warn_at``, else
 ``ok``. Each (scope, period) is one indexed ``SUM``: the actor's ``(actor_ref, created_at)``
 index, the tenant's ``(tenant_ref, created_at)`` index (revision 0004), or for the global scope
-the ``created_at`` index.
+the ``created_at`` index. A ledger row's tenant is its own ``tenant_ref``, else its thread's
+(``ledger_tenant.py``): the runtime writes its rows with none.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ that differs from the SELECT only by a bound parameter), and months are folded f
 ``quota`` is one ``SUM`` per window over ``agent_token_usage_actor_created_idx``: one row fetched
 per window, never the window's ledger.
 
+A row's tenant — ``--by tenant``, a tenant filter — is its own ``tenant_ref``, else its thread's
+(``ledger_tenant.py``): the runtime writes its rows with none.
+
 Unknown cost is never free: ``cost_usd`` sums known costs only and is ``None`` for a group whose
 rows are all unpriced, and ``unpriced_turns`` counts the rows without a cost. Cache tokens are
 subsets of ``input_tokens`` and are never added to it again.
