@@ -35,7 +35,6 @@ from agora_cli.store.ledger_tenant import (
     inherits_tenant,
     ledger_with_threads,
     tenant_in,
-    tenant_is,
 )
 from agora_cli.store.schema import budget as b
 from agora_cli.store.schema import token_usage as u
@@ -353,10 +352,19 @@ def _sums(
     column = columns[kind]
     raw_tenant = source == "raw" and kind == "tenant"
     if len(refs) == 1:
-        match = tenant_is(refs[0]) if raw_tenant else exact_eq(column, refs[0])
-        q = select(*measures).where(where, match)
-        tokens, usd, unpriced = conn.execute(q).one()
-        return {refs[0]: (int(tokens), float(usd), int(unpriced))}
+        # A tenant's raw rows in two statements, the rows carrying it and those inheriting it
+        # from a thread: each is a range of its own index, where one statement OR-ing them is
+        # read by MariaDB as every NULL-tenant entry of the index (ref_or_null; RESULTS.md).
+        matches = (
+            [exact_eq(u.c.tenant_ref, refs[0]), inherits_tenant(refs[0])]
+            if raw_tenant
+            else [exact_eq(column, refs[0])]
+        )
+        total: Sums = (0, 0.0, 0)
+        for match in matches:
+            tokens, usd, unpriced = conn.execute(select(*measures).where(where, match)).one()
+            total = (total[0] + int(tokens), total[1] + float(usd), total[2] + int(unpriced))
+        return {refs[0]: total}
     out: dict[str, Sums] = {}
     padded = dialect_name(conn) == "mysql"
     for chunk in (refs[i : i + 500] for i in range(0, len(refs), 500)):

@@ -30,7 +30,12 @@ from agora_cli.store.clock import DAY_MS, day_start_ms, day_window, month_window
 from agora_cli.store.engine import dialect_name
 from agora_cli.store.errors import InvalidInput
 from agora_cli.store.fold import fold_filter, raw_filter, rollup_covers, window_parts
-from agora_cli.store.ledger_tenant import effective_tenant, ledger_with_threads, tenant_is
+from agora_cli.store.ledger_tenant import (
+    effective_tenant,
+    inherits_tenant,
+    ledger_with_threads,
+    tenant_is,
+)
 from agora_cli.store.schema import token_usage, usage_daily, usage_model_daily
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.values import (
@@ -355,9 +360,16 @@ def _raw_groups(
     for name, column in (("actor", u.actor_ref), ("model", u.model_id)):
         if filters[name] is not None:
             q = q.where(exact_eq(column, filters[name]))
-    if filters["tenant"] is not None:
-        q = q.where(tenant_is(filters["tenant"]))
-    return [_as_group(r, time=time, dim=dim) for r in conn.execute(q)]
+    tenant = filters["tenant"]
+    if tenant is None:
+        return [_as_group(r, time=time, dim=dim) for r in conn.execute(q)]
+    # The rows carrying the tenant and those inheriting it from their thread, one statement
+    # each: each reads a range of its own index (see budgets._sums); merged by key.
+    return _merge(
+        _as_group(r, time=time, dim=dim)
+        for match in (exact_eq(u.tenant_ref, tenant), inherits_tenant(tenant))
+        for r in conn.execute(q.where(match))
+    )
 
 
 def _fold_groups(
