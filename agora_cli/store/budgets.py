@@ -35,6 +35,7 @@ from agora_cli.store.ledger_tenant import (
     inherits_tenant,
     ledger_with_threads,
     tenant_in,
+    window_first,
 )
 from agora_cli.store.schema import budget as b
 from agora_cli.store.schema import token_usage as u
@@ -361,8 +362,9 @@ def _sums(
             else [exact_eq(column, refs[0])]
         )
         total: Sums = (0, 0.0, 0)
-        for match in matches:
-            tokens, usd, unpriced = conn.execute(select(*measures).where(where, match)).one()
+        for n, match in enumerate(matches):
+            q = select(*measures).where(where, match)
+            tokens, usd, unpriced = conn.execute(window_first(q) if n else q).one()
             total = (total[0] + int(tokens), total[1] + float(usd), total[2] + int(unpriced))
         return {refs[0]: total}
     out: dict[str, Sums] = {}

@@ -35,6 +35,7 @@ from agora_cli.store.ledger_tenant import (
     inherits_tenant,
     ledger_with_threads,
     tenant_is,
+    window_first,
 )
 from agora_cli.store.schema import token_usage, usage_daily, usage_model_daily
 from agora_cli.store.sqlexpr import exact_eq
@@ -365,10 +366,11 @@ def _raw_groups(
         return [_as_group(r, time=time, dim=dim) for r in conn.execute(q)]
     # The rows carrying the tenant and those inheriting it from their thread, one statement
     # each: each reads a range of its own index (see budgets._sums); merged by key.
+    own, inherited = q.where(exact_eq(u.tenant_ref, tenant)), q.where(inherits_tenant(tenant))
     return _merge(
         _as_group(r, time=time, dim=dim)
-        for match in (exact_eq(u.tenant_ref, tenant), inherits_tenant(tenant))
-        for r in conn.execute(q.where(match))
+        for stmt in (own, window_first(inherited))
+        for r in conn.execute(stmt)
     )
 
 
