@@ -13,12 +13,16 @@ PostgreSQL row-level security a session with no tenant set could not write the f
 tenanted row. The fold stores the effective tenant (``agent_usage_daily.tenant_key``), so folded
 reads stay join-free; only the raw part of a window (unfolded days, today) pays for the join.
 
-**Index-friendly.** A tenant filter is ``tenant_ref = T OR (tenant_ref IS NULL AND thread_id IN
-(SELECT id FROM agent_thread WHERE tenant_ref = T))``: with the window's ``created_at`` range both
-arms are ranges of ``agent_token_usage_tenant_created_idx`` — ``(T, window)`` and ``(NULL,
-window)`` — and the threads come from ``agent_thread_tenant_actor_idx``. A grouping by tenant
-outer-joins ``agent_thread`` only for the rows whose own ``tenant_ref`` is NULL (the condition is
-in the join's ``ON``). Plans and costs: ``tests/bench/RESULTS.md``, "The effective tenant".
+**Index-friendly.** A tenant's raw rows are read in two statements, summed or merged by the
+caller: the rows carrying it (``tenant_is``'s first arm: ``(tenant_ref, created_at)``, as
+before) and the rows inheriting it (``inherits_tenant``: ``tenant_ref IS NULL AND thread_id IN
+(SELECT id FROM agent_thread WHERE tenant_ref = T)``). One statement OR-ing the two is read by
+MariaDB as every NULL-tenant entry of the index (``ref_or_null``); alone, the second is driven
+from the tenant's threads through ``agent_token_usage_thread_idx`` — all their history — so on
+MySQL/MariaDB ``window_first`` forces the window's ``(NULL, window)`` range instead. A grouping
+by tenant outer-joins ``agent_thread`` only for the rows whose own ``tenant_ref`` is NULL (the
+condition is in the join's ``ON``). Plans and costs: ``tests/bench/RESULTS.md``, "The
+effective tenant".
 
 A thread's tenant is taken as fixed (neither runtime changes it). If one is changed, rows of
 days already folded keep the tenant they were folded with until the days are refolded (``agora
