@@ -44,7 +44,11 @@ def quota(
     ] = None,
     tenant: Annotated[
         str | None,
-        typer.Option("--tenant", help="The tenant whose windows to show.", show_default=False),
+        typer.Option(
+            "--tenant",
+            help="The tenant whose windows to show (a ledger row's own tenant, else its thread's).",
+            show_default=False,
+        ),
     ] = None,
     every: Annotated[
         bool, typer.Option("--all", help="Every saved budget, of every scope (for cron).")

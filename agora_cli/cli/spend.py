@@ -117,7 +117,12 @@ def spend(
         str | None, typer.Option("--actor", help="Only this actor.", show_default=False)
     ] = None,
     tenant: Annotated[
-        str | None, typer.Option("--tenant", help="Only this tenant.", show_default=False)
+        str | None,
+        typer.Option(
+            "--tenant",
+            help="Only this tenant (a row's own tenant, else its thread's).",
+            show_default=False,
+        ),
     ] = None,
     model: Annotated[
         str | None,

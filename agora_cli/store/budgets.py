@@ -12,7 +12,8 @@ unpriced rows are counted, never summed as free. A budget is ``exhausted`` when 
 reached (used ≥ limit), ``warning`` when the used share of a limit reaches ``warn_at``, else
 ``ok``. Each (scope, period) is one indexed ``SUM``: the actor's ``(actor_ref, created_at)``
 index, the tenant's ``(tenant_ref, created_at)`` index (revision 0004), or for the global scope
-the ``created_at`` index.
+the ``created_at`` index. A ledger row's tenant is its own ``tenant_ref``, else its thread's
+(``ledger_tenant.py``): the runtime writes its rows with none.
 """
 
 from __future__ import annotations
@@ -29,6 +30,13 @@ from agora_cli.store.engine import dialect_name
 from agora_cli.store.errors import Conflict, InvalidInput
 from agora_cli.store.fold import fold_filter, raw_filter, rollup_covers, window_parts
 from agora_cli.store.ids import new_hex_id
+from agora_cli.store.ledger_tenant import (
+    effective_tenant,
+    inherits_tenant,
+    ledger_with_threads,
+    tenant_in,
+    window_first,
+)
 from agora_cli.store.schema import budget as b
 from agora_cli.store.schema import token_usage as u
 from agora_cli.store.schema import usage_daily as d
@@ -329,7 +337,8 @@ def _sums(
             func.coalesce(func.sum(cost), 0),
             func.count() - func.count(u.c.cost_usd),
         )
-        columns = {"actor": u.c.actor_ref, "tenant": u.c.tenant_ref}
+        # The tenant is the row's own, else its thread's (ledger_tenant.py).
+        columns = {"actor": u.c.actor_ref, "tenant": effective_tenant()}
     else:
         t = m if source == "rollup" else d  # the rollup has the same measures, no actor/tenant
         measures = (
@@ -342,10 +351,22 @@ def _sums(
         tokens, usd, unpriced = conn.execute(select(*measures).where(where)).one()
         return {"": (int(tokens), float(usd), int(unpriced))}
     column = columns[kind]
+    raw_tenant = source == "raw" and kind == "tenant"
     if len(refs) == 1:
-        q = select(*measures).where(where, exact_eq(column, refs[0]))
-        tokens, usd, unpriced = conn.execute(q).one()
-        return {refs[0]: (int(tokens), float(usd), int(unpriced))}
+        # A tenant's raw rows in two statements, the rows carrying it and those inheriting it
+        # from a thread: each is a range of its own index, where one statement OR-ing them is
+        # read by MariaDB as every NULL-tenant entry of the index (ref_or_null; RESULTS.md).
+        matches = (
+            [exact_eq(u.c.tenant_ref, refs[0]), inherits_tenant(refs[0])]
+            if raw_tenant
+            else [exact_eq(column, refs[0])]
+        )
+        total: Sums = (0, 0.0, 0)
+        for n, match in enumerate(matches):
+            q = select(*measures).where(where, match)
+            tokens, usd, unpriced = conn.execute(window_first(q) if n else q).one()
+            total = (total[0] + int(tokens), total[1] + float(usd), total[2] + int(unpriced))
+        return {refs[0]: total}
     out: dict[str, Sums] = {}
     padded = dialect_name(conn) == "mysql"
     for chunk in (refs[i : i + 500] for i in range(0, len(refs), 500)):
@@ -353,9 +374,11 @@ def _sums(
         size = func.length(column) if padded else literal_column("0")  # MySQL: bytes
         q = (
             select(column, size, *measures)
-            .where(where, column.in_(chunk))
+            .where(where, tenant_in(chunk) if raw_tenant else column.in_(chunk))
             .group_by(column, *([size] if padded else []))
         )
+        if raw_tenant:
+            q = q.select_from(ledger_with_threads())
         for value, nbytes, tokens, usd, unpriced in conn.execute(q):
             key = str(value)
             length = int(nbytes) if padded else len(key.encode())
@@ -613,5 +636,8 @@ def scope_has_usage(conn: Connection, *, scope_kind: str, scope_ref: str | None)
     if kind == "actor":
         q = q.where(exact_eq(u.c.actor_ref, ref))
     elif kind == "tenant":
-        q = q.where(exact_eq(u.c.tenant_ref, ref))
+        # Two indexed probes: the rows that carry the tenant, then those of its threads.
+        if conn.execute(q.where(exact_eq(u.c.tenant_ref, ref))).first() is not None:
+            return True
+        q = q.where(inherits_tenant(ref))
     return conn.execute(q).first() is not None

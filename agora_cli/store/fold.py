@@ -65,6 +65,7 @@ from sqlalchemy.schema import CreateTable
 from agora_cli.store.clock import DAY_MS, Clock, SystemClock
 from agora_cli.store.engine import dialect_name, retry_transient
 from agora_cli.store.errors import InvalidInput
+from agora_cli.store.ledger_tenant import effective_tenant, ledger_with_threads
 from agora_cli.store.schema import token_usage as u
 from agora_cli.store.schema import usage_daily as d
 from agora_cli.store.schema import usage_fold as f
@@ -351,14 +352,13 @@ def _claim_day(conn: Connection, day: int, now: int) -> str:
 def _day_groups(conn: Connection, day: int, now: int) -> Select[Any]:
     """The day's ledger rows grouped by (model, actor, tenant), as ``agent_usage_daily`` rows.
 
-    On MySQL the keys' lengths are grouped by too: its PAD SPACE collation would put ``'a'`` and
-    ``'a '`` in one group, and the fold's primary key then refuses the second of the two.
+    The tenant is the effective one (the row's own, else its thread's: ``ledger_tenant.py``), so
+    folded reads by tenant need no join. On MySQL the keys' lengths are grouped by too: its PAD
+    SPACE collation would put ``'a'`` and ``'a '`` in one group, and the fold's primary key then
+    refuses the second of the two.
     """
     lo = day * DAY_MS
-    # The empty string inlined: PostgreSQL refuses a GROUP BY that differs from the SELECT by a
-    # bound parameter.
-    tenant_key = func.coalesce(u.c.tenant_ref, literal_column("''"))
-    keys: list[ColumnElement[Any]] = [u.c.model_id, u.c.actor_ref, tenant_key]
+    keys: list[ColumnElement[Any]] = [u.c.model_id, u.c.actor_ref, _tenant_key()]
     lengths = [func.char_length(k) for k in keys] if dialect_name(conn) == "mysql" else []
     return (
         select(
@@ -367,9 +367,17 @@ def _day_groups(conn: Connection, day: int, now: int) -> Select[Any]:
             *_measures(),
             literal_column(str(int(now)), BigInteger()),
         )
+        .select_from(ledger_with_threads())
         .where(u.c.created_at.between(lo, lo + DAY_MS - 1))
         .group_by(*keys, *lengths)
     )
+
+
+def _tenant_key() -> ColumnElement[Any]:
+    """A ledger row's ``tenant_key``: its effective tenant, ``''`` for none (select it from
+    ``ledger_with_threads()``). The empty string is inlined: PostgreSQL refuses a GROUP BY that
+    differs from the SELECT by a bound parameter."""
+    return func.coalesce(effective_tenant(), literal_column("''"))
 
 
 _FOLD_COLUMNS = [
@@ -585,52 +593,80 @@ def verify(
     )
 
 
-def _fold_day_sums(conn: Connection, t: Any, days: list[int]) -> dict[int, tuple[Any, ...]]:
-    """Per day of ``days[0]..days[-1]``: turns, tokens and cost of fold table ``t``."""
+Sums = tuple[int, int, float]  # turns, input + output tokens, known cost
+
+
+def _fold_sums(
+    conn: Connection, t: Any, days: list[int], *, by_tenant: bool
+) -> dict[tuple[int, str], Sums]:
+    """Per day of ``days[0]..days[-1]`` (and ``by_tenant``, per ``tenant_key``): turns, tokens
+    and cost of fold table ``t``."""
+    keys = [t.c.day, t.c.tenant_key] if by_tenant else [t.c.day]
     q = (
         select(
-            t.c.day,
+            *keys,
             func.sum(t.c.turns),
             func.sum(t.c.input_tokens + t.c.output_tokens),
             func.coalesce(func.sum(t.c.cost_usd), 0),
         )
         .where(t.c.day.between(days[0], days[-1]))
-        .group_by(t.c.day)
+        .group_by(*keys)
     )
-    return {int(r[0]): tuple(r[1:]) for r in conn.execute(q)}
+    width = len(keys)
+    return {
+        (int(r[0]), str(r[1]) if by_tenant else ""): (
+            int(r[width]),
+            int(r[width + 1]),
+            float(r[width + 2]),
+        )
+        for r in conn.execute(q)
+    }
+
+
+def _ledger_sums(conn: Connection, days: list[int]) -> dict[tuple[int, str], Sums]:
+    """Per day of ``days[0]..days[-1]`` and effective tenant (``''`` for none): the ledger's
+    turns, tokens and cost. On MySQL the tenant's length is grouped by too (PAD SPACE)."""
+    lo, hi = days[0] * DAY_MS, (days[-1] + 1) * DAY_MS - 1
+    keys = [day_bucket(conn), _tenant_key()]
+    lengths = [func.char_length(keys[1])] if dialect_name(conn) == "mysql" else []
+    q = (
+        select(
+            *keys,
+            func.count(),
+            func.coalesce(func.sum(u.c.input_tokens + u.c.output_tokens), 0),
+            func.coalesce(func.sum(u.c.cost_usd), 0),
+        )
+        .select_from(ledger_with_threads())
+        .where(u.c.created_at.between(lo, hi))
+        .group_by(*keys, *lengths)
+    )
+    return {(int(r[0]), str(r[1])): (int(r[2]), int(r[3]), float(r[4])) for r in conn.execute(q)}
+
+
+def _same(a: Sums, b: Sums) -> bool:
+    return a[0] == b[0] and a[1] == b[1] and abs(a[2] - b[2]) <= 1e-9 * max(1.0, abs(a[2]))
 
 
 def _mismatched(conn: Connection, days: list[int], *, rollup: bool) -> list[int]:
+    """The days whose fold differs from the ledger: per effective tenant in
+    ``agent_usage_daily`` (a day folded before the tenant was taken from the thread differs), per
+    day in the rollup."""
     if not days:
         return []
-    lo, hi = days[0] * DAY_MS, (days[-1] + 1) * DAY_MS - 1
-    bucket = day_bucket(conn)
-    raw = {
-        int(r[0]): tuple(r[1:])
-        for r in conn.execute(
-            select(
-                bucket,
-                func.count(),
-                func.coalesce(func.sum(u.c.input_tokens + u.c.output_tokens), 0),
-                func.coalesce(func.sum(u.c.cost_usd), 0),
-            )
-            .where(u.c.created_at.between(lo, hi))
-            .group_by(bucket)
-        )
-    }
-    folded = _fold_day_sums(conn, d, days)
-    rolled = _fold_day_sums(conn, m, days) if rollup else folded
-
-    def same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-        return (
-            int(a[0]) == int(b[0])
-            and int(a[1]) == int(b[1])
-            and abs(float(a[2]) - float(b[2])) <= 1e-9 * max(1.0, abs(float(a[2])))
-        )
-
-    bad = []
-    for day in days:
-        a = raw.get(day, (0, 0, 0.0))
-        if not same(a, folded.get(day, (0, 0, 0.0))) or not same(a, rolled.get(day, (0, 0, 0.0))):
-            bad.append(day)
-    return bad
+    raw = _ledger_sums(conn, days)
+    folded = _fold_sums(conn, d, days, by_tenant=True)
+    rolled = _fold_sums(conn, m, days, by_tenant=False) if rollup else None
+    zero: Sums = (0, 0, 0.0)
+    bad: set[int] = set()
+    for key in raw.keys() | folded.keys():
+        if not _same(raw.get(key, zero), folded.get(key, zero)):
+            bad.add(key[0])
+    if rolled is not None:
+        per_day: dict[tuple[int, str], Sums] = {}
+        for (day, _), (turns, tokens, cost) in raw.items():
+            old = per_day.get((day, ""), zero)
+            per_day[(day, "")] = (old[0] + turns, old[1] + tokens, old[2] + cost)
+        for key in per_day.keys() | rolled.keys():
+            if not _same(per_day.get(key, zero), rolled.get(key, zero)):
+                bad.add(key[0])
+    return sorted(bad & set(days))

@@ -8,6 +8,9 @@ that differs from the SELECT only by a bound parameter), and months are folded f
 ``quota`` is one ``SUM`` per window over ``agent_token_usage_actor_created_idx``: one row fetched
 per window, never the window's ledger.
 
+A row's tenant — ``--by tenant``, a tenant filter — is its own ``tenant_ref``, else its thread's
+(``ledger_tenant.py``): the runtime writes its rows with none.
+
 Unknown cost is never free: ``cost_usd`` sums known costs only and is ``None`` for a group whose
 rows are all unpriced, and ``unpriced_turns`` counts the rows without a cost. Cache tokens are
 subsets of ``input_tokens`` and are never added to it again.
@@ -27,6 +30,13 @@ from agora_cli.store.clock import DAY_MS, day_start_ms, day_window, month_window
 from agora_cli.store.engine import dialect_name
 from agora_cli.store.errors import InvalidInput
 from agora_cli.store.fold import fold_filter, raw_filter, rollup_covers, window_parts
+from agora_cli.store.ledger_tenant import (
+    effective_tenant,
+    inherits_tenant,
+    ledger_with_threads,
+    tenant_is,
+    window_first,
+)
 from agora_cli.store.schema import token_usage, usage_daily, usage_model_daily
 from agora_cli.store.sqlexpr import exact_eq, provider_cost
 from agora_cli.store.values import (
@@ -63,12 +73,7 @@ __all__ = [
 ]
 
 _EPOCH = date(1970, 1, 1)
-_KEY_COLUMNS = {
-    "model": "model_id",
-    "actor": "actor_ref",
-    "tenant": "tenant_ref",
-    "thread": "thread_id",
-}
+_KEY_COLUMNS = {"model": "model_id", "actor": "actor_ref", "thread": "thread_id"}
 
 
 @dataclass(frozen=True)
@@ -191,8 +196,8 @@ def _filtered(
     q = q.where(token_usage.c.created_at.between(from_ms, to_ms))
     if check_optional_identity("actor", actor) is not None:
         q = q.where(exact_eq(token_usage.c.actor_ref, actor))
-    if check_optional_identity("tenant", tenant) is not None:
-        q = q.where(exact_eq(token_usage.c.tenant_ref, tenant))
+    if tenant is not None:
+        q = q.where(tenant_is(check_identity("tenant", tenant)))
     if check_optional_identity("model", model) is not None:
         q = q.where(exact_eq(token_usage.c.model_id, model))
     return q
@@ -345,14 +350,28 @@ def _raw_groups(
     keys: list[ColumnElement[Any]] = []
     if time:
         keys.append(_day_bucket(conn).label("day"))
-    if dim:
+    if dim == "tenant":  # the row's own tenant, else its thread's (ledger_tenant.py)
+        keys.append(effective_tenant().label("key"))
+    elif dim:
         keys.append(u[_KEY_COLUMNS[dim]].label("key"))
     q = select(*keys, *_spend_measures(provider_cost_only)).group_by(*(k.element for k in keys))
+    if dim == "tenant":
+        q = q.select_from(ledger_with_threads())
     q = q.where(where)
-    for name, column in (("actor", u.actor_ref), ("tenant", u.tenant_ref), ("model", u.model_id)):
+    for name, column in (("actor", u.actor_ref), ("model", u.model_id)):
         if filters[name] is not None:
             q = q.where(exact_eq(column, filters[name]))
-    return [_as_group(r, time=time, dim=dim) for r in conn.execute(q)]
+    tenant = filters["tenant"]
+    if tenant is None:
+        return [_as_group(r, time=time, dim=dim) for r in conn.execute(q)]
+    # The rows carrying the tenant and those inheriting it from their thread, one statement
+    # each: each reads a range of its own index (see budgets._sums); merged by key.
+    own, inherited = q.where(exact_eq(u.tenant_ref, tenant)), q.where(inherits_tenant(tenant))
+    return _merge(
+        _as_group(r, time=time, dim=dim)
+        for stmt in (own, window_first(inherited))
+        for r in conn.execute(stmt)
+    )
 
 
 def _fold_groups(

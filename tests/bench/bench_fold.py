@@ -27,8 +27,10 @@ Data: a platform of ``--actors`` actors (default 500) in 40 tenants (1 actor in 
 activity power-law distributed (actor = floor(A * u^3): the top 1 % of actors make ~21 % of the
 turns), each actor on one main model (85 % of its turns), a second (14 %) and now and then any of
 the 12 (1 %); one model unpriced (NULL cost), 1 in 10 costs provider-reported, cache reads on 1 row
-in 3. All columns are deterministic functions of the row number. The fold's size is what the
-reports read: the script prints it (ledger rows per fold row).
+in 3. All columns are deterministic functions of the row number. Each actor has one thread, which
+holds the actor's tenant; ``--inherit P`` loads P rows in 100 as the runtime (adonis-agent)
+writes them, with no ``tenant_ref`` of their own, so their tenant is the thread's (issue 23).
+The fold's size is what the reports read: the script prints it (ledger rows per fold row).
 
 Run: ``python tests/bench/bench_fold.py`` (full size; MariaDB's load takes many minutes), or
 ``python tests/bench/bench_fold.py --rows 2000000 --dialect postgresql`` for a quick one.
@@ -73,6 +75,7 @@ QUOTA_AT = parse_instant("2025-06-30T12:00:00Z")
 FOLD_DAY = date(2025, 7, 15)
 TENANTS = 40
 TENANT = "tenant-3"
+INHERIT_PCT = 0  # --inherit: rows in 100 with no tenant_ref of their own (the runtime's)
 MODELS = [
     "gpt-4o-mini",
     "gpt-4o",
@@ -128,13 +131,14 @@ def row_expressions(n: str, dialect: str, *, base: int, count: int, actors: int)
         if dialect == "mysql"
         else f"{START} + (({n}::bigint - {base + 1}) * {SPAN}) / {count}"
     )
+    # --inherit P: P rows in 100 written as the runtime writes them, with no tenant_ref (the
+    # tenant is the thread's: one thread per actor, holding the actor's tenant).
+    own = f"{mod(n, 100)} >= {INHERIT_PCT} AND {mod(actor, 10)} <> 9"
     return {
         "id": concat("'u'", n),
-        "thread_id": "'t'",
+        "thread_id": concat("'t-'", actor),
         "actor_ref": concat("'actor-'", actor),
-        "tenant_ref": f"CASE WHEN {mod(actor, 10)} = 9 THEN NULL ELSE "
-        + concat("'tenant-'", mod(actor, TENANTS))
-        + " END",
+        "tenant_ref": f"CASE WHEN {own} THEN " + concat("'tenant-'", mod(actor, TENANTS)) + " END",
         "model_id": model,
         "purpose": "'chat'",
         "input_tokens": f"100 + {mod(r3, 5000)}",
@@ -153,9 +157,17 @@ def load(engine: Any, dialect: str, rows: int, actors: int) -> None:
     with engine.begin() as conn:
         conn.execute(
             text(
-                "INSERT INTO agent_thread (id, actor_ref, title, created_at, updated_at) "
-                "VALUES ('t', 'actor-0', 'bench', 0, 0)"
-            )
+                "INSERT INTO agent_thread (id, actor_ref, tenant_ref, title, created_at, "
+                "updated_at) VALUES (:id, :actor, :tenant, 'bench', 0, 0)"
+            ),
+            [
+                {
+                    "id": f"t-{a}",
+                    "actor": f"actor-{a}",
+                    "tenant": None if a % 10 == 9 else f"tenant-{a % TENANTS}",
+                }
+                for a in range(actors + 1)
+            ],
         )
     # MySQL keeps the foreign key's index (it refuses to drop it).
     indexes = [i for i in token_usage.indexes if dialect != "mysql" or "thread_id" not in i.columns]
@@ -601,6 +613,12 @@ def main() -> None:
     parser.add_argument("--dialect", default="postgresql,mysql", help="postgresql,mysql")
     parser.add_argument("--actors", type=int, default=500, help="actors in the population")
     parser.add_argument("--repeat", type=int, default=5, help="interleaved runs per figure")
+    parser.add_argument(
+        "--inherit",
+        type=int,
+        default=0,
+        help="rows in 100 loaded with no tenant_ref, as the runtime writes them (issue 23)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the databases")
     parser.add_argument("--figures", default=",".join(FIGURES), help="which figures to measure")
     parser.add_argument(
@@ -609,6 +627,8 @@ def main() -> None:
         help="SMALL_DB,BIG_DB: measure databases a --keep run left (one dialect, same --rows)",
     )
     args = parser.parse_args()
+    global INHERIT_PCT
+    INHERIT_PCT = args.inherit
     reused = [name for name in args.reuse.split(",") if name]
     figures = {name.strip() for name in args.figures.split(",") if name.strip()}
     if figures - set(FIGURES):
@@ -617,6 +637,7 @@ def main() -> None:
         parser.error("--reuse takes two database names (small,big) and one --dialect")
     print(
         f"bench fold: rows={args.rows:,} (and {args.rows // 10:,}) actors={args.actors} "
+        f"inherit={args.inherit}% "
         f"repeat={args.repeat} cpus={os.cpu_count()} "
         f"date={time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
         flush=True,

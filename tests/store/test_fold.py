@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select, text
 
-from agora_cli.store.budgets import sum_scope_usage
+from agora_cli.store.budgets import _window_sums, sum_scope_usage
 from agora_cli.store.clock import DAY_MS, ManualClock, parse_instant
 from agora_cli.store.fold import (
     create_rollup,
@@ -42,6 +42,7 @@ ROLLUP_READ = "sum(agent_usage_model_daily.input_tokens"
 D0 = date(2026, 3, 1)
 T0 = parse_instant("2026-03-01T00:00:00Z")
 NOW = ManualClock(parse_instant("2026-04-15T12:00:00Z"))  # every March day is closed
+THREADS = {"t": None, "ta": "acme", "tz": "zeta"}  # thread -> its tenant
 BYS = (
     "model",
     "actor",
@@ -70,7 +71,12 @@ def reset(engine: Any) -> None:
         for table in (*tables, usage_daily, usage_fold, token_usage, thread):
             conn.execute(table.delete())
         conn.execute(
-            thread.insert().values(id="t", actor_ref="a0", title="", created_at=0, updated_at=0)
+            thread.insert(),
+            [  # "t" has no tenant; rows with none of their own on "ta" are acme's (issue 23)
+                {"id": tid, "actor_ref": "a0", "tenant_ref": tenant, "title": ""}
+                | {"created_at": 0, "updated_at": 0}
+                for tid, tenant in THREADS.items()
+            ],
         )
 
 
@@ -83,7 +89,7 @@ def write(engine: Any, rows: list[dict[str, Any]]) -> None:
             [
                 {
                     "id": f"u{len(r)}-{i}-{r['at']}",
-                    "thread_id": "t",
+                    "thread_id": r.get("thread", "t"),
                     "actor_ref": r["actor"],
                     "tenant_ref": r["tenant"],
                     "model_id": r["model"],
@@ -108,6 +114,7 @@ row = st.fixed_dictionaries(
         "at": st.one_of(edges, st.integers(0, 31 * DAY_MS - 1)).map(lambda x: T0 + x),
         "actor": st.sampled_from(["a0", "a1", "a2"]),
         "tenant": st.sampled_from([None, "acme", "zeta"]),
+        "thread": st.sampled_from(list(THREADS)),
         "model": st.sampled_from(["m1", "m2", "m3"]),
         "inp": st.integers(0, 10_000),
         "out": st.integers(0, 5_000),
@@ -162,8 +169,33 @@ def test_folded_reports_equal_raw_ones(
     last_closed = date(2026, 4, 14)  # NOW is 2026-04-15 12:00, the grace two hours
     first_row = D0 + timedelta(days=min((r["at"] - T0 for r in rows), default=0) // DAY_MS)
     assert result.folded == ((last_closed - first_row).days + 1 if rows else 0)
+    assert verify(engine).mismatched == []
     with engine.connect() as conn:
         for first, last in windows:
+            # a row's tenant is its own, else its thread's: the report by tenant, exactly
+            lo = parse_instant(f"{first.isoformat()}T00:00:00Z")
+            hi = parse_instant(f"{last.isoformat()}T23:59:59.999Z")
+            expected: dict[str | None, int] = {}
+            for r in rows:
+                if lo <= r["at"] <= hi:
+                    tenant = r["tenant"] or THREADS[r["thread"]]
+                    expected[tenant] = expected.get(tenant, 0) + r["inp"] + r["out"]
+            for raw in (False, True):
+                report = spend(conn, by="tenant", from_day=first, to_day=last, raw=raw)
+                got = {g.key: g.input_tokens + g.output_tokens for g in report.rows}
+                assert got == expected
+                # several tenants' budgets at once: one grouped statement (quota --all)
+                sums = _window_sums(
+                    conn,
+                    kind="tenant",
+                    refs=["acme", "zeta"],
+                    from_ms=lo,
+                    to_ms=hi,
+                    provider_cost_only=False,
+                    raw=raw,
+                )
+                for tenant in ("acme", "zeta"):
+                    assert sums.get(tenant, (0, 0.0, 0))[0] == expected.get(tenant, 0)
             for by in BYS:
                 folded = spend(conn, by=by, from_day=first, to_day=last)
                 raw = spend(conn, by=by, from_day=first, to_day=last, raw=True)
