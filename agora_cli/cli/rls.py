@@ -311,12 +311,12 @@ def redact(
         typer.Option(
             "--older-than",
             metavar="DURATION",
-            help="Only calls finished before this long ago: 30d, 12h, 4w (m is minutes).",
+            help="Only work settled before this long ago: 30d, 12h, 4w (m is minutes).",
             show_default=False,
         ),
     ] = None,
     tenant: Annotated[
-        str | None, typer.Option("--tenant", help="Only this tenant's calls.", show_default=False)
+        str | None, typer.Option("--tenant", help="Only this tenant's rows.", show_default=False)
     ] = None,
     batch: Annotated[
         int, typer.Option("--batch", min=1, max=10_000, help="Rows per transaction (1-10000).")
