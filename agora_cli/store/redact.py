@@ -511,7 +511,8 @@ class RedactReport:
     remaining: int
     dry_run: bool
     tables: dict[str, TableCounts] = field(default_factory=dict)
-    values: dict[str, int] = field(default_factory=dict)  # "<table>.<column>" -> values hashed
+    # "<table>.<column>" -> values hashed, every column of every table in REDACTED_TABLES
+    values: dict[str, int] = field(default_factory=dict)
 
 
 def _count_all(engine: Engine, cutoff_ms: int, tenant: str | None) -> dict[str, int]:
@@ -546,7 +547,7 @@ def redact_tool_io(
     found = None if dry_run else redaction_kek(kek)
     matched = _count_all(engine, cutoff_ms, tenant)
     redacted = dict.fromkeys(matched, 0)
-    values: dict[str, int] = {}
+    values = {f"{target.name}.{n}": 0 for target in _TARGETS for n in target.hashed}
     trimmed = batches = 0
     keys: dict[str | None, _RedactionKey] = {}
     for target in _TARGETS:
@@ -570,7 +571,7 @@ def redact_tool_io(
             batches += 1
             redacted[target.name] += result.redacted
             for name, n in result.values.items():
-                values[name] = values.get(name, 0) + n
+                values[name] += n
             trimmed += result.errors_trimmed
             if on_batch is not None:
                 on_batch(result)
@@ -582,8 +583,8 @@ def redact_tool_io(
         cutoff=cutoff_ms,
         matched=sum(matched.values()),
         redacted=sum(redacted.values()),
-        inputs=values.get("agent_tool_call.input", 0),
-        outputs=values.get("agent_tool_call.output", 0),
+        inputs=values["agent_tool_call.input"],
+        outputs=values["agent_tool_call.output"],
         errors_trimmed=trimmed,
         batches=batches,
         remaining=sum(remaining.values()),

@@ -351,6 +351,8 @@ def test_messages_proposals_and_frames_are_redacted_too(engine: Any) -> None:
     }
     assert set(REDACTED_TABLES) == set(counts)
     assert report.values == {
+        "agent_tool_call.input": 0,
+        "agent_tool_call.output": 0,
         "agent_message.tool_calls": 1,
         "agent_message.tool_results": 1,
         "agent_action_proposal.input": 2,
