@@ -4,8 +4,8 @@
 
 - ``agent_tool_call.input`` and ``output`` (``error`` cut to its first line): calls whose run
   finished before the cutoff, or — without a run row — created before it;
-- ``agent_message.tool_calls`` and ``tool_results`` (the message's tool parts), by the same rule
-  on the message's run and ``created_at``;
+- ``agent_message.tool_calls``, ``tool_results`` (the message's tool parts) and ``outcome`` (a
+  proposal's result delivered to it), by the same rule on the message's run and ``created_at``;
 - ``agent_action_proposal.input``, ``card`` and ``result`` (``error`` cut to its first line):
   proposals settled before the cutoff, or rejected/expired and last changed before it;
 - ``agent_stream_frame.frame``: every frame of a run that finished before the cutoff (or, without
@@ -55,6 +55,7 @@ from sqlalchemy import (
     not_,
     or_,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.ext.compiler import compiles
@@ -312,7 +313,7 @@ _TARGETS = (
     _Target(
         table=message,
         keys=("id",),
-        hashed=("tool_calls", "tool_results"),
+        hashed=("tool_calls", "tool_results", "outcome"),
         trimmed=(),
         settled=lambda cutoff: _finished(m.run_id, m.created_at, cutoff),
         of_tenant=lambda tenant: _thread_of(m.thread_id, tenant),
@@ -391,6 +392,7 @@ class RedactBatch:
     redacted: int
     values: dict[str, int] = field(default_factory=dict)  # "<table>.<column>" -> values hashed
     errors_trimmed: int = 0
+    last: tuple[Any, ...] | None = None  # the key of the last row read
 
 
 def _batch(
@@ -402,15 +404,21 @@ def _batch(
     limit: int,
     keys: dict[str | None, _RedactionKey],
     kek: Kek,
+    after: tuple[Any, ...] | None = None,
 ) -> RedactBatch:
     c = target.table.c
     names = (*target.hashed, *target.trimmed)
+    key_columns = [c[k] for k in target.keys]
     query = (
-        select(*(c[k] for k in target.keys), *(c[n] for n in names))
+        select(*key_columns, *(c[n] for n in names))
         .where(target.eligible(cutoff_ms, tenant))
-        .order_by(*(c[k] for k in target.keys))
+        .order_by(*key_columns)
         .limit(limit)
     )
+    if after is not None:
+        # A run reads each table once in key order: rows behind it were done (or are another
+        # redactor's, locked), and re-testing them every batch would cost O(rows²).
+        query = query.where(tuple_(*key_columns) > tuple_(*(literal(v) for v in after)))
     if conn.dialect.name != "sqlite":
         query = query.with_for_update(skip_locked=supports_skip_locked(conn))
     rows = conn.execute(query).all()
@@ -449,7 +457,7 @@ def _batch(
         )
         conn.execute(statement, changes)
     values = {f"{target.name}.{n}": v for n, v in hashed.items()}
-    return RedactBatch(target.name, len(changes), values, trimmed)
+    return RedactBatch(target.name, len(changes), values, trimmed, tuple(rows[-1][:width]))
 
 
 def _check_table(table: str | None) -> list[_Target]:
@@ -551,6 +559,7 @@ def redact_tool_io(
     trimmed = batches = 0
     keys: dict[str | None, _RedactionKey] = {}
     for target in _TARGETS:
+        after: tuple[Any, ...] | None = None
         while (
             found is not None
             and matched[target.name]
@@ -565,9 +574,11 @@ def redact_tool_io(
                     limit=batch,
                     keys=keys,
                     kek=found,
+                    after=after,
                 )
             if result.redacted == 0:
                 break
+            after = result.last
             batches += 1
             redacted[target.name] += result.redacted
             for name, n in result.values.items():

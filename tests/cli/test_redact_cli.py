@@ -110,6 +110,7 @@ def test_counts_are_exact_forged_values_are_hashed_and_a_rerun_is_a_no_op(
         "agent_tool_call.output": 1,
         "agent_message.tool_calls": 2,
         "agent_message.tool_results": 0,
+        "agent_message.outcome": 0,
         "agent_action_proposal.input": 0,
         "agent_action_proposal.card": 0,
         "agent_action_proposal.result": 0,

@@ -290,7 +290,8 @@ def _proposal(
     return pid
 
 
-def test_messages_proposals_and_frames_are_redacted_too(engine: Any) -> None:
+@pytest.mark.parametrize("batch", [1, 2])
+def test_messages_proposals_and_frames_are_redacted_too(engine: Any, batch: int) -> None:
     old = ManualClock(OLD)
     with engine.begin() as conn:
         t = create_thread(conn, actor_ref="al", tenant_ref="acme", thread_id="t", clock=old)
@@ -314,6 +315,7 @@ def test_messages_proposals_and_frames_are_redacted_too(engine: Any) -> None:
             message_id="m-result",
             run_id=done.id,
             tool_results=[{"id": "c1", "name": "refund_order", "output": {"ok": True}}],
+            outcome={"tool_name": "refund_order", "result": {"refund_id": "rf_1"}},
             clock=old,
         )
         append_message(
@@ -340,7 +342,7 @@ def test_messages_proposals_and_frames_are_redacted_too(engine: Any) -> None:
             if run_id == "r-done":
                 w.end()
     before = {name: rows(engine, table) for name, table in _TABLES.items()}
-    report = redact_tool_io(engine, cutoff_ms=CUTOFF, batch=2)
+    report = redact_tool_io(engine, cutoff_ms=CUTOFF, batch=batch)
     after = {name: rows(engine, table) for name, table in _TABLES.items()}
     counts = {name: (n.matched, n.redacted, n.remaining) for name, n in report.tables.items()}
     assert counts == {
@@ -355,17 +357,20 @@ def test_messages_proposals_and_frames_are_redacted_too(engine: Any) -> None:
         "agent_tool_call.output": 0,
         "agent_message.tool_calls": 1,
         "agent_message.tool_results": 1,
+        "agent_message.outcome": 1,
         "agent_action_proposal.input": 2,
         "agent_action_proposal.card": 2,
         "agent_action_proposal.result": 1,
         "agent_stream_frame.frame": 2,
     }
-    assert report.batches == 3  # one batch of two rows per table, a batch in one table only
+    assert report.batches == 6 // batch  # a batch is in one table only, each read once in key order
     msgs = after["message"]
     assert msgs["m-done"]["tool_calls"] == redaction_marker(
         before["message"]["m-done"]["tool_calls"], tenant="acme"
     )
     assert MARKER.fullmatch(msgs["m-result"]["tool_results"])
+    assert MARKER.fullmatch(msgs["m-result"]["outcome"])
+    assert msgs["m-done"]["outcome"] is None and msgs["m-done"]["content"] == ""
     assert msgs["m-live"] == before["message"]["m-live"]  # its run is still running
     props = after["proposal"]
     for pid in ("ap_settled", "ap_rejected"):
