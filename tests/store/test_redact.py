@@ -466,3 +466,43 @@ def test_redacting_needs_the_kek_counting_does_not(engine: Any) -> None:
 def test_batch_is_bounded(engine: Any, batch: int) -> None:
     with pytest.raises(InvalidInput):
         redact_tool_io(engine, cutoff_ms=CUTOFF, batch=batch)
+
+
+def test_two_redactors_share_the_work_and_count_each_row_once(engine: Any) -> None:
+    import threading
+
+    old = ManualClock(OLD)
+    with engine.begin() as conn:
+        t = create_thread(conn, actor_ref="al", tenant_ref="acme", thread_id="t", clock=old)
+        m = append_message(
+            conn, thread_id=t.id, role="assistant", content="", message_id="m", clock=old
+        )
+        for n in range(60):
+            record_tool_call(
+                conn,
+                message_id=m.id,
+                tool_call_id=f"c{n:02d}",
+                tool_name="lookup_order",
+                input={"order_id": n},
+                clock=old,
+            )
+    reports: list[Any] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            with using_kek(KEK):
+                reports.append(redact_tool_io(engine, cutoff_ms=CUTOFF, batch=4))
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    assert sum(r.tables["agent_tool_call"].redacted for r in reports) == 60
+    assert sum(r.inputs for r in reports) == 60
+    assert all(is_redacted(row["input"]) for row in rows(engine).values())
+    assert redact_tool_io(engine, cutoff_ms=CUTOFF).matched == 0
