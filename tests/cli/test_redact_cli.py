@@ -124,6 +124,13 @@ def test_counts_are_exact_forged_values_are_hashed_and_a_rerun_is_a_no_op(
     again = cli(*args, "--yes", env=WITH).json()
     assert (again["matched"], again["redacted"], again["batches"]) == (0, 0, 0)
     assert calls(engine) == after
+    # readers keep working: the tool parts read as the marker string, names and states stay
+    shown = cli("threads", "show", "a-t", "--json", "--db", db_url, env=WITHOUT)
+    assert shown.exit_code == 0, shown.stderr
+    message = shown.json()["messages"][0]
+    assert is_redacted(json.dumps(message["payload"]["tool_calls"]))
+    assert [c["tool_name"] for c in message["tool_calls"]] == ["refund_order"]
+    assert "order_id" not in shown.stdout and "123-45-6789" not in shown.stdout
 
 
 def test_without_the_kek_it_is_exit_3_and_changes_nothing(
