@@ -506,3 +506,21 @@ def test_two_redactors_share_the_work_and_count_each_row_once(engine: Any) -> No
     assert sum(r.inputs for r in reports) == 60
     assert all(is_redacted(row["input"]) for row in rows(engine).values())
     assert redact_tool_io(engine, cutoff_ms=CUTOFF).matched == 0
+
+
+def test_the_sql_check_and_is_redacted_agree_whatever_the_collation(engine: Any) -> None:
+    # A literal has the connection's collation (utf8mb4_general_ci on MariaDB, case-blind), as a
+    # database the upstream runtime made has: the check must not depend on the column's.
+    from sqlalchemy import literal
+
+    from agora_cli.store.redact import _FRAME_FORM, _VALUE_FORM, _IsRedacted
+
+    value = redaction_marker("x", tenant="acme")
+    frame = redaction_marker("x", tenant="acme", frame=True)
+    candidates = [*FORGED, value, frame, value.upper(), frame + "\n", "", "x" * 93]
+    with engine.connect() as conn:
+        for text in candidates:
+            for form, is_frame in ((_VALUE_FORM, False), (_FRAME_FORM, True)):
+                found = conn.execute(select(_IsRedacted(literal(text), form))).scalar()
+                assert bool(found) == is_redacted(text, frame=is_frame), (text, is_frame)
+        conn.rollback()
