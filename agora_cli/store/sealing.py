@@ -135,6 +135,17 @@ def generate_kek() -> str:
     return base64.b64encode(secrets.token_bytes(32)).decode()
 
 
+def derive_key(kek: Kek, label: str, *context: str | None) -> bytes:
+    """A 32-byte key for ``label`` and ``context`` under the KEK, never stored.
+
+    HMAC-SHA-256 under the KEK of the JSON array ``["agora:derived-key:v1", label, *context]``
+    (one HKDF-Expand block: the KEK is already uniformly random). JSON keeps every (label,
+    context) distinct, ``None`` included. Used by ``redact.py`` for its per-tenant keys.
+    """
+    info = json.dumps(["agora:derived-key:v1", label, *context]).encode()
+    return hmac.new(kek._key, info, hashlib.sha256).digest()
+
+
 _OVERRIDE: ContextVar[Kek | None] = ContextVar("agora_kek", default=None)
 _FILE_CACHE: dict[tuple[str, int, int], Kek] = {}
 
