@@ -10,6 +10,8 @@ tenant — or exits 2 with the documented message. A command added without a dec
 from __future__ import annotations
 
 import json
+import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -245,3 +247,76 @@ def test_a_profiles_tenant_is_the_same_setting(where: str, tmp_path: Path) -> No
         "scoped": [],
         "refused": [],
     }
+
+
+@pytest.fixture
+def member_login(databases: Any) -> Iterator[tuple[str, str]]:
+    """A demo database with RLS enabled, and a LOGIN that is a member of its app role."""
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+
+    from agora_cli.store.engine import open_engine
+
+    databases.require("postgresql")
+    url = str(databases.new("postgresql"))
+    role, login = f"agora_app_ts_{secrets.token_hex(4)}", f"agora_rt_ts_{secrets.token_hex(4)}"
+    try:
+        assert run_cli("demo", "--db", url).exit_code == 0
+        enabled = run_cli("db", "rls", "enable", "--app-role", role, "--db", url)
+        assert enabled.exit_code == 0, enabled.stderr
+        engine = open_engine(url)
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f'CREATE ROLE "{login}" LOGIN NOSUPERUSER NOBYPASSRLS')
+            conn.exec_driver_sql(f'GRANT "{role}" TO "{login}"')
+        engine.dispose()
+        yield url, make_url(url).set(username=login).render_as_string(hide_password=False)
+    finally:
+        engine = open_engine(url)
+        with engine.begin() as conn:
+            for name in (login, role):
+                if conn.execute(
+                    text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": name}
+                ).first():
+                    conn.exec_driver_sql(f'DROP OWNED BY "{name}"')
+                    conn.exec_driver_sql(f'DROP ROLE "{name}"')
+        engine.dispose()
+
+
+def test_as_a_member_of_the_app_role_with_globex_ids_in_hand(
+    member_login: tuple[str, str], tmp_path: Path
+) -> None:
+    owner_url, url = member_login
+    acme = {"AGORA_TENANT": "acme"}
+    shown = run_cli("threads", "show", "demo-thread-07", "--json", "--db", url, env=acme)
+    assert (shown.exit_code, shown.stderr) == (1, "error: no thread 'demo-thread-07'\n")
+    gone = run_cli("threads", "delete", "demo-thread-07", "--yes", "--db", url, env=acme)
+    assert gone.exit_code == 1
+    assert run_cli("runs", "show", "demo-run-07-1", "--db", url, env=acme).exit_code == 1
+    spend = run_cli(
+        "spend", "--by", "tenant", "--from", "2026-11-01", "--json", "--db", url, env=acme
+    )
+    assert [r["key"] for r in spend.json()["rows"]] == ["acme"]
+    other = run_cli("spend", "--tenant", "globex", "--db", url, env=acme)
+    assert other.exit_code == 2 and OUTSIDE in other.stderr
+    doc = tmp_path / "p.json"
+    doc.write_text(
+        json.dumps(
+            {
+                "tenant_ref": "globex",
+                "actor_ref": "carol",
+                "thread_id": "demo-thread-07",
+                "tool_name": "refund",
+                "input": {"order_id": 7},
+            }
+        )
+    )
+    created = run_cli("proposals", "create", "--file", str(doc), "--db", url, env=acme)
+    assert created.exit_code == 2 and OUTSIDE.replace("--tenant", "tenant_ref") in created.stderr
+    fold = run_cli("spend", "fold", "--db", url, env=acme)
+    assert fold.exit_code == 2 and ACROSS in fold.stderr
+    # --all-tenants drops the session tenant: the app role then sees untenanted threads only.
+    listed = run_cli("threads", "list", "--all-tenants", "--json", "--db", url, env=acme).json()
+    assert {t["tenant_ref"] for t in listed["threads"]} == {None}
+    # Nothing of globex's was touched.
+    kept = run_cli("threads", "show", "demo-thread-07", "--json", "--db", owner_url)
+    assert kept.exit_code == 0 and kept.json()["thread"]["tenant_ref"] == "globex"
