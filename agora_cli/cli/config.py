@@ -93,6 +93,21 @@ def resolve() -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return head, settings
 
 
+def tenant_scope() -> dict[str, Any]:
+    """What the session tenant does: the commands it scopes and those that refuse it (exit 2)."""
+    from agora_cli.cli.options import TENANCY, session_tenant
+
+    tenant = session_tenant()
+    raw = os.environ.get("AGORA_TENANT") or None
+    by = {kind: sorted(c for c, d in TENANCY.items() if d == kind) for kind in ("scoped", "cross")}
+    return {
+        "tenant": tenant,
+        "ignored": raw if tenant is None else None,
+        "scoped": by["scoped"] if tenant else [],
+        "refused": by["cross"] if tenant else [],
+    }
+
+
 def _profile_source(profile: Any) -> str | None:
     if profile is None:
         return None
@@ -106,15 +121,20 @@ def show(as_json: JsonOpt = False) -> None:
     """Print the resolved settings and where each came from: the environment, the profile
     (file and line), or the default. Passwords are masked.
 
+    A tenant (AGORA_TENANT, a profile's `tenant`) either scopes every read and write of a
+    command or is refused by it (exit 2): the last lines (`tenant_scope` in JSON) say which.
+
     Precedence, for every setting: a command's own flag (`--db`, `--catalog`, `--by`, ...), then
     the environment variable, then the profile, then the default.
 
     Example: agora --profile staging config show --json
     """
     head, settings = resolve()
+    scope = tenant_scope()
     doc = {
         **head,
         "settings": {s["name"]: {k: s[k] for k in ("value", "source", "env")} for s in settings},
+        "tenant_scope": scope,
     }
 
     def render() -> None:
@@ -138,5 +158,20 @@ def show(as_json: JsonOpt = False) -> None:
             value = "-" if s["value"] is None else safe_text(s["value"])
             table.add_row(Text(s["name"]), Text(value), Text(safe_text(s["source"])))
         console.print(table)
+        if scope["ignored"]:
+            console.print(
+                f"tenant {safe_text(scope['ignored'])}: ignored (--all-tenants)", markup=False
+            )
+        elif scope["tenant"]:
+            tenant = safe_text(scope["tenant"])
+            console.print(
+                f"tenant {tenant} scopes every read and write of: {', '.join(scope['scoped'])}",
+                markup=False,
+            )
+            console.print(
+                f"tenant {tenant} is refused (exit 2; --all-tenants ignores it) by: "
+                f"{', '.join(scope['refused'])}",
+                markup=False,
+            )
 
     finish(doc, as_json=as_json, show=render)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db
+from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db, scoped_tenant
 from agora_cli.cli.output import Col, finish, progress, render_table, table_time
 
 if TYPE_CHECKING:
@@ -72,6 +72,7 @@ def create(tenant: TenantOpt, db: DbOpt = None, as_json: JsonOpt = False) -> Non
     """
     from agora_cli.store.sealing import create_tenant_key
 
+    scoped_tenant(tenant)  # another tenant than the session's is exit 2
     with open_db(db, tenant=tenant).begin() as conn:
         key = create_tenant_key(conn, tenant=tenant)
     finish(
@@ -94,6 +95,7 @@ def rotate(tenant: TenantOpt, db: DbOpt = None, as_json: JsonOpt = False) -> Non
     """
     from agora_cli.store.sealing import rotate_tenant_key
 
+    scoped_tenant(tenant)  # another tenant than the session's is exit 2
     with open_db(db, tenant=tenant).begin() as conn:
         rotation = rotate_tenant_key(conn, tenant=tenant)
     doc = {**_key_doc(rotation.key), "retired": rotation.retired}
@@ -124,6 +126,7 @@ def list_keys(
     """
     from agora_cli.store.sealing import list_tenant_keys
 
+    tenant = scoped_tenant(tenant)
     engine = open_db(db, readonly=True, tenant=tenant)
     with engine.connect() as conn:
         keys = list_tenant_keys(conn, tenant=tenant)
@@ -168,6 +171,7 @@ def seal(
     """
     from agora_cli.store.sealing import count_to_seal, seal_tenant
 
+    scoped_tenant(tenant)  # another tenant than the session's is exit 2
     engine = open_db(db, tenant=tenant)
     total = None
     if not dry_run:

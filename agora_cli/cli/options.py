@@ -1,7 +1,15 @@
-"""Options every command shares, written after its name: ``--db``, ``--json``, ``--csv``."""
+"""Options every command shares, written after its name: ``--db``, ``--json``, ``--csv``.
+
+It is also the one home of the **session tenant** (``AGORA_TENANT``, a profile's ``tenant``):
+every command that opens a database goes through ``open_db``, which looks the command up in
+``TENANCY`` and either scopes it to the session tenant or refuses it (exit 2).
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import date
 from typing import TYPE_CHECKING, Annotated
 
@@ -13,15 +21,170 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
 __all__ = [
+    "TENANCY",
     "CsvOpt",
     "DbOpt",
     "FromOpt",
     "JsonOpt",
     "NoPagerOpt",
     "ToOpt",
+    "command_tenancy",
     "days_window",
     "open_db",
+    "refuse_unscoped",
+    "remember_command",
+    "reset_session",
+    "scoped_tenant",
+    "session_tenant",
 ]
+
+# What a session tenant (AGORA_TENANT, a profile's `tenant`) does for each command, by its path.
+# "scoped": the command filters every read by it and refuses a write outside it, on every dialect
+# (and on PostgreSQL also sets `agora.tenant`, for row-level security). "cross": the command works
+# across tenants by nature, so a session tenant is refused (exit 2) unless `--all-tenants` says to
+# ignore it. "none": the command opens no database. A command missing here is refused too, and
+# tests/cli/test_tenant_setting.py fails until it has a decision (README, "One tenant setting").
+TENANCY: dict[str, str] = {
+    "budgets list": "cross",  # budgets are platform settings, not tenant data (no RLS policy)
+    "budgets remove": "cross",
+    "budgets set": "cross",
+    "config show": "none",
+    "db backfill": "cross",
+    "db check": "cross",
+    "db provision": "cross",
+    "db redact": "scoped",  # --tenant, else the session tenant's rows only
+    "db rls disable": "cross",
+    "db rls enable": "cross",
+    "db rls status": "cross",
+    "db rls verify": "cross",
+    "db seal": "scoped",  # its --tenant must be the session tenant
+    "db sql": "none",
+    "db status": "cross",
+    "db upgrade": "cross",
+    "demo": "cross",  # writes acme and globex
+    "frames close": "cross",  # frames are keyed by run, across tenants
+    "frames purge": "cross",
+    "frames stats": "cross",
+    "frames tail": "cross",
+    "keys create": "scoped",
+    "keys list": "scoped",
+    "keys rotate": "scoped",
+    "prices list": "cross",  # prices are shared by every tenant
+    "prices reprice": "cross",
+    "prices resolve": "cross",
+    "prices seed": "cross",
+    "prices set": "cross",
+    "proposals claim": "scoped",  # the scope's tenant must be the session tenant
+    "proposals claim-next": "cross",  # the worker serves every tenant's queue
+    "proposals create": "scoped",  # the document's tenant_ref must be the session tenant
+    "proposals decide": "scoped",
+    "proposals expire": "cross",
+    "proposals inbox": "scoped",
+    "proposals list": "scoped",
+    "proposals renew": "cross",  # a lease token, not a tenant's scope
+    "proposals settle": "cross",
+    "proposals show": "scoped",
+    "quota": "scoped",  # only the session tenant's windows (not --actor, not --all)
+    "runs list": "scoped",
+    "runs show": "scoped",  # another tenant's run is "no run"
+    "spend": "scoped",
+    "spend fold": "cross",  # the fold is every tenant's (issue 24: privileged)
+    "threads delete": "scoped",  # another tenant's thread is "no thread"
+    "threads list": "scoped",
+    "threads show": "scoped",
+    "tools stats": "scoped",
+}
+
+_SESSION: dict[str, object] = {"command": None, "all_tenants": False}
+
+
+def remember_command(path: str, all_tenants: bool) -> None:
+    """Record the running command's path (``"spend fold"``) and its ``--all-tenants``."""
+    _SESSION["command"] = path
+    _SESSION["all_tenants"] = bool(_SESSION["all_tenants"]) or all_tenants
+
+
+def reset_session() -> None:
+    """Forget the command (the CLI may run again in-process)."""
+    _SESSION.update(command=None, all_tenants=False)
+
+
+def command_tenancy() -> str | None:
+    """The running command's decision in ``TENANCY`` (``None`` outside the CLI)."""
+    command = _SESSION["command"]
+    if not isinstance(command, str):
+        return None
+    return TENANCY.get(command, "undecided")
+
+
+def session_tenant() -> str | None:
+    """The session tenant: ``AGORA_TENANT`` (a profile fills it), unless ``--all-tenants``."""
+    if _SESSION["all_tenants"]:
+        return None
+    return os.environ.get("AGORA_TENANT") or None
+
+
+def _session_words(tenant: str) -> str:
+    return f"the session tenant {tenant!r} (AGORA_TENANT or the profile's tenant)"
+
+
+def scoped_tenant(given: str | None, *, what: str = "--tenant") -> str | None:
+    """The tenant a scoped command works for: its own ``given`` tenant, else the session's.
+
+    A ``given`` tenant other than the session tenant is exit 2: a session tenant scopes every
+    read and write of the command, so it cannot reach another tenant's rows.
+    """
+    from agora_cli.store.errors import InvalidInput
+
+    session = session_tenant()
+    if session is None or given is None:
+        return given if given is not None else session
+    if given != session:
+        raise InvalidInput(
+            f"{what} {given!r} is outside {_session_words(session)}: drop one of them, or "
+            "pass --all-tenants to ignore the session tenant"
+        )
+    return given
+
+
+def refuse_unscoped(what: str) -> None:
+    """Refuse ``what`` (an option reaching past one tenant) while a session tenant is set."""
+    from agora_cli.store.errors import InvalidInput
+
+    session = session_tenant()
+    if session is not None:
+        raise InvalidInput(
+            f"{what} reaches past {_session_words(session)}: drop it, or pass --all-tenants "
+            "to ignore the session tenant"
+        )
+
+
+def _check_tenancy() -> None:
+    from agora_cli.store.errors import InvalidInput
+
+    decision = command_tenancy()
+    session = session_tenant()
+    if session is None or decision in (None, "scoped", "none"):
+        return
+    command = f"agora {_SESSION['command']}"
+    if decision == "cross":
+        raise InvalidInput(
+            f"`{command}` works across tenants, so {_session_words(session)} cannot scope it: "
+            "pass --all-tenants to run it for every tenant, or give each tenant its own database"
+        )
+    raise InvalidInput(f"`{command}` has no tenant decision: unset AGORA_TENANT or --all-tenants")
+
+
+@contextmanager
+def _without_env_tenant() -> Iterator[None]:
+    # open_engine falls back to AGORA_TENANT (the library's default); the CLI decides here.
+    saved = os.environ.pop("AGORA_TENANT", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["AGORA_TENANT"] = saved
+
 
 DbOpt = Annotated[
     str | None,
@@ -101,13 +264,19 @@ def open_db(
 
     Only the commands that create a database pass ``create=True`` (``db provision``, ``db
     upgrade``, ``demo``); anything else refuses a SQLite file that does not exist. Reports pass
-    ``readonly=True``: on SQLite they then never take the write lock. ``tenant`` (a command's
-    ``--tenant``; else ``AGORA_TENANT``) scopes every PostgreSQL transaction to that tenant, for
-    row-level security.
+    ``readonly=True``: on SQLite they then never take the write lock.
+
+    ``tenant`` is the command's tenant (``scoped_tenant``: its ``--tenant``, else the session
+    tenant); every PostgreSQL transaction is scoped to it, for row-level security. A session
+    tenant on a command that works across tenants is exit 2 (``TENANCY``), before any connection.
     """
     from agora_cli.cli import startup_done
     from agora_cli.store.engine import open_engine
 
-    engine = open_engine(db, create=create, readonly=readonly, tenant=tenant)
+    _check_tenancy()
+    if tenant is None and command_tenancy() in ("scoped", None):
+        tenant = session_tenant()
+    with _without_env_tenant():
+        engine = open_engine(db, create=create, readonly=readonly, tenant=tenant)
     startup_done()  # the heavy imports are done: the collector is back before any real work
     return engine

@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db
+from agora_cli.cli.options import (
+    CsvOpt,
+    DbOpt,
+    JsonOpt,
+    open_db,
+    refuse_unscoped,
+    scoped_tenant,
+)
 from agora_cli.cli.output import (
     Col,
     finish,
@@ -126,6 +133,10 @@ def _scope(actor: str | None, thread: str | None, tenant: str | None, no_tenant:
             "this command needs the whole scope: --actor A --thread T and exactly one of "
             "--tenant T or --no-tenant"
         )
+    if no_tenant:
+        refuse_unscoped("--no-tenant")
+    else:
+        scoped_tenant(tenant)  # the session tenant's scope only
     return Scope(None if no_tenant else tenant, actor, thread)
 
 
@@ -536,6 +547,7 @@ def inbox(
     )
     if within is not None and chosen != "pending":
         raise InvalidInput("--expiring-within applies to --state pending only")
+    tenant = scoped_tenant(tenant)
     page = _store(db, tenant).inbox(
         chosen,  # type: ignore[arg-type]  # one of INBOX_STATES: a choice
         tenant_ref=tenant,
@@ -853,6 +865,10 @@ def create(
     Example: agora proposals create --file refund.json --json
     """
     proposal = _new_proposal(_read_document(file))
+    if proposal.scope.tenant_ref is None:
+        refuse_unscoped("a proposal with tenant_ref null")
+    else:
+        scoped_tenant(proposal.scope.tenant_ref, what="tenant_ref")
     result = _store(db, proposal.scope.tenant_ref).create(proposal)
     finish(
         {"outcome": result.outcome, "proposal": proposal_document(result.proposal)},

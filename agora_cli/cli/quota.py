@@ -6,7 +6,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db
+from agora_cli.cli.options import (
+    CsvOpt,
+    DbOpt,
+    JsonOpt,
+    open_db,
+    refuse_unscoped,
+    scoped_tenant,
+)
 from agora_cli.cli.output import Col, emit_csv, finish, money, render_table, safe_text, say
 from agora_cli.cli.spend import usd
 from agora_cli.store.clock import SystemClock, iso_ms, parse_instant
@@ -101,6 +108,9 @@ def quota(
         scope_quota,
     )
 
+    if actor is not None or every:
+        refuse_unscoped("--actor" if actor is not None else "--all")
+    tenant = scoped_tenant(tenant)
     scopes = [name for name, on in (("actor", actor), ("tenant", tenant)) if on is not None]
     if len(scopes) + int(every) != 1:
         raise InvalidInput("give exactly one of --actor A, --tenant T or --all")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import DbOpt, JsonOpt, open_db
+from agora_cli.cli.options import DbOpt, JsonOpt, open_db, scoped_tenant
 from agora_cli.cli.output import Col, finish, out_console, progress, render_table, say
 from agora_cli.store.errors import InvalidInput
 
@@ -351,6 +351,7 @@ def redact(
     cutoff = redact_cutoff(older_than)
     if not (yes or dry_run) and not _stdin_is_terminal():
         raise InvalidInput("not redacting without --yes: there is no terminal to ask on")
+    tenant = scoped_tenant(tenant)
     if not dry_run:
         redaction_kek()  # exit 3 before asking: hashing needs the key-encryption key
     engine = open_db(db, tenant=tenant)

@@ -15,6 +15,7 @@ from agora_cli.cli.options import (
     ToOpt,
     days_window,
     open_db,
+    scoped_tenant,
 )
 from agora_cli.cli.output import (
     Col,
@@ -148,6 +149,7 @@ def list_(
 
     one_format(as_json, csv)
     from_ms, to_ms, _, _ = days_window(from_day, to_day)
+    tenant = scoped_tenant(tenant)
     engine = open_db(db, readonly=True, tenant=tenant)
     with engine.connect() as conn:
         page = list_runs(
@@ -331,10 +333,14 @@ def show(
     """
     from agora_cli.store.runs import get_run_detail
     from agora_cli.store.short_ids import resolve_run_id
+    from agora_cli.store.tenant_scope import check_run_tenant
 
-    engine = open_db(db, readonly=True)
+    tenant = scoped_tenant(None)
+    engine = open_db(db, readonly=True, tenant=tenant)
     with engine.connect() as conn:
-        detail = get_run_detail(conn, resolve_run_id(conn, run_id))
+        resolved = resolve_run_id(conn, run_id)
+        check_run_tenant(conn, resolved, tenant)
+        detail = get_run_detail(conn, resolved)
         conn.rollback()
     doc = _detail_document(detail)
     finish(

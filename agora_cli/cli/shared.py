@@ -1,4 +1,5 @@
-"""Options every command takes, wherever it sits in the tree: ``--profile`` and ``--no-color``.
+"""Options every command takes, wherever it sits in the tree: ``--profile``, ``--no-color`` and
+``--all-tenants``.
 
 They are added to every command and group once, when the root group is built (``AgoraGroup``),
 so a command written later has them too, and ``--help`` lists them. Both are eager: a profile
@@ -37,6 +38,21 @@ def _no_color(ctx: typer.Context, value: bool) -> None:
         output.set_no_color(True)
 
 
+def _all_tenants(ctx: typer.Context, value: bool) -> None:
+    # Called for every command and group of the invocation, given or not: the last one (the
+    # command that runs) leaves its path for open_db, which decides what the tenant does.
+    if ctx.resilient_parsing:
+        return
+    from agora_cli.cli.options import remember_command
+
+    names: list[str] = []
+    node: Any = ctx
+    while node is not None and node.parent is not None:
+        names.append(node.info_name or "")
+        node = node.parent
+    remember_command(" ".join(reversed(names)), value)
+
+
 def _template(
     profile: Annotated[
         str | None,
@@ -62,6 +78,16 @@ def _template(
             help="No colour (also NO_COLOR=1; FORCE_COLOR=1 forces it).",
         ),
     ] = False,
+    all_tenants: Annotated[
+        bool,
+        typer.Option(
+            "--all-tenants",
+            expose_value=False,
+            is_eager=True,
+            callback=_all_tenants,
+            help="Ignore the session tenant (AGORA_TENANT, the profile's tenant) for this command.",
+        ),
+    ] = False,
 ) -> None:
     """The shared options, as Typer builds them."""
 
@@ -70,12 +96,12 @@ def _template(
 def _options() -> tuple[Any, ...]:
     app = typer.Typer(add_completion=False)
     app.command()(_template)
-    wanted = {"--profile", "--no-color"}
+    wanted = {"--profile", "--no-color", "--all-tenants"}
     return tuple(p for p in typer.main.get_command(app).params if wanted & set(p.opts))
 
 
 def add_shared_options(command: Any) -> None:
-    """Add ``--profile`` and ``--no-color`` to ``command`` and every command below it."""
+    """Add the shared options to ``command`` and every command below it."""
     if not getattr(command, _MARK, False):
         taken = {opt for p in command.params for opt in getattr(p, "opts", [])}
         command.params.extend(copy.copy(p) for p in _options() if not taken & set(p.opts))
@@ -86,7 +112,9 @@ def add_shared_options(command: Any) -> None:
 
 def reset_shared_state(*_: Any) -> None:
     """Undo what the shared options did for one command (the CLI may run again in-process)."""
+    from agora_cli.cli.options import reset_session
     from agora_cli.cli.profiles import deactivate
 
     deactivate()
+    reset_session()
     output.set_no_color(False)

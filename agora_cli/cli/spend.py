@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db
+from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db, scoped_tenant
 from agora_cli.cli.output import (
     Col,
     emit_csv,
@@ -187,6 +187,7 @@ def spend(
     start, end = report_window(from_day, to_day, last, ms_to_date(SystemClock().now_ms()))
     if chart:
         _check_chart_window(grouping.split(",")[0], start, end)
+    tenant = scoped_tenant(tenant)
     filters = {"actor": actor, "tenant": tenant, "model": model}
     engine = open_db(db, readonly=True, tenant=tenant)
     with engine.connect() as conn:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, NoPagerOpt, open_db
+from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, NoPagerOpt, open_db, scoped_tenant
 from agora_cli.cli.output import (
     Col,
     finish,
@@ -129,11 +129,13 @@ def list_(
     from agora_cli.store.threads import list_threads
 
     one_format(as_json, csv)
-    engine = open_db(db, readonly=True)
+    tenant = scoped_tenant(None)
+    engine = open_db(db, readonly=True, tenant=tenant)
     with engine.connect() as conn:
         threads = list_threads(
             conn,
             actor_ref=actor,
+            tenant_ref=tenant,
             limit=limit,
             include_deleted=include_deleted,
             include_transient=include_transient,
@@ -331,11 +333,15 @@ def show(
     Example: agora threads show demo-thread-01 --json
     """
     from agora_cli.store.short_ids import resolve_thread_id
+    from agora_cli.store.tenant_scope import check_thread_tenant
     from agora_cli.store.threads import get_transcript
 
-    engine = open_db(db, readonly=True)
+    tenant = scoped_tenant(None)
+    engine = open_db(db, readonly=True, tenant=tenant)
     with engine.connect() as conn:
-        transcript = get_transcript(conn, resolve_thread_id(conn, thread_id))
+        resolved = resolve_thread_id(conn, thread_id)
+        check_thread_tenant(conn, resolved, tenant)  # before any sealed value is opened
+        transcript = get_transcript(conn, resolved)
         conn.rollback()
     doc = _transcript_doc(transcript)
     finish(
@@ -448,6 +454,7 @@ def delete(
     Example: agora threads delete demo-thread-12 --yes --json
     """
     from agora_cli.store.short_ids import resolve_thread_id
+    from agora_cli.store.tenant_scope import check_thread_tenant
     from agora_cli.store.threads import (
         ThreadUsageTotals,
         delete_thread,
@@ -459,10 +466,13 @@ def delete(
         raise InvalidInput(
             f"not deleting thread {thread_id!r} without --yes: there is no terminal to ask on"
         )
-    engine = open_db(db)
+    tenant = scoped_tenant(None)
+    engine = open_db(db, tenant=tenant)
     if not yes:
         with engine.connect().execution_options(sqlite_deferred=True) as conn:
-            found = get_thread(conn, resolve_thread_id(conn, thread_id))
+            resolved = resolve_thread_id(conn, thread_id)
+            check_thread_tenant(conn, resolved, tenant)
+            found = get_thread(conn, resolved)
             ledger = usage_by_thread(conn, [found.id]).get(found.id, ThreadUsageTotals())
             conn.rollback()
         question = safe_text(
@@ -474,7 +484,9 @@ def delete(
             raise typer.Exit(1)
         thread_id = found.id
     with engine.begin() as conn:
-        result = delete_thread(conn, resolve_thread_id(conn, thread_id))
+        resolved = resolve_thread_id(conn, thread_id)
+        check_thread_tenant(conn, resolved, tenant)
+        result = delete_thread(conn, resolved)
     removed = ", ".join(f"{n:,} {table}" for table, n in result.deleted.items() if n)
     finish(
         {"id": result.id, "deleted": result.deleted, "ledger": _usage_totals_doc(result.ledger)},

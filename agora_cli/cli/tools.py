@@ -6,7 +6,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import CsvOpt, DbOpt, FromOpt, JsonOpt, ToOpt, days_window, open_db
+from agora_cli.cli.options import (
+    CsvOpt,
+    DbOpt,
+    FromOpt,
+    JsonOpt,
+    ToOpt,
+    days_window,
+    open_db,
+    scoped_tenant,
+)
 from agora_cli.cli.output import (
     Col,
     duration_text,
@@ -170,6 +179,7 @@ def stats(
     one_format(as_json, csv)
     from_ms, to_ms, start, end = days_window(from_day, to_day, default_days=DEFAULT_DAYS)
     assert from_ms is not None and to_ms is not None and start and end
+    tenant = scoped_tenant(tenant)
     engine = open_db(db, readonly=True, tenant=tenant)
     with engine.connect() as conn:
         tools = stats_by_tool(conn, from_ms=from_ms, to_ms=to_ms, tenant_ref=tenant)

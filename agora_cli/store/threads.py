@@ -487,6 +487,7 @@ def list_threads(
     conn: Connection,
     *,
     actor_ref: str | None = None,
+    tenant_ref: str | None = None,
     limit: int = 50,
     include_deleted: bool = False,
     include_transient: bool = False,
@@ -516,6 +517,8 @@ def list_threads(
     )
     if actor_ref is not None:
         q = q.where(exact_eq(thread.c.actor_ref, check_identity("actor_ref", actor_ref)))
+    if tenant_ref is not None:
+        q = q.where(exact_eq(thread.c.tenant_ref, check_identity("tenant_ref", tenant_ref)))
     if not include_deleted:
         q = q.where(thread.c.deleted_at.is_(None))
     if not include_transient:
