@@ -296,7 +296,7 @@ def test_status_check_and_verify_name_an_older_agoras_policy_and_enable_upgrades
     assert verify.exit_code == 1 and verify.json()["failed"] == ["agent_token_usage"]
 
     upgrade = cli("db", "rls", "enable", "--db", pg_url, "--json").json()
-    assert [s.split(" ")[0] for s in upgrade["sql"]] == ["ALTER", "COMMENT"]
+    assert [s.split(" ")[0] for s in upgrade["sql"]] == ["ALTER", "DO"]  # DO: the comment
     assert cli("db", "rls", "status", "--db", pg_url, "--json").json()["outdated"] == []
     assert cli("db", "check", "--db", pg_url).exit_code == 0
     assert cli("db", "rls", "verify", "--db", pg_url).exit_code == 0
