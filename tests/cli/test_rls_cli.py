@@ -110,6 +110,53 @@ def test_verify_exits_1_naming_the_table_whose_policy_was_dropped(cli: Any, pg_u
     assert cli("db", "rls", "verify", "--db", pg_url).exit_code == 0
 
 
+def test_an_app_role_that_could_switch_rls_off_is_exit_2_in_one_line(
+    cli: Any, pg_url: str, app_role: str
+) -> None:
+    engine = open_engine(pg_url)
+    with engine.begin() as conn:  # the tables' owner's role, with the app role in it
+        conn.exec_driver_sql(f'CREATE ROLE "{app_role}" NOLOGIN NOBYPASSRLS')
+        conn.exec_driver_sql(f'ALTER TABLE agent_run OWNER TO "{app_role}"')
+    try:
+        for args in (
+            ("enable", "--app-role", app_role, "--dry-run"),
+            ("enable", "--app-role", app_role),
+            ("verify", "--app-role", app_role),
+            ("enable", "--app-role", "public", "--dry-run"),
+            ("verify", "--app-role", "PUBLIC"),
+        ):
+            result = cli("db", "rls", *args, "--db", pg_url)
+            assert result.exit_code == 2, (args, result.stderr)
+            assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+            assert no_data(result)
+            if "public" not in args[2].lower():
+                assert f"'{app_role}' owns agent_run" in result.stderr
+    finally:
+        with engine.begin() as conn:
+            conn.exec_driver_sql('ALTER TABLE agent_run OWNER TO "postgres"')
+        engine.dispose()
+    status = cli("db", "rls", "status", "--db", pg_url, "--json").json()
+    assert not status["partial"] and not status["enabled"]  # the refusals changed nothing
+
+
+def test_status_names_a_table_added_later_and_verify_fails_on_it(cli: Any, pg_url: str) -> None:
+    assert cli("db", "rls", "enable", "--db", pg_url).exit_code == 0
+    engine = open_engine(pg_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE agent_new_thing (tenant_ref text, secret text)")
+    engine.dispose()
+    status = cli("db", "rls", "status", "--db", pg_url, "--json").json()
+    assert status["unprotected"] == ["agent_new_thing"]
+    new = next(t for t in status["tables"] if t["table"] == "agent_new_thing")
+    assert new["tenant_data"] and not new["protected"] and not new["shared"]
+    assert (
+        "UNPROTECTED         agent_new_thing" in cli("db", "rls", "status", "--db", pg_url).stdout
+    )
+    verify = cli("db", "rls", "verify", "--db", pg_url)
+    assert verify.exit_code == 1 and "isolation fails on: agent_new_thing" in verify.stderr
+    assert cli("db", "check", "--db", pg_url).exit_code == 1
+
+
 @pytest.mark.parametrize("command", ["enable", "disable", "status", "verify"])
 def test_rls_is_exit_2_on_mysql_and_sqlite(
     cli: Any, dialect: str, db_url: str, command: str
