@@ -1,47 +1,61 @@
 """Row-level security on PostgreSQL: tenants kept apart by the database itself.
 
 ``enable_rls`` enables and *forces* row-level security on every agent table that holds tenant
-data, with one policy per table named ``agent_tenant_isolation`` (tenancy.md):
+data, with one policy per table named ``agent_tenant_isolation`` (tenancy.md, docs/tenancy.md),
+``USING`` (what a session sees, updates, deletes) and ``WITH CHECK`` (what it may write):
 
 - threads: a row is visible and writable when ``tenant_ref`` equals the session setting
   ``agora.tenant``; untenanted rows (``tenant_ref`` NULL) only while the setting is unset or
-  empty. The daily fold of the ledger follows the same rule on its ``tenant_key`` (``''`` is
-  untenanted);
-- token usage, runs and action proposals: the same on their own ``tenant_ref``, but a row whose
-  ``tenant_ref`` is NULL belongs to its thread's tenant (the upstream runtime writes its ledger
-  rows so): visible iff its thread is, through an ``EXISTS`` on ``agent_thread`` under the
-  thread's own policy — never to another tenant nor to an untenanted session when the thread is
-  a tenant's. Queued messages: their own ``tenant_ref`` (or NULL) and their thread;
+  empty. The daily fold of the ledger and the tenants' keys follow the same rule on their
+  ``tenant_key`` (``''`` is untenanted);
+- token usage, runs and action proposals: visible on their own ``tenant_ref``, or, NULL (the
+  upstream runtime writes its ledger rows so), when their thread is visible: an ``EXISTS`` on
+  ``agent_thread`` under the thread's own policy. Queued messages: their own ``tenant_ref`` (or
+  NULL) and their thread;
 - tables without ``tenant_ref`` follow their parent, through an ``EXISTS`` on the parent table,
   whose own policy applies inside it: messages, generated-UI calls and confirmation tokens through
-  their thread, tool calls through their message, stream frames through their run. A frame whose
-  run has no row is visible only to untenanted sessions; whether the run row exists at all is
-  asked of ``agent_rls_run_absent``, a ``SECURITY DEFINER`` function owned by the role that ran
-  ``enable`` (which must bypass row-level security for that answer: otherwise the function
-  answers "not absent", and such frames are visible to no one but roles that bypass RLS);
-- tenants' data keys (``agent_tenant_key``) follow their ``tenant_key``: a session sees only
-  its own tenant's wrapped keys (the runtime role may only read them);
-- prices, channel state, budgets and the fold's day list carry no policy; the fold's optional
-  per-model rollup (every tenant's rows summed per model; not an agent table) carries none
-  either, and the app role gets no grant on it (reports under row-level security read
-  ``agent_usage_daily``).
+  their thread, tool calls through their message;
+- stream frames (revision 0007 gave them ``tenant_ref``, filled by the frame writer from the
+  run): their own tenant, else (NULL) their run's. A frame whose run is gone is visible to no
+  session of the app role, whatever its tenant setting (issue 24, finding 5).
+
+**A child row carries its parent's tenant (issue 24, finding 1).** ``WITH CHECK`` of every table
+with a parent (thread, run, message) requires the parent to be visible under its own policy, and
+the row's ``tenant_ref`` to be the session's or NULL: a session cannot write a row naming its own
+tenant on another tenant's thread. Chosen over a composite foreign key ``(thread_id,
+tenant_ref)``: the upstream runtime writes children with a NULL ``tenant_ref``, which a
+composite key does not check at all (``MATCH SIMPLE``), nor can it match an untenanted thread
+(NULL); it would also need unique ``(id, tenant_ref)`` indexes on every parent, a ``tenant_ref``
+on messages and tool calls, and the same change on MySQL and SQLite, which have no row-level
+security to need it. The ``EXISTS`` is checked before any foreign key: a parent of another tenant
+and a parent that does not exist fail alike, with the policy's error.
+
+**Tables from the live catalog (finding 8).** Every table of the schema with a tenant column
+(``tenant_ref``, ``tenant_key``) or a foreign key (transitively) to such a table must be
+protected or declared shared (``SHARED_TABLES``, each with its reason): a table added later
+shows as unprotected in ``status``, ``db check`` and ``verify``.
+
+**Policies compared by their expressions.** Each policy carries a comment: a mark (a hash of the
+expressions this agora installs) and the md5 of its expressions as PostgreSQL deparsed them when
+``enable`` installed them (``pg_policies.qual`` and ``with_check``: PostgreSQL's own normal
+form). ``status`` and ``db check`` compare both with the live policy: an older agora's policy, or
+one edited by hand that keeps its comment (``ALTER POLICY … USING (true)``), is outdated, and
+``enable`` replaces its expressions in place (``ALTER POLICY``).
+
+**The app role (finding 4).** ``enable``/``verify`` refuse an app role that could switch the
+policies off: a superuser or ``BYPASSRLS`` role, the owner of an agent table or a member of the
+owning role, a role with ``CREATE`` on the schema, and ``PUBLIC``. It may only read prices,
+budgets, tenant keys and the fold's tables (the fold is privileged: finding 6, which ``verify``
+flags when re-granted by hand).
 
 ``enable`` also builds ``agent_token_usage_thread_tenant_idx (thread_id, tenant_ref)`` — an
 extra index (schema.md allows them), built ``CONCURRENTLY`` before the policies' transaction so
 that ledger writes go on meanwhile: under the policy a thread's ledger read is an equality on
 both columns, and without it PostgreSQL merges the thread index with the tenant's whole range
 (``threads show`` of 500 messages: 1.62× with RLS on; 1.1× with the index). ``disable`` drops it.
-
-``WITH CHECK`` is the same expression, so a session cannot write a row for another tenant, nor
-a row with no ``tenant_ref`` on another tenant's thread. The tenant comparisons are plain
-equalities on a STABLE expression, so the tenant indexes stay usable.
-
-Each policy carries a comment, its mark (``POLICY_MARKS``: a hash of the expression ``enable``
-installs). PostgreSQL stores the expression deparsed, in a text that differs from ours and by
-server version, so the mark is what ``status`` and ``db check`` compare: a policy without it (an
-older agora's) or with another is outdated, and ``enable`` replaces its expressions in place
-(``ALTER POLICY``). A policy edited by hand that keeps its mark is not noticed: ``verify`` is the
-test of what the policies do.
+The tenant comparisons are plain equalities on a STABLE expression, so the tenant indexes stay
+usable. No ``SECURITY DEFINER`` helper is left: the frames' old ``agent_rls_run_absent``
+(executable by everyone, answering for every tenant's runs) is dropped by ``enable``.
 
 ``tenant_session(conn, tenant)`` and ``open_engine(..., tenant=…)`` / ``AGORA_TENANT`` set
 ``agora.tenant`` per transaction (``set_config(…, true)``, i.e. ``SET LOCAL``).
@@ -530,7 +544,9 @@ def rls_status(conn: Connection) -> RlsStatus:
 
 def policy_problems(bind: Engine | Connection) -> list[Problem]:
     """``missing_policy`` problems for ``db check``: once row-level security is enabled on any
-    agent table, every protected table must have it enabled, forced and with its policy.
+    agent table, every protected table must have it enabled, forced and with its policy (the
+    expressions this agora installs), and every table of the live catalog holding tenant data
+    must be protected or declared shared.
 
     Nothing on MySQL/SQLite, nor on a PostgreSQL database where RLS was never enabled.
     """
@@ -725,11 +741,13 @@ def enable_rls(
 ) -> RlsPlan:
     """Enable and force row-level security with its policies, idempotently, in one transaction.
 
-    Only what is missing is created and outdated policies (another mark: an older agora's) are
-    replaced in place (an already enabled, current schema runs nothing). With ``app_role``,
+    Only what is missing is created and outdated policies (an older agora's, or edited by hand)
+    are replaced in place (an already enabled, current schema runs nothing). With ``app_role``,
     the role is created if missing (``NOLOGIN NOBYPASSRLS``) and granted the runtime's DML on
-    the agent tables (SELECT only on prices, budgets and tenant keys); a role that bypasses RLS
-    is refused. ``dry_run`` returns the statements and runs none.
+    the agent tables (SELECT only on prices, budgets, tenant keys and the fold's tables); a role
+    that could switch the policies off (superuser, ``BYPASSRLS``, an agent table's owner or a
+    member of it, ``CREATE`` on the schema, ``PUBLIC``) is refused with ``InvalidInput``, dry
+    run or not. ``dry_run`` returns the statements and runs none.
     """
     if app_role is not None:
         _check_role_name(app_role)
