@@ -271,6 +271,53 @@ def test_commands_scoped_by_tenant_set_it_for_the_app_role(
     assert sum(sealed.json()["sealed"].values()) == 1
 
 
+def test_a_tenants_login_cannot_create_a_proposal_on_another_tenants_thread(
+    cli: Any, pg_url: str, app_role: str, tmp_path: Any
+) -> None:
+    """Issue 24, finding 1: `AGORA_TENANT=acme agora proposals create` with globex's thread id,
+    as a login that is a member of the app role, fails in one line and writes nothing; a thread
+    id that does not exist fails with the same message."""
+    import json
+
+    engine = open_engine(pg_url)
+    with engine.begin() as conn:
+        globex = create_thread(conn, actor_ref="bob", tenant_ref="globex", title="globex")
+    assert cli("db", "rls", "enable", "--app-role", app_role, "--db", pg_url).exit_code == 0
+    login = f"agora_rt_c_{secrets.token_hex(4)}"
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f'CREATE ROLE "{login}" LOGIN IN ROLE "{app_role}"')
+    as_login = pg_url.replace("postgres@", f"{login}@", 1)
+    try:
+        errors = []
+        for thread_id in (globex.id, "no-such-thread"):
+            doc = {
+                "id": f"p-{thread_id}",
+                "tenant_ref": "acme",
+                "actor_ref": "alice",
+                "thread_id": thread_id,
+                "tool_name": "refund",
+                "input": {"order_id": 7},
+            }
+            path = tmp_path / "proposal.json"
+            path.write_text(json.dumps(doc))
+            made = cli(
+                "proposals", "create", "--file", str(path), "--db", as_login,
+                env={"AGORA_TENANT": "acme"},
+            )  # fmt: skip
+            assert made.exit_code != 0 and made.stderr.count("\n") == 1, made.stderr
+            assert "row-level security" in made.stderr
+            errors.append(made.stderr.replace(thread_id, "<thread>"))
+        assert errors[0] == errors[1]  # the error does not tell whether globex's thread exists
+        with engine.connect() as conn:
+            rows = conn.exec_driver_sql("SELECT count(*) FROM agent_action_proposal").scalar()
+            conn.rollback()
+        assert rows == 0
+    finally:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f'DROP ROLE "{login}"')
+        engine.dispose()
+
+
 def test_upstream_ledger_rows_under_rls_are_their_threads_tenants(
     cli: Any, pg_url: str, app_role: str
 ) -> None:
