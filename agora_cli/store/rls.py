@@ -769,10 +769,6 @@ def enable_rls(
                 f"CREATE INDEX {_ONLINE} IF NOT EXISTS {_quote(conn, THREAD_TENANT_INDEX)} "
                 f"ON {_quote(conn, 'agent_token_usage')} (thread_id, tenant_ref)"
             )
-        if cat.function:  # the frames' old helper (issue 24: it answered for every tenant)
-            sql.append(
-                f"DROP FUNCTION IF EXISTS {_quote(conn, cat.schema)}.{RUN_ABSENT_FUNCTION}(text)"
-            )
         for table in PROTECTED_TABLES:
             state = cat.tables[table]
             qt = _quote(conn, table)
@@ -793,6 +789,11 @@ def enable_rls(
                 )
             if not state.policy_current:
                 sql.append(_comment_sql(conn, table))
+        if cat.function:  # the frames' old helper (issue 24: it answered for every tenant),
+            # dropped once no policy uses it any more
+            sql.append(
+                f"DROP FUNCTION IF EXISTS {_quote(conn, cat.schema)}.{RUN_ABSENT_FUNCTION}(text)"
+            )
         created = False
         if app_role is not None:
             _refuse_app_role(conn, app_role, cat)

@@ -500,3 +500,43 @@ def test_frames_outlive_no_thread_and_no_other_session_reads_them(
     with owner.connect() as conn:
         assert conn.execute(select(func.count()).select_from(stream_frame)).scalar() == 0
         conn.rollback()
+
+
+def test_enable_replaces_the_old_frames_policy_and_drops_its_helper_function(
+    pg_url: str, roles: tuple[str, str], owner: Any
+) -> None:
+    """Finding 10: `agent_rls_run_absent` was executable by everyone and answered for every
+    tenant's runs; upgrading an older agora's database replaces the policy and drops it."""
+    app, login = roles
+    old = (
+        "(EXISTS (SELECT 1 FROM agent_run p WHERE p.id = agent_stream_frame.run_id OFFSET 0) OR "
+        "(coalesce(current_setting('agora.tenant', true), '') = '' AND "
+        "agent_rls_run_absent(agent_stream_frame.run_id)))"
+    )
+    with owner.begin() as conn:  # as an agora before issue 24 left it
+        conn.exec_driver_sql(
+            "CREATE FUNCTION agent_rls_run_absent(p_run_id text) RETURNS boolean LANGUAGE sql "
+            "STABLE SECURITY DEFINER AS $$ SELECT NOT EXISTS (SELECT 1 FROM agent_run "
+            "WHERE id = p_run_id) $$"
+        )
+        conn.exec_driver_sql(
+            f"ALTER POLICY {POLICY_NAME} ON agent_stream_frame USING ({old}) WITH CHECK ({old})"
+        )
+    with login_engine(pg_url, login, "acme") as engine, engine.connect() as conn:
+        # the oracle: anyone could ask whether another tenant's run exists
+        assert conn.execute(text("SELECT agent_rls_run_absent('no-such-run')")).scalar()
+        conn.rollback()
+    with owner.connect() as conn:
+        st = rls_status(conn)
+        conn.rollback()
+    assert st.function and st.outdated == ["agent_stream_frame"]
+    plan = enable_rls(owner)
+    assert plan.sql[-1].startswith("DROP FUNCTION IF EXISTS")
+    with owner.connect() as conn:
+        st = rls_status(conn)
+        conn.rollback()
+    assert not st.function and st.outdated == []
+    with login_engine(pg_url, login, "acme") as engine, engine.connect() as conn:
+        assert "does not exist" in (_error(conn, text("SELECT agent_rls_run_absent('x')")) or "")
+        conn.rollback()
+    assert verify_isolation(owner, app_role=app).ok
