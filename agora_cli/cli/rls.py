@@ -29,7 +29,11 @@ AppRoleOpt = Annotated[
     typer.Option(
         "--app-role",
         metavar="NAME",
-        help="The runtime's role (NOLOGIN NOBYPASSRLS; created if missing, granted the DML).",
+        help=(
+            "The runtime's role (NOLOGIN NOBYPASSRLS; created if missing, granted the DML). "
+            "Refused when it owns an agent table (or is a member of its owner), bypasses RLS, "
+            "has CREATE on the schema, or is PUBLIC."
+        ),
         show_default=False,
     ),
 ]
@@ -142,7 +146,10 @@ def disable(
 def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Show row-level security per agent table, and which kind of role is connected.
 
-    A policy an older agora installed shows as "outdated" (`db rls enable` upgrades it).
+    Tables are read from the live catalog: one holding tenant data (a tenant_ref or tenant_key
+    column, or a foreign key to such a table) with no policy and not declared shared shows as
+    UNPROTECTED. A policy an older agora installed, or one edited by hand (its live expressions
+    are compared, not its name), shows as "outdated" (`db rls enable` replaces it).
     A superuser or BYPASSRLS role sees every tenant (cross-tenant reports run as one); any
     other role, the tables' owner included (the policies are forced), sees only its tenant's rows.
 
@@ -165,6 +172,7 @@ def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
         "function": st.function,
         "thread_tenant_index": st.thread_tenant_index,
         "outdated": st.outdated,
+        "unprotected": st.unprotected,
         "tables": [
             {
                 "table": t.table,
@@ -174,6 +182,8 @@ def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
                 "rls_forced": t.forced,
                 "policy": t.policy,
                 "policy_current": t.policy_current,
+                "tenant_data": t.tenant_data,
+                "shared": t.shared,
             }
             for t in st.tables
         ],
@@ -201,12 +211,25 @@ def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
                 markup=False,
                 soft_wrap=True,
             )
+        if st.unprotected:
+            console.print(
+                f"UNPROTECTED         {', '.join(st.unprotected)} (tenant data without a "
+                "policy: every tenant reads every row)",
+                markup=False,
+                soft_wrap=True,
+            )
         yes = {True: "yes", False: "—"}
         render_table(
             [
                 {
                     "table": t.table,
-                    "tenant data": "yes" if t.protected else "no",
+                    "tenant data": "yes"
+                    if t.protected
+                    else "UNPROTECTED"
+                    if t.unprotected
+                    else "shared"
+                    if t.shared
+                    else "no",
                     "enabled": yes[t.enabled],
                     "forced": yes[t.forced],
                     "policy": "outdated" if t.policy and not t.policy_current else yes[t.policy],
@@ -227,10 +250,13 @@ def verify(app_role: AppRoleOpt = None, db: DbOpt = None, as_json: JsonOpt = Fal
     In one transaction that is rolled back, it writes rows for two throw-away tenants into every
     protected table, switches to the app role (SET LOCAL ROLE; without --app-role, a throw-away
     NOBYPASSRLS role made in the same transaction) and checks that tenant A sees its rows and
-    none of B's, cannot update or delete B's and cannot insert a row for B; and that a ledger,
-    run, queued-message or proposal row with no tenant_ref on A's thread is A's alone (hidden
-    from B and untenanted sessions, who cannot insert one there). Nothing it writes survives:
-    safe against production.
+    none of B's, cannot update or delete B's, cannot insert a row for B, nor a row of its own
+    tenant on B's thread, run or message (failing as on a parent that does not exist); and that
+    a ledger, run, queued-message or proposal row with no tenant_ref on A's thread is A's alone.
+    Tables of the live catalog holding tenant data without a policy fail, and so does an app
+    role that may write the fold's tables. An --app-role that owns (or is a member of an owner
+    of) an agent table, bypasses RLS or has CREATE on the schema is refused (exit 2). Nothing it
+    writes survives: safe against production.
 
     Example: agora db rls verify --app-role agora_app --json
     """
@@ -243,6 +269,7 @@ def verify(app_role: AppRoleOpt = None, db: DbOpt = None, as_json: JsonOpt = Fal
         "role": report.role,
         "temporary_role": report.temporary_role,
         "failed": report.failed,
+        "problems": report.problems,
         "tables": [
             {
                 "table": t.table,
@@ -253,6 +280,7 @@ def verify(app_role: AppRoleOpt = None, db: DbOpt = None, as_json: JsonOpt = Fal
                 "delete_blocked": t.delete_blocked,
                 "insert_blocked": t.insert_blocked,
                 "thread_tenant": t.thread_tenant,
+                "parent_blocked": t.parent_blocked,
                 "detail": t.detail,
             }
             for t in report.tables
@@ -270,6 +298,7 @@ def verify(app_role: AppRoleOpt = None, db: DbOpt = None, as_json: JsonOpt = Fal
                     "delete": mark[t.delete_blocked],
                     "insert": mark[t.insert_blocked],
                     "thread's tenant": "—" if t.thread_tenant is None else mark[t.thread_tenant],
+                    "parent": "—" if t.parent_blocked is None else mark[t.parent_blocked],
                     "detail": t.detail or "",
                 }
                 for t in report.tables
@@ -282,13 +311,16 @@ def verify(app_role: AppRoleOpt = None, db: DbOpt = None, as_json: JsonOpt = Fal
                 Col("delete"),
                 Col("insert"),
                 Col("thread's tenant"),
+                Col("parent"),
                 Col("detail"),
             ],
             title="Tenant isolation per table (tenant A against B's rows; all rolled back)",
         )
+        for problem in report.problems:
+            say(f"FAIL: {problem}")
         if report.ok:
             out_console().print(f"ok: {len(report.tables)} table(s) keep tenants apart.")
-        else:
+        elif report.failed:
             say(f"isolation fails on: {', '.join(report.failed)} (agora db rls enable repairs it)")
 
     finish(doc, as_json=as_json, show=show, exit_code=0 if report.ok else 1)

@@ -1,47 +1,61 @@
 """Row-level security on PostgreSQL: tenants kept apart by the database itself.
 
 ``enable_rls`` enables and *forces* row-level security on every agent table that holds tenant
-data, with one policy per table named ``agent_tenant_isolation`` (tenancy.md):
+data, with one policy per table named ``agent_tenant_isolation`` (tenancy.md, docs/tenancy.md),
+``USING`` (what a session sees, updates, deletes) and ``WITH CHECK`` (what it may write):
 
 - threads: a row is visible and writable when ``tenant_ref`` equals the session setting
   ``agora.tenant``; untenanted rows (``tenant_ref`` NULL) only while the setting is unset or
-  empty. The daily fold of the ledger follows the same rule on its ``tenant_key`` (``''`` is
-  untenanted);
-- token usage, runs and action proposals: the same on their own ``tenant_ref``, but a row whose
-  ``tenant_ref`` is NULL belongs to its thread's tenant (the upstream runtime writes its ledger
-  rows so): visible iff its thread is, through an ``EXISTS`` on ``agent_thread`` under the
-  thread's own policy — never to another tenant nor to an untenanted session when the thread is
-  a tenant's. Queued messages: their own ``tenant_ref`` (or NULL) and their thread;
+  empty. The daily fold of the ledger and the tenants' keys follow the same rule on their
+  ``tenant_key`` (``''`` is untenanted);
+- token usage, runs and action proposals: visible on their own ``tenant_ref``, or, NULL (the
+  upstream runtime writes its ledger rows so), when their thread is visible: an ``EXISTS`` on
+  ``agent_thread`` under the thread's own policy. Queued messages: their own ``tenant_ref`` (or
+  NULL) and their thread;
 - tables without ``tenant_ref`` follow their parent, through an ``EXISTS`` on the parent table,
   whose own policy applies inside it: messages, generated-UI calls and confirmation tokens through
-  their thread, tool calls through their message, stream frames through their run. A frame whose
-  run has no row is visible only to untenanted sessions; whether the run row exists at all is
-  asked of ``agent_rls_run_absent``, a ``SECURITY DEFINER`` function owned by the role that ran
-  ``enable`` (which must bypass row-level security for that answer: otherwise the function
-  answers "not absent", and such frames are visible to no one but roles that bypass RLS);
-- tenants' data keys (``agent_tenant_key``) follow their ``tenant_key``: a session sees only
-  its own tenant's wrapped keys (the runtime role may only read them);
-- prices, channel state, budgets and the fold's day list carry no policy; the fold's optional
-  per-model rollup (every tenant's rows summed per model; not an agent table) carries none
-  either, and the app role gets no grant on it (reports under row-level security read
-  ``agent_usage_daily``).
+  their thread, tool calls through their message;
+- stream frames (revision 0007 gave them ``tenant_ref``, filled by the frame writer from the
+  run): their own tenant, else (NULL) their run's. A frame whose run is gone is visible to no
+  session of the app role, whatever its tenant setting (issue 24, finding 5).
+
+**A child row carries its parent's tenant (issue 24, finding 1).** ``WITH CHECK`` of every table
+with a parent (thread, run, message) requires the parent to be visible under its own policy, and
+the row's ``tenant_ref`` to be the session's or NULL: a session cannot write a row naming its own
+tenant on another tenant's thread. Chosen over a composite foreign key ``(thread_id,
+tenant_ref)``: the upstream runtime writes children with a NULL ``tenant_ref``, which a
+composite key does not check at all (``MATCH SIMPLE``), nor can it match an untenanted thread
+(NULL); it would also need unique ``(id, tenant_ref)`` indexes on every parent, a ``tenant_ref``
+on messages and tool calls, and the same change on MySQL and SQLite, which have no row-level
+security to need it. The ``EXISTS`` is checked before any foreign key: a parent of another tenant
+and a parent that does not exist fail alike, with the policy's error.
+
+**Tables from the live catalog (finding 8).** Every table of the schema with a tenant column
+(``tenant_ref``, ``tenant_key``) or a foreign key (transitively) to such a table must be
+protected or declared shared (``SHARED_TABLES``, each with its reason): a table added later
+shows as unprotected in ``status``, ``db check`` and ``verify``.
+
+**Policies compared by their expressions.** Each policy carries a comment: a mark (a hash of the
+expressions this agora installs) and the md5 of its expressions as PostgreSQL deparsed them when
+``enable`` installed them (``pg_policies.qual`` and ``with_check``: PostgreSQL's own normal
+form). ``status`` and ``db check`` compare both with the live policy: an older agora's policy, or
+one edited by hand that keeps its comment (``ALTER POLICY … USING (true)``), is outdated, and
+``enable`` replaces its expressions in place (``ALTER POLICY``).
+
+**The app role (finding 4).** ``enable``/``verify`` refuse an app role that could switch the
+policies off: a superuser or ``BYPASSRLS`` role, the owner of an agent table or a member of the
+owning role, a role with ``CREATE`` on the schema, and ``PUBLIC``. It may only read prices,
+budgets, tenant keys and the fold's tables (the fold is privileged: finding 6, which ``verify``
+flags when re-granted by hand).
 
 ``enable`` also builds ``agent_token_usage_thread_tenant_idx (thread_id, tenant_ref)`` — an
 extra index (schema.md allows them), built ``CONCURRENTLY`` before the policies' transaction so
 that ledger writes go on meanwhile: under the policy a thread's ledger read is an equality on
 both columns, and without it PostgreSQL merges the thread index with the tenant's whole range
 (``threads show`` of 500 messages: 1.62× with RLS on; 1.1× with the index). ``disable`` drops it.
-
-``WITH CHECK`` is the same expression, so a session cannot write a row for another tenant, nor
-a row with no ``tenant_ref`` on another tenant's thread. The tenant comparisons are plain
-equalities on a STABLE expression, so the tenant indexes stay usable.
-
-Each policy carries a comment, its mark (``POLICY_MARKS``: a hash of the expression ``enable``
-installs). PostgreSQL stores the expression deparsed, in a text that differs from ours and by
-server version, so the mark is what ``status`` and ``db check`` compare: a policy without it (an
-older agora's) or with another is outdated, and ``enable`` replaces its expressions in place
-(``ALTER POLICY``). A policy edited by hand that keeps its mark is not noticed: ``verify`` is the
-test of what the policies do.
+The tenant comparisons are plain equalities on a STABLE expression, so the tenant indexes stay
+usable. No ``SECURITY DEFINER`` helper is left: the frames' old ``agent_rls_run_absent``
+(executable by everyone, answering for every tenant's runs) is dropped by ``enable``.
 
 ``tenant_session(conn, tenant)`` and ``open_engine(..., tenant=…)`` / ``AGORA_TENANT`` set
 ``agora.tenant`` per transaction (``set_config(…, true)``, i.e. ``SET LOCAL``).
@@ -73,6 +87,7 @@ if TYPE_CHECKING:
 __all__ = [
     "POLICY_NAME",
     "PROTECTED_TABLES",
+    "SHARED_TABLES",
     "TENANT_SETTING",
     "RlsPlan",
     "RlsStatus",
@@ -84,13 +99,13 @@ __all__ = [
     "install_tenant_setting",
     "policy_problems",
     "rls_status",
+    "session_tenant",
     "tenant_session",
     "verify_isolation",
 ]
 
 TENANT_SETTING = "agora.tenant"
 POLICY_NAME = "agent_tenant_isolation"
-RUN_ABSENT_FUNCTION = "agent_rls_run_absent"
 
 _SETTING = f"current_setting('{TENANT_SETTING}', true)"
 _UNSET = f"coalesce({_SETTING}, '') = ''"
@@ -125,39 +140,102 @@ def _own_or_threads(table: str) -> str:
     )
 
 
-# table -> the policy's expression (USING and WITH CHECK alike), parents before children.
-POLICY_EXPRESSIONS: dict[str, str] = {
-    "agent_thread": _direct(),
-    "agent_token_usage": _own_or_threads("agent_token_usage"),
-    "agent_run": _own_or_threads("agent_run"),
-    "agent_queued_message": (
-        f"((tenant_ref = {_TENANT} OR tenant_ref IS NULL) AND "
-        f"{_through('agent_queued_message', 'thread_id', 'agent_thread')})"
+def _own_on_parent(table: str, column: str = "thread_id", parent: str = "agent_thread") -> str:
+    # WITH CHECK of a row that has a tenant_ref and a parent (issue 24, finding 1): the row's
+    # tenant is the session's (or NULL: the parent's) AND its parent is visible under the
+    # parent's own policy. A parent of another tenant and a parent that does not exist fail
+    # alike, with the policy's error, before any foreign key is checked: the error does not tell
+    # whether another tenant's thread exists.
+    return f"((tenant_ref = {_TENANT} OR tenant_ref IS NULL) AND {_through(table, column, parent)})"
+
+
+# table -> (USING, WITH CHECK), parents before children. USING says which rows a session sees
+# (and may update or delete); WITH CHECK which rows it may write: a child row only on a parent
+# the session sees, so a child always carries its parent's tenant.
+POLICIES: dict[str, tuple[str, str]] = {
+    "agent_thread": (_direct(), _direct()),
+    "agent_token_usage": (
+        _own_or_threads("agent_token_usage"),
+        _own_on_parent("agent_token_usage"),
     ),
-    "agent_action_proposal": _own_or_threads("agent_action_proposal"),
-    "agent_usage_daily": f"(tenant_key = coalesce({_SETTING}, ''))",
-    "agent_tenant_key": f"(tenant_key = coalesce({_SETTING}, ''))",
-    "agent_message": _through("agent_message", "thread_id", "agent_thread"),
-    "agent_genui_call": _through("agent_genui_call", "thread_id", "agent_thread"),
-    "agent_confirm_token": _through("agent_confirm_token", "thread_id", "agent_thread"),
-    "agent_tool_call": _through("agent_tool_call", "message_id", "agent_message"),
+    "agent_run": (_own_or_threads("agent_run"), _own_on_parent("agent_run")),
+    "agent_queued_message": (
+        _own_on_parent("agent_queued_message"),
+        _own_on_parent("agent_queued_message"),
+    ),
+    "agent_action_proposal": (
+        _own_or_threads("agent_action_proposal"),
+        _own_on_parent("agent_action_proposal"),
+    ),
+    "agent_usage_daily": (
+        f"(tenant_key = coalesce({_SETTING}, ''))",
+        f"(tenant_key = coalesce({_SETTING}, ''))",
+    ),
+    "agent_tenant_key": (
+        f"(tenant_key = coalesce({_SETTING}, ''))",
+        f"(tenant_key = coalesce({_SETTING}, ''))",
+    ),
+    "agent_message": (
+        _through("agent_message", "thread_id", "agent_thread"),
+        _through("agent_message", "thread_id", "agent_thread"),
+    ),
+    "agent_genui_call": (
+        _through("agent_genui_call", "thread_id", "agent_thread"),
+        _through("agent_genui_call", "thread_id", "agent_thread"),
+    ),
+    "agent_confirm_token": (
+        _through("agent_confirm_token", "thread_id", "agent_thread"),
+        _through("agent_confirm_token", "thread_id", "agent_thread"),
+    ),
+    "agent_tool_call": (
+        _through("agent_tool_call", "message_id", "agent_message"),
+        _through("agent_tool_call", "message_id", "agent_message"),
+    ),
+    # A frame's own tenant (revision 0007: the frame writer fills it from its run), else (NULL:
+    # written before 0007, or by the runtime) its run's. A frame whose run is gone is visible to
+    # no session of the app role: only roles that bypass row-level security (the owner, who
+    # purges) see it. It is written only on a run the session sees.
     "agent_stream_frame": (
-        f"({_through('agent_stream_frame', 'run_id', 'agent_run')} OR "
-        f"({_UNSET} AND {RUN_ABSENT_FUNCTION}(agent_stream_frame.run_id)))"
+        f"(tenant_ref = {_TENANT} OR (tenant_ref IS NULL AND "
+        f"{_through('agent_stream_frame', 'run_id', 'agent_run')}))",
+        _own_on_parent("agent_stream_frame", "run_id", "agent_run"),
     ),
 }
-PROTECTED_TABLES: tuple[str, ...] = tuple(POLICY_EXPRESSIONS)
+PROTECTED_TABLES: tuple[str, ...] = tuple(POLICIES)
+
+# Tables found in the catalog that hold no tenant's rows, each with the reason: `status`,
+# `check` and `verify` accept them unprotected. Every other table with a tenant column
+# (tenant_ref, tenant_key) or a foreign key to such a table must have its policy.
+SHARED_TABLES: dict[str, str] = {
+    "agent_model_pricing": "prices are the same for every tenant (the runtime only reads them)",
+    "agent_channel_state": "the runtime's transport state, keyed by channel, no tenant data",
+    "agent_budget": "limits the operator sets; the runtime only reads them",
+    "agent_usage_fold": "the fold's list of folded days: no tenant data, written by the fold",
+    "agent_usage_model_daily": "the rollup: every tenant summed per model; no grant to the app",
+    "agent_document": "the optional shared knowledge base (documents branch)",
+    "agent_document_node": "the optional shared knowledge base (documents branch)",
+    "agent_rag_chunk": "the optional shared knowledge base (rag branch)",
+}
+TENANT_COLUMNS = ("tenant_ref", "tenant_key")
 
 
-def _marker(expression: str) -> str:
-    return f"agora {POLICY_NAME} {hashlib.sha256(expression.encode()).hexdigest()[:16]}"
+def _marker(using: str, check: str) -> str:
+    digest = hashlib.sha256(f"{using}\n{check}".encode()).hexdigest()[:16]
+    return f"agora {POLICY_NAME} {digest}"
 
 
-# The policy's comment says which expression `enable` installed: PostgreSQL keeps a policy's
-# expression deparsed (its text differs from ours, and by server version), so the catalog is
-# compared with this mark. A policy without it (made by an older agora) or with another one is
-# outdated: `enable` replaces its expressions in place (ALTER POLICY) and marks it.
-POLICY_MARKS: dict[str, str] = {t: _marker(e) for t, e in POLICY_EXPRESSIONS.items()}
+# The policy's comment: its mark (which expressions `enable` installed) and the md5 of the
+# expressions as PostgreSQL deparsed them when it installed them (pg_policies.qual and
+# with_check: PostgreSQL's own normal form, which differs from our text and by server version).
+# `status` and `db check` compare both with the live policy: a policy without the mark (an older
+# agora's) or with another, or whose live expressions are not the ones installed (a hand edit
+# such as `ALTER POLICY … USING (true)`, which keeps the comment), is outdated, and `enable`
+# replaces its expressions in place (ALTER POLICY).
+POLICY_MARKS: dict[str, str] = {t: _marker(*e) for t, e in POLICIES.items()}
+_DEPARSED_MD5 = (
+    "md5(coalesce(qual, '') || chr(10) || coalesce(with_check, '') || chr(10) || cmd "
+    "|| chr(10) || permissive || chr(10) || array_to_string(roles, ','))"
+)
 # Built by `enable` outside its transaction (CONCURRENTLY), dropped by `disable`.
 THREAD_TENANT_INDEX = "agent_token_usage_thread_tenant_idx"
 _ONLINE = "CONCURRENTLY"  # statements that run outside the transaction, in autocommit
@@ -169,9 +247,16 @@ THREADS_TENANT_TABLES = (
     "agent_queued_message",
     "agent_action_proposal",
 )
+# The fold's tables: written only by the privileged fold (issue 24, finding 6); the app role
+# may read them, and `verify` fails when it holds any other privilege on them.
+FOLD_TABLES = ("agent_usage_daily", "agent_usage_fold")
 # The runtime reads these and never writes them: the app role gets SELECT only.
-READ_ONLY_TABLES = frozenset({"agent_model_pricing", "agent_budget", "agent_tenant_key"})
+READ_ONLY_TABLES = frozenset(
+    {"agent_model_pricing", "agent_budget", "agent_tenant_key", *FOLD_TABLES}
+)
 _DML = ("SELECT", "INSERT", "UPDATE", "DELETE")
+# Before issue 24 a SECURITY DEFINER helper of the frames' policy; `enable` drops it.
+RUN_ABSENT_FUNCTION = "agent_rls_run_absent"
 
 
 class RlsUnsupported(InvalidInput):
@@ -195,11 +280,22 @@ def _quote(conn: Connection, name: str) -> str:
 _ROLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
+# Names PostgreSQL reads as something else than a role: PUBLIC is every role (a grant to it is
+# a grant to all; issue 25: `--app-role public` passed --dry-run and failed for real).
+_RESERVED_ROLES = frozenset({"public", "none", "current_user", "session_user", "current_role"})
+
+
 def _check_role_name(role: str) -> str:
     if not isinstance(role, str) or not _ROLE_NAME.match(role) or role.lower().startswith("pg_"):
         raise InvalidInput(
             f"app_role {role!r} is not a usable role name (letters, digits and _, at most 63 "
             "characters, not starting with a digit or pg_)",
+            param="app_role",
+        )
+    if role.lower() in _RESERVED_ROLES:
+        raise InvalidInput(
+            f"app_role {role!r} is a reserved name ({role.upper()} is not one role: a grant to "
+            "PUBLIC is a grant to every role); choose another, e.g. agora_app",
             param="app_role",
         )
     return role
@@ -210,53 +306,104 @@ def _check_role_name(role: str) -> str:
 
 @dataclass(frozen=True)
 class RlsTableState:
-    """One agent table's row-level security as the catalog describes it."""
+    """One table's row-level security as the catalog describes it."""
 
     table: str
-    protected: bool
+    protected: bool  # agora installs a policy on it (PROTECTED_TABLES)
     exists: bool
     enabled: bool
     forced: bool
     policy: bool
-    # the policy carries the current expression (its mark: POLICY_MARKS); False without a policy
+    # the policy is the one this agora installs, as installed: its mark (POLICY_MARKS) and its
+    # live expressions (pg_policies, deparsed) as `enable` left them; False without a policy
     policy_current: bool = False
+    # found in the live catalog holding tenant data (a tenant column, or a foreign key to a
+    # table that has one) or a protected table
+    tenant_data: bool = False
+    shared: bool = False  # declared shared (SHARED_TABLES)
+
+    @property
+    def unprotected(self) -> bool:
+        """Tenant data that agora neither protects nor declares shared (a table added later)."""
+        return self.exists and self.tenant_data and not self.protected and not self.shared
 
 
 @dataclass(frozen=True)
 class _Catalog:
     schema: str
     tables: dict[str, RlsTableState]
-    function: bool
+    function: bool  # RUN_ABSENT_FUNCTION, which `enable` now drops
     index: str  # THREAD_TENANT_INDEX: "valid", "invalid" (a failed concurrent build) or "missing"
+
+    @property
+    def unprotected(self) -> list[str]:
+        return [s.table for s in self.tables.values() if s.unprotected]
+
+
+def _tenant_tables(columns: dict[str, set[str]], keys: list[tuple[str, str]]) -> set[str]:
+    """The tables holding tenant data: a tenant column, or a foreign key (transitively) to one."""
+    found = {t for t, cols in columns.items() if cols & set(TENANT_COLUMNS)} | set(POLICIES)
+    while True:
+        more = {child for child, parent in keys if parent in found and child not in found}
+        if not more:
+            return found
+        found |= more
 
 
 def _read_catalog(conn: Connection) -> _Catalog:
+    """Every table of the schema (the live catalog, not a fixed list) and its policy."""
     from sqlalchemy import text
 
     schema = str(conn.execute(text("SELECT current_schema()")).scalar())
     rows = conn.execute(
         text(
             "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity, p.oid IS NOT NULL, "
-            "obj_description(p.oid, 'pg_policy') "
+            "obj_description(p.oid, 'pg_policy'), "
+            f"(SELECT {_DEPARSED_MD5} FROM pg_policies s WHERE s.schemaname = n.nspname "
+            "AND s.tablename = c.relname AND s.policyname = p.polname), "
+            "ARRAY(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = c.oid "
+            "AND a.attnum > 0 AND NOT a.attisdropped) "
             "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "LEFT JOIN pg_policy p ON p.polrelid = c.oid AND p.polname = :policy "
-            "WHERE n.nspname = :schema AND c.relkind IN ('r', 'p') "
-            "AND c.relname LIKE 'agent\\_%'"
+            "WHERE n.nspname = :schema AND c.relkind IN ('r', 'p') AND NOT c.relispartition"
         ),
         {"policy": POLICY_NAME, "schema": schema},
     ).all()
-    live = {str(r[0]): (bool(r[1]), bool(r[2]), bool(r[3]), r[4]) for r in rows}
+    keys = [
+        (str(r[0]), str(r[1]))
+        for r in conn.execute(
+            text(
+                "SELECT c.relname, f.relname FROM pg_constraint k "
+                "JOIN pg_class c ON c.oid = k.conrelid JOIN pg_class f ON f.oid = k.confrelid "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE k.contype = 'f' AND n.nspname = :schema"
+            ),
+            {"schema": schema},
+        )
+    ]
+    live = {str(r[0]): (bool(r[1]), bool(r[2]), bool(r[3]), r[4], r[5]) for r in rows}
+    tenant = _tenant_tables({str(r[0]): set(r[6]) for r in rows}, keys)
     tables: dict[str, RlsTableState] = {}
     for name in sorted(set(live) | set(PROTECTED_TABLES)):
-        enabled, forced, policy, mark = live.get(name, (False, False, False, None))
+        enabled, forced, policy, comment, deparsed = live.get(
+            name, (False, False, False, None, None)
+        )
+        if not (name.startswith("agent_") or name in tenant):
+            continue  # another application's table, with no tenant data
+        mark, _, installed = str(comment or "").rpartition(" ")
         tables[name] = RlsTableState(
             table=name,
-            protected=name in POLICY_EXPRESSIONS,
+            protected=name in POLICIES,
             exists=name in live,
             enabled=enabled,
             forced=forced,
             policy=policy,
-            policy_current=policy and mark is not None and mark == POLICY_MARKS.get(name),
+            policy_current=policy
+            and mark == POLICY_MARKS.get(name)
+            and deparsed is not None
+            and installed == deparsed,
+            tenant_data=name in tenant,
+            shared=name in SHARED_TABLES,
         )
     function = bool(
         conn.execute(
@@ -297,6 +444,53 @@ def _role_kind(conn: Connection, role: str | None = None) -> tuple[str, str]:
     return (str(row[0]), kind)
 
 
+def _app_role_refusal(conn: Connection, role: str, cat: _Catalog) -> str | None:
+    """Why ``role`` cannot be the app role (issue 24, finding 4), or None.
+
+    The policies bind the app role only while it can change none of them: it must not bypass
+    row-level security, own an agent table or be a member of a role that owns one (the owner
+    can run ``ALTER TABLE … NO FORCE ROW LEVEL SECURITY``), nor hold CREATE on the schema (it
+    could create objects there and, with an owner's help, re-own tables).
+    """
+    from sqlalchemy import text
+
+    _, kind = _role_kind(conn, role)
+    if kind == "missing":
+        return None
+    if kind != "subject":
+        return f"role {role!r} is a {kind} role and bypasses row-level security"
+    names = sorted(t.table for t in cat.tables.values() if t.exists)
+    owns = conn.execute(
+        text(
+            "SELECT c.relname, pg_get_userbyid(c.relowner) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = :schema AND c.relname = ANY(CAST(:tables AS text[])) "
+            "AND pg_has_role(:role, c.relowner, 'MEMBER') ORDER BY c.relname LIMIT 1"
+        ),
+        {"schema": cat.schema, "tables": names, "role": role},
+    ).first()
+    if owns is not None:
+        owner = str(owns[1])
+        how = "owns" if owner == role else f"is a member of {owner!r}, which owns"
+        return f"role {role!r} {how} {owns[0]} and could switch its row-level security off"
+    if conn.execute(
+        text("SELECT has_schema_privilege(:role, :schema, 'CREATE')"),
+        {"role": role, "schema": cat.schema},
+    ).scalar():
+        return f"role {role!r} has CREATE on schema {cat.schema!r} and could re-own its tables"
+    return None
+
+
+def _refuse_app_role(conn: Connection, role: str, cat: _Catalog) -> None:
+    why = _app_role_refusal(conn, role, cat)
+    if why is not None:
+        raise InvalidInput(
+            f"{why}: the app role must be a plain NOLOGIN NOBYPASSRLS role that owns nothing "
+            "(choose another, e.g. --app-role agora_app)",
+            param="app_role",
+        )
+
+
 # --- status -----------------------------------------------------------------------------------
 
 
@@ -312,9 +506,11 @@ class RlsStatus:
     function: bool
     tables: list[RlsTableState]
     thread_tenant_index: str = "missing"  # THREAD_TENANT_INDEX: valid | invalid | missing
-    # protected tables whose policy is not the current expression (an older agora's: `enable`
-    # upgrades it)
+    # protected tables whose policy is not the current expression (an older agora's, or edited
+    # by hand: `enable` replaces it)
     outdated: list[str] = field(default_factory=list)
+    # tables holding tenant data that agora neither protects nor declares shared
+    unprotected: list[str] = field(default_factory=list)
 
     @property
     def bypasses_rls(self) -> bool:
@@ -336,18 +532,21 @@ def rls_status(conn: Connection) -> RlsStatus:
         role=role,
         role_kind=kind,
         tenant=None if tenant is None else str(tenant),
-        enabled=len(complete) == len(protected) and cat.function,
+        enabled=len(complete) == len(protected),
         partial=bool(touched) and len(complete) < len(protected),
         function=cat.function,
         tables=list(cat.tables.values()),
         thread_tenant_index=cat.index,
         outdated=[s.table for s in protected if s.policy and not s.policy_current],
+        unprotected=cat.unprotected,
     )
 
 
 def policy_problems(bind: Engine | Connection) -> list[Problem]:
     """``missing_policy`` problems for ``db check``: once row-level security is enabled on any
-    agent table, every protected table must have it enabled, forced and with its policy.
+    agent table, every protected table must have it enabled, forced and with its policy (the
+    expressions this agora installs), and every table of the live catalog holding tenant data
+    must be protected or declared shared.
 
     Nothing on MySQL/SQLite, nor on a PostgreSQL database where RLS was never enabled.
     """
@@ -368,6 +567,17 @@ def policy_problems(bind: Engine | Connection) -> list[Problem]:
         return []
     problems: list[Problem] = []
     for s in states:
+        if s.unprotected:
+            problems.append(
+                Problem(
+                    "missing_policy",
+                    s.table,
+                    f"{s.table}: holds tenant data (a tenant column or a foreign key to a "
+                    "table with one) but has no tenant policy and is not declared shared: "
+                    "every session of the app role reads every tenant's rows",
+                )
+            )
+            continue
         if not s.protected:
             continue
         missing = [
@@ -381,7 +591,8 @@ def policy_problems(bind: Engine | Connection) -> list[Problem]:
         ]
         if s.policy and not s.policy_current:
             missing.append(
-                f"policy {POLICY_NAME} is outdated (not the expression this agora installs)"
+                f"policy {POLICY_NAME} is outdated (its expressions are not the ones this "
+                "agora installs)"
             )
         if missing:
             problems.append(
@@ -392,14 +603,6 @@ def policy_problems(bind: Engine | Connection) -> list[Problem]:
                     "tables; `agora db rls enable` repairs it)",
                 )
             )
-    if not cat.function and any(s.table == "agent_stream_frame" and s.policy for s in states):
-        problems.append(
-            Problem(
-                "missing_policy",
-                "agent_stream_frame",
-                f"function {RUN_ABSENT_FUNCTION} used by the frames' policy is missing",
-            )
-        )
     return problems
 
 
@@ -423,14 +626,19 @@ class RlsPlan:
         return bool(self.sql)
 
 
-def _function_sql(conn: Connection, schema: str) -> str:
-    q = _quote(conn, schema)
+def _comment_sql(conn: Connection, table: str) -> str:
+    """Mark the policy on ``table``: our mark and the md5 of its expressions as deparsed now.
+
+    A DO block, since the deparsed text exists only once the policy does (it runs in the same
+    transaction, after the CREATE or ALTER POLICY).
+    """
+    literal = f"'{table}'"
     return (
-        f"CREATE OR REPLACE FUNCTION {q}.{RUN_ABSENT_FUNCTION}(p_run_id text) RETURNS boolean "
-        f"LANGUAGE sql STABLE SECURITY DEFINER SET search_path = {q}, pg_temp AS $$ "
-        "SELECT NOT EXISTS (SELECT 1 FROM agent_run WHERE id = p_run_id) "
-        "AND EXISTS (SELECT 1 FROM pg_roles WHERE rolname = current_user "
-        "AND (rolsuper OR rolbypassrls)) $$"
+        "DO $agora$BEGIN EXECUTE 'COMMENT ON POLICY "
+        f"{POLICY_NAME} ON ' || quote_ident({literal}) || ' IS ' || quote_literal("
+        f"'{POLICY_MARKS[table]} ' || (SELECT {_DEPARSED_MD5} FROM pg_policies "
+        f"WHERE schemaname = current_schema() AND tablename = {literal} "
+        f"AND policyname = '{POLICY_NAME}')); END$agora$"
     )
 
 
@@ -533,11 +741,13 @@ def enable_rls(
 ) -> RlsPlan:
     """Enable and force row-level security with its policies, idempotently, in one transaction.
 
-    Only what is missing is created and outdated policies (another mark: an older agora's) are
-    replaced in place (an already enabled, current schema runs nothing). With ``app_role``,
+    Only what is missing is created and outdated policies (an older agora's, or edited by hand)
+    are replaced in place (an already enabled, current schema runs nothing). With ``app_role``,
     the role is created if missing (``NOLOGIN NOBYPASSRLS``) and granted the runtime's DML on
-    the agent tables (SELECT only on prices, budgets and tenant keys); a role that bypasses RLS
-    is refused. ``dry_run`` returns the statements and runs none.
+    the agent tables (SELECT only on prices, budgets, tenant keys and the fold's tables); a role
+    that could switch the policies off (superuser, ``BYPASSRLS``, an agent table's owner or a
+    member of it, ``CREATE`` on the schema, ``PUBLIC``) is refused with ``InvalidInput``, dry
+    run or not. ``dry_run`` returns the statements and runs none.
     """
     if app_role is not None:
         _check_role_name(app_role)
@@ -559,8 +769,6 @@ def enable_rls(
                 f"CREATE INDEX {_ONLINE} IF NOT EXISTS {_quote(conn, THREAD_TENANT_INDEX)} "
                 f"ON {_quote(conn, 'agent_token_usage')} (thread_id, tenant_ref)"
             )
-        if not cat.function:
-            sql.append(_function_sql(conn, cat.schema))
         for table in PROTECTED_TABLES:
             state = cat.tables[table]
             qt = _quote(conn, table)
@@ -568,37 +776,40 @@ def enable_rls(
                 sql.append(f"ALTER TABLE {qt} ENABLE ROW LEVEL SECURITY")
             if not state.forced:
                 sql.append(f"ALTER TABLE {qt} FORCE ROW LEVEL SECURITY")
-            expr = POLICY_EXPRESSIONS[table]
+            using, check = POLICIES[table]
             if not state.policy:
                 sql.append(
                     f"CREATE POLICY {POLICY_NAME} ON {qt} AS PERMISSIVE FOR ALL "
-                    f"USING ({expr}) WITH CHECK ({expr})"
+                    f"USING ({using}) WITH CHECK ({check})"
                 )
-            elif not state.policy_current:  # an older agora's expression: replaced in place
-                sql.append(f"ALTER POLICY {POLICY_NAME} ON {qt} USING ({expr}) WITH CHECK ({expr})")
+            elif not state.policy_current:  # an older agora's, or edited: replaced in place
+                sql.append(
+                    f"ALTER POLICY {POLICY_NAME} ON {qt} TO PUBLIC "
+                    f"USING ({using}) WITH CHECK ({check})"
+                )
             if not state.policy_current:
-                sql.append(f"COMMENT ON POLICY {POLICY_NAME} ON {qt} IS '{POLICY_MARKS[table]}'")
+                sql.append(_comment_sql(conn, table))
+        if cat.function:  # the frames' old helper (issue 24: it answered for every tenant),
+            # dropped once no policy uses it any more
+            sql.append(
+                f"DROP FUNCTION IF EXISTS {_quote(conn, cat.schema)}.{RUN_ABSENT_FUNCTION}(text)"
+            )
         created = False
         if app_role is not None:
+            _refuse_app_role(conn, app_role, cat)
             _, kind = _role_kind(conn, app_role)
             if kind == "missing":
                 created = True
                 sql.append(f"CREATE ROLE {_quote(conn, app_role)} NOLOGIN NOBYPASSRLS")
                 sql += _grant_sql_for_new_role(conn, app_role, cat)
-            elif kind != "subject":
-                raise InvalidInput(
-                    f"role {app_role!r} is a {kind} role and bypasses row-level security: "
-                    "the app role must not (choose another name)",
-                    param="app_role",
-                )
             else:
                 sql += _grant_sql(conn, app_role, cat, revoke=False)
         _, me = _role_kind(conn)
         if me == "subject":
             notes.append(
                 "the connected role does not bypass row-level security: run cross-tenant "
-                "reports as a superuser or a BYPASSRLS role, and note that frames of runs "
-                "without a run row are then visible to no one but such roles"
+                "reports, the fold and the purge of frames whose run is gone as a superuser "
+                "or a BYPASSRLS role"
             )
         return RlsPlan("enable", app_role, created, False, dry_run, sql, notes)
 
@@ -654,8 +865,10 @@ def disable_rls(
                 sql.append(f"ALTER TABLE {qt} NO FORCE ROW LEVEL SECURITY")
             if state.enabled:
                 sql.append(f"ALTER TABLE {qt} DISABLE ROW LEVEL SECURITY")
-        if cat.function:
-            sql.append(f"DROP FUNCTION {_quote(conn, cat.schema)}.{RUN_ABSENT_FUNCTION}(text)")
+        if cat.function:  # left by an agora before issue 24
+            sql.append(
+                f"DROP FUNCTION IF EXISTS {_quote(conn, cat.schema)}.{RUN_ABSENT_FUNCTION}(text)"
+            )
         dropped = False
         if app_role is not None:
             _, kind = _role_kind(conn, app_role)
@@ -730,6 +943,16 @@ def tenant_session(conn: Connection, tenant: str | None) -> Iterator[Connection]
             conn.execute(setter, {"t": previous or ""})
 
 
+def session_tenant(conn: Connection) -> str | None:
+    """The tenant this transaction is scoped to (``agora.tenant``; PostgreSQL), else None."""
+    from sqlalchemy import text
+
+    if dialect_name(conn) != "postgresql":
+        return None
+    value = conn.execute(text(f"SELECT {_TENANT}")).scalar()
+    return None if value is None else str(value)
+
+
 def install_tenant_setting(engine: Engine, tenant: str) -> None:
     """Make every transaction on ``engine`` begin with ``agora.tenant = tenant`` (SET LOCAL).
 
@@ -775,6 +998,10 @@ class RlsTableCheck:
     # no tenant_ref on A's thread is visible to A, hidden from B and from untenanted sessions,
     # and neither B nor an untenanted session can insert one on A's thread. None elsewhere.
     thread_tenant: bool | None = None
+    # Tables with a parent (a thread, run or message): A cannot write a row carrying its own
+    # tenant on B's parent, and a parent that does not exist fails with the same error (the
+    # error does not tell whether B's parent exists). None for tables without a parent.
+    parent_blocked: bool | None = None
 
     @property
     def ok(self) -> bool:
@@ -785,6 +1012,7 @@ class RlsTableCheck:
             and self.delete_blocked
             and self.insert_blocked
             and self.thread_tenant is not False
+            and self.parent_blocked is not False
         )
 
 
@@ -795,10 +1023,12 @@ class RlsVerifyReport:
     role: str
     temporary_role: bool
     tables: list[RlsTableCheck]
+    # what is wrong beyond one table's probes: the app role's writes on the fold's tables
+    problems: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(t.ok for t in self.tables)
+        return all(t.ok for t in self.tables) and not self.problems
 
     @property
     def failed(self) -> list[str]:
@@ -862,7 +1092,12 @@ def verify_isolation(engine: Engine, *, app_role: str | None = None) -> RlsVerif
     ``SET LOCAL ROLE`` to ``app_role`` — or, without one, to a throw-away ``NOBYPASSRLS`` role
     created in the same transaction with the runtime's grants — and, as tenant A, for every
     table: A sees its row and none of B's, cannot update or delete B's, cannot insert a row for
-    B. Each probe runs in a savepoint, so one table's failure cannot disturb the next.
+    B, nor a row of its own tenant on B's parent (nor on a parent that does not exist, with the
+    same error). Each probe runs in a savepoint, so one table's failure cannot disturb the next.
+
+    Tables found in the catalog holding tenant data that agora neither protects nor declares
+    shared fail; so does an app role that may write the fold's tables. ``app_role`` is refused
+    (``InvalidInput``) when it could switch the policies off: see ``enable_rls``.
     """
     from sqlalchemy import text
 
@@ -896,12 +1131,8 @@ def verify_isolation(engine: Engine, *, app_role: str | None = None) -> RlsVerif
                 _, kind = _role_kind(conn, role)
                 if kind == "missing":
                     raise InvalidInput(f"role {role!r} does not exist", param="app_role")
-                if kind != "subject":
-                    raise InvalidInput(
-                        f"role {role!r} is a {kind} role: it bypasses row-level security, so "
-                        "the test would prove nothing",
-                        param="app_role",
-                    )
+                _refuse_app_role(conn, role, cat)
+            problems = _fold_writes(conn, role, cat)
             tables = {t.name: t for t in metadata.sorted_tables}
             rows: dict[str, dict[str, dict[str, Any]]] = {"a": {}, "b": {}}
             for key, tenant in tenants.items():
@@ -916,6 +1147,18 @@ def verify_isolation(engine: Engine, *, app_role: str | None = None) -> RlsVerif
                 name: _fixture_row(tables[name], f"{tag}-x", tenants["b"], rows["b"], 10_000 + n)
                 for n, name in enumerate(PROTECTED_TABLES)
             }
+            # A's own tenant on B's parent (finding 1 of issue 24), and on a parent that does
+            # not exist: both must fail, alike.
+            crossing: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+            for n, name in enumerate(PROTECTED_TABLES):
+                link = _PARENT.get(name)
+                if link is None:
+                    continue
+                cross = _fixture_row(tables[name], f"{tag}-c", tenants["a"], rows["a"], 30_000 + n)
+                cross[link[0]] = rows["b"][link[1]]["id"]
+                ghost = {**cross, link[0]: f"{tag}-no-such-parent"}
+                ghost.update(_fresh_key(tables[name], cross, "-g"))
+                crossing[name] = (cross, ghost)
             # Rows with no tenant_ref on A's thread (as the upstream runtime writes its ledger),
             # written as A; and the same shape with a fresh key for the intruders to try.
             conn.execute(setter, {"t": tenants["a"]})
@@ -931,10 +1174,100 @@ def verify_isolation(engine: Engine, *, app_role: str | None = None) -> RlsVerif
                 )
                 if name in unowned:
                     check = _check_threads_tenant(conn, tables[name], check, unowned[name], tenants)
+                if name in crossing:
+                    check = _check_parent(conn, tables[name], check, *crossing[name])
                 checks.append(check)
+            for name in cat.unprotected:
+                checks.append(_unprotected_check(name))
         finally:
             conn.rollback()
-    return RlsVerifyReport(role=role, temporary_role=temporary, tables=checks)
+    return RlsVerifyReport(role=role, temporary_role=temporary, tables=checks, problems=problems)
+
+
+def _fresh_key(table: Table, row: dict[str, Any], suffix: str) -> dict[str, Any]:
+    """``row``'s primary key made unique again (text columns suffixed, integers shifted)."""
+    key: dict[str, Any] = {}
+    for column in table.primary_key.columns:
+        value = row[column.name]
+        key[column.name] = value + 1 if isinstance(value, int) else f"{value}{suffix}"
+    return key
+
+
+def _unprotected_check(table: str) -> RlsTableCheck:
+    return RlsTableCheck(
+        table,
+        sees_own=False,
+        hides_other=False,
+        update_blocked=False,
+        delete_blocked=False,
+        insert_blocked=False,
+        detail=(
+            "holds tenant data (a tenant column or a foreign key to a table with one) but has "
+            "no tenant policy and is not declared shared"
+        ),
+    )
+
+
+def _fold_writes(conn: Connection, role: str, cat: _Catalog) -> list[str]:
+    """The fold's tables ``role`` may write (issue 24, finding 6: the fold is privileged)."""
+    from sqlalchemy import text
+
+    present = [t for t in FOLD_TABLES if t in cat.tables and cat.tables[t].exists]
+    rows = conn.execute(
+        text(
+            "SELECT t, string_agg(p, ', ' ORDER BY p) FROM unnest(CAST(:tables AS text[])) t, "
+            "unnest(CAST(:privs AS text[])) p WHERE has_table_privilege(:role, quote_ident(t), p) "
+            "GROUP BY t ORDER BY t"
+        ),
+        {"tables": present, "privs": ["INSERT", "UPDATE", "DELETE", "TRUNCATE"], "role": role},
+    ).all()
+    return [
+        f"role {role} holds {privs} on {table}: the fold is privileged, a tenant session could "
+        f"fold only its own rows for everyone (REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON "
+        f"{table} FROM {role})"
+        for table, privs in rows
+    ]
+
+
+def _check_parent(
+    conn: Connection,
+    table: Table,
+    check: RlsTableCheck,
+    cross: dict[str, Any],
+    ghost: dict[str, Any],
+) -> RlsTableCheck:
+    """As A: a row of A's tenant on B's parent, and on no parent, fail with the same error."""
+    from sqlalchemy.exc import DBAPIError
+
+    details = [check.detail] if check.detail else []
+    errors: list[str | None] = []
+    for row in (cross, ghost):
+        savepoint = conn.begin_nested()
+        try:
+            conn.execute(table.insert().values(**row))
+            errors.append(None)
+        except DBAPIError as exc:
+            errors.append(_error_kind(exc))
+        finally:
+            savepoint.rollback()
+    ok = True
+    if errors[0] is None:
+        ok = False
+        details.append("tenant A wrote a row of its own tenant on tenant B's parent")
+    elif errors[0] != errors[1]:
+        ok = False
+        details.append(
+            "writing on B's parent and on a parent that does not exist fail differently "
+            f"({errors[0]} vs {errors[1] or 'success'}): the error tells whether B's parent exists"
+        )
+    return replace(check, parent_blocked=ok, detail="; ".join(details) or None)
+
+
+def _error_kind(exc: Any) -> str:
+    orig = getattr(exc, "orig", exc)
+    if _is_rls_violation(exc):
+        return "row-level security"
+    return str(getattr(orig, "sqlstate", None) or type(orig).__name__)
 
 
 def _check_table(

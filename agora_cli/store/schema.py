@@ -298,6 +298,10 @@ stream_frame = _table(
     Column("seq", Integer(), primary_key=True, autoincrement=False),
     Column("frame", LongText, nullable=True),
     Column("created_at", Millis, nullable=False),
+    # 0007: the tenant the frame was written under (its run's), so that row-level security keeps
+    # it that tenant's even once its run is gone; NULL for frames written before, or by a writer
+    # that does not fill it (they follow their run)
+    _id("tenant_ref", nullable=True),
     Index("agent_stream_frame_created_run_idx", "created_at", "run_id"),
 )
 
@@ -467,6 +471,7 @@ UPGRADE_COLUMNS: dict[str, list[tuple[str, str]]] = {
         ("agent_action_proposal", "outcome_message_id"),
         ("agent_queued_message", "ui_capabilities"),
     ],
+    "0007": [("agent_stream_frame", "tenant_ref")],
 }
 UPGRADE_INDEXES: dict[str, list[tuple[str, str]]] = {
     "0002": [("agent_action_proposal", "agent_action_proposal_discovery_idx")],

@@ -18,7 +18,9 @@ untimed warm-up call times ``BENCH_RLS_REPEAT`` calls (default 5) of each of:
    the statement the command runs (goal: ratio on/off <= 1.2);
 2. ``threads show`` of the 500-message thread: ``threads.get_transcript`` (goal <= 1.2);
 3. writes: a transaction appending 10 messages and their 10 ledger rows (``append_message``,
-   ``record_usage``; rolled back, so every sample writes into the same thread);
+   ``record_usage``; rolled back, so every sample writes into the same thread); and the server
+   time of one INSERT of 100 ledger rows, and of 100 frames of a run (issue 24: ``WITH CHECK``
+   looks each row's parent up under the parent's policy);
 4. what the policies cost the server: ``EXPLAIN (ANALYZE, TIMING OFF)`` execution times of the
    month's SUM, the thread's messages and its tool calls; and the spend once more with the plan
    pinned (no plain index scans, no parallel workers), because without the policy the planner
@@ -93,6 +95,17 @@ MESSAGES_SQL = f"SELECT * FROM agent_message WHERE thread_id = '{BIG_THREAD}' OR
 USAGE_SQL = (
     f"SELECT * FROM agent_token_usage WHERE thread_id = '{BIG_THREAD}' ORDER BY created_at, id"
 )
+# The write path's server time: 100 ledger rows and 100 frames in one INSERT each, on the
+# tenant's own thread and run (issue 24: WITH CHECK looks the parent up per row); rolled back.
+INSERT_USAGE_SQL = (
+    "INSERT INTO agent_token_usage (id, thread_id, actor_ref, tenant_ref, model_id, purpose, "
+    f"input_tokens, output_tokens, created_at) SELECT 'bench-w-' || g, '{WRITE_THREAD}', "
+    f"'actor-7', '{TENANT}', 'gpt-4o', 'chat', 1, 1, 0 FROM generate_series(1, 100) g"
+)
+INSERT_FRAMES_SQL = (
+    "INSERT INTO agent_stream_frame (run_id, seq, frame, created_at, tenant_ref) "
+    f"SELECT 'bench-run-writes', g, '{{}}', 0, '{TENANT}' FROM generate_series(1, 100) g"
+)
 CALLS_SQL = (
     "SELECT c.* FROM agent_tool_call c JOIN agent_message m ON c.message_id = m.id "
     f"WHERE m.thread_id = '{BIG_THREAD}' ORDER BY c.created_at, c.id"
@@ -126,6 +139,11 @@ def load(engine: Any) -> None:
             "INSERT INTO agent_thread (id, actor_ref, tenant_ref, title, created_at, updated_at) "
             f"VALUES ('{BIG_THREAD}', 'actor-7', '{TENANT}', 'long', {START}, {START}), "
             f"('{WRITE_THREAD}', 'actor-7', '{TENANT}', 'writes', {START}, {START})"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO agent_run (id, thread_id, actor_ref, tenant_ref, status, started_at) "
+            f"VALUES ('bench-run-writes', '{WRITE_THREAD}', 'actor-7', '{TENANT}', 'running', "
+            f"{START})"
         )
         conn.exec_driver_sql(
             "INSERT INTO agent_message (id, thread_id, seq, role, content, created_at) "
@@ -236,6 +254,8 @@ def main() -> None:
             "srv_messages": lambda: server_ms(MESSAGES_SQL),
             "srv_calls": lambda: server_ms(CALLS_SQL),
             "srv_usage": lambda: server_ms(USAGE_SQL),
+            "srv_insert_usage": lambda: server_ms(INSERT_USAGE_SQL),
+            "srv_insert_frames": lambda: server_ms(INSERT_FRAMES_SQL),
         }
         samples: dict[str, dict[str, list[float]]] = {k: {"off": [], "on": []} for k in figures}
         reference: dict[str, tuple[Any, Any]] = {}
@@ -278,6 +298,8 @@ def main() -> None:
             ("srv_messages", "server time: the thread's 500 messages"),
             ("srv_calls", "server time: the thread's 100 tool calls (joined to messages)"),
             ("srv_usage", "server time: the thread's 500 ledger rows"),
+            ("srv_insert_usage", "server time: INSERT of 100 ledger rows (child-tenant check)"),
+            ("srv_insert_frames", "server time: INSERT of 100 frames of a run (its check)"),
         ):
             off = statistics.median(samples[key]["off"])
             on = statistics.median(samples[key]["on"])

@@ -110,6 +110,53 @@ def test_verify_exits_1_naming_the_table_whose_policy_was_dropped(cli: Any, pg_u
     assert cli("db", "rls", "verify", "--db", pg_url).exit_code == 0
 
 
+def test_an_app_role_that_could_switch_rls_off_is_exit_2_in_one_line(
+    cli: Any, pg_url: str, app_role: str
+) -> None:
+    engine = open_engine(pg_url)
+    with engine.begin() as conn:  # the tables' owner's role, with the app role in it
+        conn.exec_driver_sql(f'CREATE ROLE "{app_role}" NOLOGIN NOBYPASSRLS')
+        conn.exec_driver_sql(f'ALTER TABLE agent_run OWNER TO "{app_role}"')
+    try:
+        for args in (
+            ("enable", "--app-role", app_role, "--dry-run"),
+            ("enable", "--app-role", app_role),
+            ("verify", "--app-role", app_role),
+            ("enable", "--app-role", "public", "--dry-run"),
+            ("verify", "--app-role", "PUBLIC"),
+        ):
+            result = cli("db", "rls", *args, "--db", pg_url)
+            assert result.exit_code == 2, (args, result.stderr)
+            assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+            assert no_data(result)
+            if "public" not in args[2].lower():
+                assert f"'{app_role}' owns agent_run" in result.stderr
+    finally:
+        with engine.begin() as conn:
+            conn.exec_driver_sql('ALTER TABLE agent_run OWNER TO "postgres"')
+        engine.dispose()
+    status = cli("db", "rls", "status", "--db", pg_url, "--json").json()
+    assert not status["partial"] and not status["enabled"]  # the refusals changed nothing
+
+
+def test_status_names_a_table_added_later_and_verify_fails_on_it(cli: Any, pg_url: str) -> None:
+    assert cli("db", "rls", "enable", "--db", pg_url).exit_code == 0
+    engine = open_engine(pg_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE agent_new_thing (tenant_ref text, secret text)")
+    engine.dispose()
+    status = cli("db", "rls", "status", "--db", pg_url, "--json").json()
+    assert status["unprotected"] == ["agent_new_thing"]
+    new = next(t for t in status["tables"] if t["table"] == "agent_new_thing")
+    assert new["tenant_data"] and not new["protected"] and not new["shared"]
+    assert (
+        "UNPROTECTED         agent_new_thing" in cli("db", "rls", "status", "--db", pg_url).stdout
+    )
+    verify = cli("db", "rls", "verify", "--db", pg_url)
+    assert verify.exit_code == 1 and "isolation fails on: agent_new_thing" in verify.stderr
+    assert cli("db", "check", "--db", pg_url).exit_code == 1
+
+
 @pytest.mark.parametrize("command", ["enable", "disable", "status", "verify"])
 def test_rls_is_exit_2_on_mysql_and_sqlite(
     cli: Any, dialect: str, db_url: str, command: str
@@ -224,6 +271,53 @@ def test_commands_scoped_by_tenant_set_it_for_the_app_role(
     assert sum(sealed.json()["sealed"].values()) == 1
 
 
+def test_a_tenants_login_cannot_create_a_proposal_on_another_tenants_thread(
+    cli: Any, pg_url: str, app_role: str, tmp_path: Any
+) -> None:
+    """Issue 24, finding 1: `AGORA_TENANT=acme agora proposals create` with globex's thread id,
+    as a login that is a member of the app role, fails in one line and writes nothing; a thread
+    id that does not exist fails with the same message."""
+    import json
+
+    engine = open_engine(pg_url)
+    with engine.begin() as conn:
+        globex = create_thread(conn, actor_ref="bob", tenant_ref="globex", title="globex")
+    assert cli("db", "rls", "enable", "--app-role", app_role, "--db", pg_url).exit_code == 0
+    login = f"agora_rt_c_{secrets.token_hex(4)}"
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f'CREATE ROLE "{login}" LOGIN IN ROLE "{app_role}"')
+    as_login = pg_url.replace("postgres@", f"{login}@", 1)
+    try:
+        errors = []
+        for thread_id in (globex.id, "no-such-thread"):
+            doc = {
+                "id": f"p-{thread_id}",
+                "tenant_ref": "acme",
+                "actor_ref": "alice",
+                "thread_id": thread_id,
+                "tool_name": "refund",
+                "input": {"order_id": 7},
+            }
+            path = tmp_path / "proposal.json"
+            path.write_text(json.dumps(doc))
+            made = cli(
+                "proposals", "create", "--file", str(path), "--db", as_login,
+                env={"AGORA_TENANT": "acme"},
+            )  # fmt: skip
+            assert made.exit_code != 0 and made.stderr.count("\n") == 1, made.stderr
+            assert "row-level security" in made.stderr
+            errors.append(made.stderr.replace(thread_id, "<thread>"))
+        assert errors[0] == errors[1]  # the error does not tell whether globex's thread exists
+        with engine.connect() as conn:
+            rows = conn.exec_driver_sql("SELECT count(*) FROM agent_action_proposal").scalar()
+            conn.rollback()
+        assert rows == 0
+    finally:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f'DROP ROLE "{login}"')
+        engine.dispose()
+
+
 def test_upstream_ledger_rows_under_rls_are_their_threads_tenants(
     cli: Any, pg_url: str, app_role: str
 ) -> None:
@@ -296,7 +390,7 @@ def test_status_check_and_verify_name_an_older_agoras_policy_and_enable_upgrades
     assert verify.exit_code == 1 and verify.json()["failed"] == ["agent_token_usage"]
 
     upgrade = cli("db", "rls", "enable", "--db", pg_url, "--json").json()
-    assert [s.split(" ")[0] for s in upgrade["sql"]] == ["ALTER", "COMMENT"]
+    assert [s.split(" ")[0] for s in upgrade["sql"]] == ["ALTER", "DO"]  # DO: the comment
     assert cli("db", "rls", "status", "--db", pg_url, "--json").json()["outdated"] == []
     assert cli("db", "check", "--db", pg_url).exit_code == 0
     assert cli("db", "rls", "verify", "--db", pg_url).exit_code == 0

@@ -378,3 +378,49 @@ def test_frame_stats(engine: Any) -> None:
     assert (st.runs, st.rows, st.ended_runs, st.oldest, st.expired_runs) == (3, 9, 1, T0, 2)
     assert st.cutoff == clock.now_ms() - 3_600_000
     assert off.expired_runs == 0 and off.cutoff is None
+
+
+def test_frames_carry_their_runs_tenant_and_die_with_its_runs(engine: Any) -> None:
+    from sqlalchemy import select
+
+    from agora_cli.store.frames import delete_frames_of_runs
+    from agora_cli.store.schema import run, thread
+
+    clock = ManualClock(T0)
+    with engine.begin() as conn:
+        for tenant, own in (("acme", None), ("globex", "globex")):
+            conn.execute(
+                insert(thread).values(
+                    id=f"t-{tenant}",
+                    actor_ref="a",
+                    tenant_ref=tenant,
+                    title="",
+                    created_at=T0,
+                    updated_at=T0,
+                )
+            )
+            conn.execute(  # acme's run has no tenant_ref of its own: its thread's
+                insert(run).values(
+                    id=f"r-{tenant}",
+                    thread_id=f"t-{tenant}",
+                    actor_ref="a",
+                    tenant_ref=own,
+                    status="running",
+                    started_at=T0,
+                )
+            )
+    for run_id in ("r-acme", "r-globex", "r-none"):
+        with writer(engine, run_id, clock) as w:
+            w.append({"type": "text", "text": "x"})
+            w.end()
+    with engine.connect() as conn:
+        got = dict(
+            conn.execute(select(stream_frame.c.run_id, stream_frame.c.tenant_ref).distinct()).all()
+        )
+    assert got == {"r-acme": "acme", "r-globex": "globex", "r-none": None}  # no run: none
+    with engine.begin() as conn:
+        # exact ids: 'r-none ' is another run, even under MySQL's PAD SPACE
+        assert delete_frames_of_runs(conn, ["r-acme", "r-globex", "r-globex", "r-none "]) == 4
+        assert delete_frames_of_runs(conn, []) == 0
+    assert [r.run_id for r in rows_of(engine, "r-none")] == ["r-none", "r-none"]
+    assert rows_of(engine, "r-acme") == []

@@ -72,6 +72,7 @@ from agora_cli.store.frames.purge import (
     FrameStats,
     PurgeReport,
     close,
+    delete_frames_of_runs,
     frame_stats,
     purge_expired,
 )
@@ -99,6 +100,7 @@ __all__ = [
     "PurgeReport",
     "StreamFrame",
     "close",
+    "delete_frames_of_runs",
     "find_last_frame",
     "follow",
     "frame_stats",

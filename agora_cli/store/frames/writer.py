@@ -7,18 +7,20 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import insert
+from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from agora_cli.store.clock import Clock, SystemClock
 from agora_cli.store.errors import AgoraError, Conflict, InvalidInput
 from agora_cli.store.frames.purge import DEFAULT_FRAME_TTL_S, purge_expired
 from agora_cli.store.frames.reader import check_run_id, find_last_frame
-from agora_cli.store.schema import stream_frame
+from agora_cli.store.rls import session_tenant
+from agora_cli.store.schema import run, stream_frame, thread
+from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.values import dump_json
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Engine
+    from sqlalchemy.engine import Connection, Engine
 
 __all__ = [
     "COALESCED_FRAME_TYPES",
@@ -54,6 +56,20 @@ def _checked_frame(frame: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(call, str) or not call:
             raise InvalidInput("a tool-input-delta frame needs a non-empty 'tool_call_id'")
     return body
+
+
+def _run_tenant(conn: Connection, run_id: str) -> str | None:
+    """The tenant a run's frames are written under: the run's (its own tenant_ref, else its
+    thread's); for a run without a row (or one this session does not see), the session's
+    tenant (``agora.tenant``, PostgreSQL), else none."""
+    found = conn.execute(
+        select(func.coalesce(run.c.tenant_ref, thread.c.tenant_ref))
+        .select_from(run.join(thread, thread.c.id == run.c.thread_id))
+        .where(exact_eq(run.c.id, run_id))
+    ).first()
+    if found is not None and found[0] is not None:
+        return str(found[0])
+    return session_tenant(conn)
 
 
 def _dumps(body: Mapping[str, Any]) -> str:
@@ -111,6 +127,7 @@ class FrameWriter:
         self.ttl_s = ttl_s
         self._lock = threading.RLock()
         self._next_seq: int | None = None
+        self._tenant: str | None = None  # the run's tenant, read with the first seq
         self._ended = False
         self._error: BaseException | None = None
         self._pending: dict[str, Any] | None = None
@@ -241,6 +258,7 @@ class FrameWriter:
                 if self._next_seq is None:
                     last = find_last_frame(conn, self.run_id)
                     self._next_seq = 1 if last is None else last.seq + 1
+                    self._tenant = _run_tenant(conn, self.run_id)
                 now = self.clock.now_ms()
                 conn.execute(
                     insert(sf),
@@ -250,6 +268,7 @@ class FrameWriter:
                             "seq": self._next_seq + i,
                             "frame": text,
                             "created_at": now,
+                            "tenant_ref": self._tenant,
                         }
                         for i, text in enumerate(frames)
                     ],
