@@ -338,6 +338,18 @@ def _as_group(r: Any, *, time: bool, dim: str) -> _Group:
     )
 
 
+def _exact_keys(
+    conn: Connection, keys: list[ColumnElement[Any]], *, time: bool
+) -> list[ColumnElement[Any]]:
+    """GROUP BY ``keys`` (a day, then an identity), on MySQL/MariaDB with the identity's length:
+    their PAD SPACE collation would merge ``'alice'`` and ``'alice '`` into one group (and name
+    it either way). Elsewhere text compares exactly already."""
+    identities = keys[1:] if time else keys
+    if dialect_name(conn) != "mysql" or not identities:
+        return keys
+    return [*keys, *(func.char_length(k) for k in identities)]
+
+
 def _raw_groups(
     conn: Connection,
     *,
@@ -355,7 +367,8 @@ def _raw_groups(
         keys.append(effective_tenant().label("key"))
     elif dim:
         keys.append(u[_KEY_COLUMNS[dim]].label("key"))
-    q = select(*keys, *_spend_measures(provider_cost_only)).group_by(*(k.element for k in keys))
+    q = select(*keys, *_spend_measures(provider_cost_only))
+    q = q.group_by(*_exact_keys(conn, [k.element for k in keys], time=time))
     if dim == "tenant":
         q = q.select_from(ledger_with_threads())
     q = q.where(where)
@@ -408,7 +421,7 @@ def _fold_groups(
     ]
     q = select(*keys, *measures).where(where)
     if keys:
-        q = q.group_by(*(k.element for k in keys))
+        q = q.group_by(*_exact_keys(conn, [k.element for k in keys], time=time))
     if filters["actor"] is not None:
         q = q.where(exact_eq(usage_daily.c.actor_ref, filters["actor"]))
     if filters["tenant"] is not None:
@@ -579,7 +592,8 @@ def list_unpriced_models(
     from_ms, to_ms = _window(from_day, to_day)
     u = token_usage.c
     turns = func.count().label("turns")
-    q = select(u.model_id, turns).where(finite_cost(u.cost_usd).is_(None)).group_by(u.model_id)
+    q = select(u.model_id, turns).where(finite_cost(u.cost_usd).is_(None))
+    q = q.group_by(*_exact_keys(conn, [u.model_id], time=False))
     q = _filtered(q, from_ms=from_ms, to_ms=to_ms, actor=actor, tenant=tenant, model=model)
     found = [UnpricedSpend(r.model_id, int(r.turns)) for r in conn.execute(q)]
     return sorted(found, key=lambda m: (-m.turns, m.model_id))

@@ -208,3 +208,76 @@ def test_verify_finds_a_change_that_keeps_the_days_totals(
 
 
 BYS = ("actor", "tenant", "model")
+
+
+# --- 4. identities that differ only by trailing spaces stay apart ----------------------------
+
+
+def _padded_ledger(engine: Any) -> None:
+    """Rows of ``alice``/``acme``/``gpt-4o-mini`` and of each with a trailing space, and tool
+    calls of ``lookup_order`` and ``lookup_order ``."""
+    _thread(engine, "t1", "acme")
+    _thread(engine, "t2", "acme ")
+    _row(engine, "u1", input_tokens=100, cost_usd=1.0)
+    _row(engine, "u2", actor_ref="alice ", input_tokens=200, cost_usd=2.0, created_at=NOW + 1)
+    _row(engine, "u3", tenant_ref="acme ", input_tokens=300, cost_usd=4.0, created_at=NOW + 2)
+    _row(engine, "u4", model_id="gpt-4o-mini ", input_tokens=400, cost_usd=8.0, created_at=NOW + 3)
+    # upstream's row: no tenant of its own, its thread's is "acme "
+    _row(engine, "u5", thread_id="t2", tenant_ref=None, input_tokens=500, cost_usd=16.0,
+         created_at=NOW + 4)  # fmt: skip
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO agent_message (id, thread_id, seq, role, content, created_at) "
+                "VALUES ('m1', 't1', 1, 'assistant', '', :at)"
+            ),
+            {"at": NOW},
+        )
+        for i, (name, status) in enumerate(
+            [("lookup_order", "executed"), ("lookup_order ", "failed"), ("lookup_order ", "failed")]
+        ):
+            conn.execute(
+                text(
+                    "INSERT INTO agent_tool_call (id, message_id, tool_name, tool_type, status, "
+                    "created_at, executed_at) VALUES (:id, 'm1', :name, 'read', :status, :at, :at)"
+                ),
+                {"id": f"c{i}", "name": name, "status": status, "at": NOW + i},
+            )
+
+
+PADDED = {
+    "actor": {"alice": 100 + 300 + 400 + 500, "alice ": 200},
+    "tenant": {"acme": 100 + 200 + 400, "acme ": 300 + 500},
+    "model": {"gpt-4o-mini": 100 + 200 + 300 + 500, "gpt-4o-mini ": 400},
+}
+
+
+def test_identities_differing_by_trailing_spaces_are_reported_apart(
+    engine: Any, db_url: str
+) -> None:
+    _padded_ledger(engine)
+
+    def check(*extra: str) -> None:
+        for by, expected in PADDED.items():
+            doc = _json("spend", "--by", by, *WINDOW, "--db", db_url, *extra)
+            assert {r["key"]: r["input_tokens"] for r in doc["rows"]} == expected, by
+            cells = _json("spend", "--by", f"day,{by}", *WINDOW, "--db", db_url, *extra)
+            [period] = cells["rows"]
+            assert {r["key"]: r["input_tokens"] for r in period["rows"]} == expected, by
+        doc = _json("quota", "--actor", "alice", "--at", AT, "--db", db_url)
+        assert doc["day"]["usd"] == 1.0 + 4.0 + 8.0 + 16.0
+        doc = _json("quota", "--tenant", "acme ", "--at", AT, "--db", db_url)
+        assert doc["day"]["usd"] == 4.0 + 16.0
+
+    check("--raw")
+    check()
+    fold = _json("spend", "fold", "--through", DAY, "--db", db_url)
+    assert fold["folded_days"] + fold["unfoldable_days"] == 1
+    check()
+    assert _json("spend", "fold", "--verify", "--db", db_url)["mismatched"] == []
+
+    tools = _json("tools", "stats", *WINDOW, "--db", db_url)["tools"]
+    got = {t["tool_name"]: (t["calls"], t["succeeded"], t["failed"]) for t in tools}
+    assert got == {"lookup_order": (1, 1, 0), "lookup_order ": (2, 0, 2)}
+    failures = {t["tool_name"]: t["last_failure"] for t in tools}
+    assert failures["lookup_order"] is None and failures["lookup_order "] is not None
