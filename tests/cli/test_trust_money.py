@@ -18,7 +18,10 @@ from helpers import run_cli
 from sqlalchemy import text
 
 from agora_cli.store.clock import parse_instant
+from agora_cli.store.errors import InvalidInput
+from agora_cli.store.pricing import set_price
 from agora_cli.store.schema import thread, token_usage
+from agora_cli.store.usage import record_usage
 
 NOW = parse_instant("2026-03-10T12:00:00Z")
 DAY = "2026-03-10"
@@ -163,6 +166,33 @@ def test_agora_refuses_to_write_a_non_finite_cost_or_price(
     )
     assert result.exit_code == 2, result.stdout + result.stderr
     assert result.stderr.startswith("error:") and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_the_store_refuses_non_finite_costs_and_prices(engine: Any, value: float) -> None:
+    _thread(engine, "t1", "acme")
+    writes = {
+        "provider_cost_usd": lambda conn: record_usage(
+            conn,
+            thread_id="t1",
+            actor_ref="alice",
+            model_id="gpt-4o-mini",
+            purpose="chat",
+            input_tokens=1,
+            output_tokens=1,
+            provider_cost_usd=value,
+        ),
+        "input_per_1m": lambda conn: set_price(
+            conn, "gpt-4o-mini", input_per_1m=value, output_per_1m=1.0
+        ),
+    }
+    for param, write in writes.items():
+        with engine.begin() as conn, pytest.raises(InvalidInput) as raised:
+            write(conn)
+        assert raised.value.exit_code == 2 and raised.value.param == param
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT COUNT(*) FROM agent_token_usage")).scalar() == 0
+        assert conn.execute(text("SELECT COUNT(*) FROM agent_model_pricing")).scalar() == 0
 
 
 # --- 3. --verify compares every group and measure --------------------------------------------
