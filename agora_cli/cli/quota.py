@@ -322,10 +322,16 @@ def _render(
         row_styles=[styles[s.state] for s in statuses],
         empty="no saved budgets (agora budgets set …)",
     )
-    unpriced = sum(s.unpriced_turns for s in statuses if s.budget.period == "month")
+    # Per scope its widest window's count (a day's rows are in its month too). A non-finite
+    # cost another writer left in the ledger counts here, never in USD (sqlexpr.finite_cost).
+    widest: dict[tuple[str, str], int] = {}
+    for s in statuses:
+        scope = (s.budget.scope_kind, s.budget.scope_ref)
+        widest[scope] = max(widest.get(scope, 0), s.unpriced_turns)
+    unpriced = sum(widest.values())
     if unpriced:
         say(
-            f"{unpriced:,} turn(s) this month have no known cost and are not in USD: "
+            f"{unpriced:,} turn(s) in these windows have no known cost and are not in USD: "
             "agora spend --by model names them (agora prices reprice stores the cost of "
             "those whose model has a price: a runtime that prices on read leaves it NULL).",
             style="yellow",

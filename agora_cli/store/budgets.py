@@ -41,7 +41,7 @@ from agora_cli.store.schema import budget as b
 from agora_cli.store.schema import token_usage as u
 from agora_cli.store.schema import usage_daily as d
 from agora_cli.store.schema import usage_model_daily as m
-from agora_cli.store.sqlexpr import exact_eq, provider_cost
+from agora_cli.store.sqlexpr import exact_eq, finite_cost, provider_cost
 from agora_cli.store.values import (
     BIGINT_MAX,
     check_finite,
@@ -329,13 +329,16 @@ def _sums(
     group (and may return either spelling for it).
     """
     if source == "raw":
-        cost: ColumnElement[Any] = u.c.cost_usd
+        # A non-finite cost (another writer's NaN) is unpriced, never a sum's NaN that no limit
+        # is ever reached by (sqlexpr.finite_cost).
+        known = finite_cost(u.c.cost_usd)
+        cost: ColumnElement[Any] = known
         if provider_cost_only:
-            cost = provider_cost(u.c.cost_usd, u.c.cost_source)
+            cost = provider_cost(known, u.c.cost_source)
         measures = (
             func.coalesce(func.sum(u.c.input_tokens + u.c.output_tokens), 0),
             func.coalesce(func.sum(cost), 0),
-            func.count() - func.count(u.c.cost_usd),
+            func.count() - func.count(known),
         )
         # The tenant is the row's own, else its thread's (ledger_tenant.py).
         columns = {"actor": u.c.actor_ref, "tenant": effective_tenant()}
@@ -343,7 +346,7 @@ def _sums(
         t = m if source == "rollup" else d  # the rollup has the same measures, no actor/tenant
         measures = (
             func.coalesce(func.sum(t.c.input_tokens + t.c.output_tokens), 0),
-            func.coalesce(func.sum(t.c.cost_usd), 0),
+            func.coalesce(func.sum(finite_cost(t.c.cost_usd)), 0),
             func.coalesce(func.sum(t.c.unpriced_turns), 0),
         )
         columns = {"actor": d.c.actor_ref, "tenant": d.c.tenant_key}

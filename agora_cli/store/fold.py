@@ -70,7 +70,7 @@ from agora_cli.store.schema import token_usage as u
 from agora_cli.store.schema import usage_daily as d
 from agora_cli.store.schema import usage_fold as f
 from agora_cli.store.schema import usage_model_daily as m
-from agora_cli.store.sqlexpr import provider_cost
+from agora_cli.store.sqlexpr import finite_cost, provider_cost
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
@@ -315,20 +315,19 @@ class FoldResult:
 
 
 def _measures() -> list[ColumnElement[Any]]:
-    priced = func.count(u.c.cost_usd)
+    cost = finite_cost(u.c.cost_usd)  # a non-finite cost (another writer's) is unpriced
+    priced = func.count(cost)
     return [
         func.count().label("turns"),
         func.coalesce(func.sum(u.c.input_tokens), 0).label("input_tokens"),
         func.coalesce(func.sum(u.c.output_tokens), 0).label("output_tokens"),
         func.coalesce(func.sum(u.c.cache_read_tokens), 0).label("cache_read_tokens"),
         func.coalesce(func.sum(u.c.cache_write_tokens), 0).label("cache_write_tokens"),
-        func.sum(u.c.cost_usd).label("cost_usd"),
-        func.coalesce(
-            func.sum(case((u.c.cost_source == "estimate", u.c.cost_usd), else_=0)), 0
-        ).label("estimated_usd"),
-        func.coalesce(func.sum(provider_cost(u.c.cost_usd, u.c.cost_source)), 0).label(
-            "provider_usd"
+        func.sum(cost).label("cost_usd"),
+        func.coalesce(func.sum(case((u.c.cost_source == "estimate", cost), else_=0)), 0).label(
+            "estimated_usd"
         ),
+        func.coalesce(func.sum(provider_cost(cost, u.c.cost_source)), 0).label("provider_usd"),
         (func.count() - priced).label("unpriced_turns"),
     ]
 
@@ -563,11 +562,14 @@ def verify(
     to_day: date | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> VerifyResult:
-    """Compare each clean folded day with the ledger (row count, tokens, costs), in the fold and
-    in its per-model rollup; mark the days that differ dirty, so that the next ``fold`` refolds
-    them and reports read them raw meanwhile.
+    """Compare each clean folded day with the ledger, per group and per measure; mark the days
+    that differ dirty, so that the next ``fold`` refolds them and reports read them raw meanwhile.
 
-    One grouped query of the ledger, one of the fold and one of the rollup per batch of 31 days.
+    A group is (day, model, actor, tenant) — on MySQL/MariaDB with each key's length, so ``'a'``
+    and ``'a '`` are two — and every measure is compared: turns, the four token columns, cost,
+    estimated and provider-reported cost, unpriced turns. A row moved from one actor or tenant to
+    another, input swapped with output or cache tokens edited all keep a day's totals and are
+    found. The rollup is compared per (day, model) with the day's fold rows. See ``_mismatched``.
     """
     with engine.connect().execution_options(sqlite_deferred=True) as conn:
         rollup = has_rollup(conn)
@@ -593,80 +595,85 @@ def verify(
     )
 
 
-Sums = tuple[int, int, float]  # turns, input + output tokens, known cost
+# Every measure a fold row holds, in _FOLD_COLUMNS order; the costs are floats, compared within
+# one part in 10^9 of the group's size (a sum's last bits depend on the order rows are added).
+_MEASURES = _FOLD_COLUMNS[4:13]
+_COSTS = frozenset({"cost_usd", "estimated_usd", "provider_usd"})
 
 
-def _fold_sums(
-    conn: Connection, t: Any, days: list[int], *, by_tenant: bool
-) -> dict[tuple[int, str], Sums]:
-    """Per day of ``days[0]..days[-1]`` (and ``by_tenant``, per ``tenant_key``): turns, tokens
-    and cost of fold table ``t``."""
-    keys = [t.c.day, t.c.tenant_key] if by_tenant else [t.c.day]
-    q = (
-        select(
-            *keys,
-            func.sum(t.c.turns),
-            func.sum(t.c.input_tokens + t.c.output_tokens),
-            func.coalesce(func.sum(t.c.cost_usd), 0),
-        )
-        .where(t.c.day.between(days[0], days[-1]))
-        .group_by(*keys)
-    )
-    width = len(keys)
-    return {
-        (int(r[0]), str(r[1]) if by_tenant else ""): (
-            int(r[width]),
-            int(r[width + 1]),
-            float(r[width + 2]),
-        )
-        for r in conn.execute(q)
-    }
+def _differing_days(conn: Connection, plus: Select[Any], minus: Select[Any], keys: int) -> set[int]:
+    """The days of the groups where ``plus`` and ``minus`` differ: both select ``day``, ``keys``
+    more key columns, then ``_MEASURES``; ``minus``'s measures come negated.
+
+    One ``UNION ALL … GROUP BY … HAVING`` — a full outer join that MySQL can run (it has no FULL
+    JOIN): a group on one side only, or whose sums differ, leaves a measure's sum non-zero.
+    """
+    both = plus.union_all(minus).subquery()
+    cols = list(both.c)
+    group = cols[: 1 + keys]
+    differs: list[ColumnElement[bool]] = [func.count() != 2]
+    for name, col in zip(_MEASURES, cols[1 + keys :], strict=True):
+        if name in _COSTS:
+            size: ColumnElement[Any] = literal_column("1e-9") * (
+                literal_column("1") + func.sum(func.abs(col))
+            )
+            differs.append(func.abs(func.sum(col)) > size)
+        else:
+            differs.append(func.sum(col) != 0)
+    q = select(group[0]).group_by(*group).having(or_(*differs))
+    return {int(day) for (day,) in conn.execute(q)}
 
 
-def _ledger_sums(conn: Connection, days: list[int]) -> dict[tuple[int, str], Sums]:
-    """Per day of ``days[0]..days[-1]`` and effective tenant (``''`` for none): the ledger's
-    turns, tokens and cost. On MySQL the tenant's length is grouped by too (PAD SPACE)."""
-    lo, hi = days[0] * DAY_MS, (days[-1] + 1) * DAY_MS - 1
-    keys = [day_bucket(conn), _tenant_key()]
-    lengths = [func.char_length(keys[1])] if dialect_name(conn) == "mysql" else []
-    q = (
-        select(
-            *keys,
-            func.count(),
-            func.coalesce(func.sum(u.c.input_tokens + u.c.output_tokens), 0),
-            func.coalesce(func.sum(u.c.cost_usd), 0),
-        )
-        .select_from(ledger_with_threads())
-        .where(u.c.created_at.between(lo, hi))
-        .group_by(*keys, *lengths)
-    )
-    return {(int(r[0]), str(r[1])): (int(r[2]), int(r[3]), float(r[4])) for r in conn.execute(q)}
+def _negated(t: Any, names: list[str]) -> list[ColumnElement[Any]]:
+    return [-func.coalesce(t.c[name], 0) if name in _COSTS else -t.c[name] for name in names]
 
 
-def _same(a: Sums, b: Sums) -> bool:
-    return a[0] == b[0] and a[1] == b[1] and abs(a[2] - b[2]) <= 1e-9 * max(1.0, abs(a[2]))
+def _keys_with_lengths(conn: Connection, keys: list[ColumnElement[Any]]) -> list[Any]:
+    """``keys``, and on MySQL each one's length (PAD SPACE groups ``'a'`` with ``'a '``)."""
+    if dialect_name(conn) != "mysql":
+        return keys
+    return [*keys, *(func.char_length(k) for k in keys)]
 
 
 def _mismatched(conn: Connection, days: list[int], *, rollup: bool) -> list[int]:
-    """The days whose fold differs from the ledger: per effective tenant in
-    ``agent_usage_daily`` (a day folded before the tenant was taken from the thread differs), per
-    day in the rollup."""
+    """The days of ``days`` whose fold differs from the ledger in any group or measure, or
+    (``rollup``) whose per-model rollup differs from the day's fold rows.
+
+    Set-based: one statement compares the batch's ledger groups with its fold rows, one the
+    rollup with the fold; only the differing days come back. The ledger side is the fold's own
+    ``GROUP BY`` (``_day_groups``) over the batch's days, read from ``created_at``'s index.
+    """
     if not days:
         return []
-    raw = _ledger_sums(conn, days)
-    folded = _fold_sums(conn, d, days, by_tenant=True)
-    rolled = _fold_sums(conn, m, days, by_tenant=False) if rollup else None
-    zero: Sums = (0, 0, 0.0)
-    bad: set[int] = set()
-    for key in raw.keys() | folded.keys():
-        if not _same(raw.get(key, zero), folded.get(key, zero)):
-            bad.add(key[0])
-    if rolled is not None:
-        per_day: dict[tuple[int, str], Sums] = {}
-        for (day, _), (turns, tokens, cost) in raw.items():
-            old = per_day.get((day, ""), zero)
-            per_day[(day, "")] = (old[0] + turns, old[1] + tokens, old[2] + cost)
-        for key in per_day.keys() | rolled.keys():
-            if not _same(per_day.get(key, zero), rolled.get(key, zero)):
-                bad.add(key[0])
+    lo, hi = days[0] * DAY_MS, (days[-1] + 1) * DAY_MS - 1
+    ledger_keys = _keys_with_lengths(conn, [u.c.model_id, u.c.actor_ref, _tenant_key()])
+    day = day_bucket(conn)
+    measures = [c for c in _measures() if c.name in _MEASURES]
+    coalesced = [func.coalesce(c.element, 0) if c.name in _COSTS else c.element for c in measures]
+    plus = (
+        select(day, *ledger_keys, *coalesced)
+        .select_from(ledger_with_threads())
+        .where(u.c.created_at.between(lo, hi))
+        .group_by(day, *ledger_keys)
+    )
+    fold_keys = _keys_with_lengths(conn, [d.c.model_id, d.c.actor_ref, d.c.tenant_key])
+    minus = select(d.c.day, *fold_keys, *_negated(d, _MEASURES)).where(
+        d.c.day.between(days[0], days[-1])
+    )
+    bad = _differing_days(conn, plus, minus, len(fold_keys))
+    if rollup:
+        model = _keys_with_lengths(conn, [d.c.model_id])
+        sums = [
+            func.coalesce(func.sum(d.c[name]), 0) if name in _COSTS else func.sum(d.c[name])
+            for name in _MEASURES
+        ]
+        folded = (
+            select(d.c.day, *model, *sums)
+            .where(d.c.day.between(days[0], days[-1]))
+            .group_by(d.c.day, *model)
+        )
+        rolled = select(
+            m.c.day, *_keys_with_lengths(conn, [m.c.model_id]), *_negated(m, _MEASURES)
+        ).where(m.c.day.between(days[0], days[-1]))
+        bad |= _differing_days(conn, folded, rolled, len(model))
     return sorted(bad & set(days))

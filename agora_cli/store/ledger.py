@@ -38,7 +38,7 @@ from agora_cli.store.ledger_tenant import (
     window_first,
 )
 from agora_cli.store.schema import token_usage, usage_daily, usage_model_daily
-from agora_cli.store.sqlexpr import exact_eq, provider_cost
+from agora_cli.store.sqlexpr import exact_eq, finite_cost, provider_cost
 from agora_cli.store.values import (
     BIGINT_MAX,
     check_finite,
@@ -205,12 +205,13 @@ def _filtered(
 
 def _spend_measures(provider_cost_only: bool) -> list[ColumnElement[Any]]:
     u = token_usage.c
+    known = finite_cost(u.cost_usd)  # a non-finite cost (another writer's) is unpriced
     if provider_cost_only:
-        cost = func.sum(provider_cost(u.cost_usd, u.cost_source))
+        cost = func.sum(provider_cost(known, u.cost_source))
         estimated: ColumnElement[Any] = literal_column("0")
     else:
-        cost = func.sum(u.cost_usd)
-        estimated = func.sum(case((u.cost_source == "estimate", u.cost_usd), else_=0))
+        cost = func.sum(known)
+        estimated = func.sum(case((u.cost_source == "estimate", known), else_=0))
     return [
         func.count().label("turns"),
         func.sum(u.input_tokens).label("input_tokens"),
@@ -219,7 +220,7 @@ def _spend_measures(provider_cost_only: bool) -> list[ColumnElement[Any]]:
         func.coalesce(func.sum(u.cache_write_tokens), 0).label("cache_write_tokens"),
         cost.label("cost_usd"),
         estimated.label("estimated_usd"),
-        func.count(u.cost_usd).label("priced_turns"),
+        func.count(known).label("priced_turns"),
     ]
 
 
@@ -337,6 +338,18 @@ def _as_group(r: Any, *, time: bool, dim: str) -> _Group:
     )
 
 
+def _exact_keys(
+    conn: Connection, keys: list[ColumnElement[Any]], *, time: bool
+) -> list[ColumnElement[Any]]:
+    """GROUP BY ``keys`` (a day, then an identity), on MySQL/MariaDB with the identity's length:
+    their PAD SPACE collation would merge ``'alice'`` and ``'alice '`` into one group (and name
+    it either way). Elsewhere text compares exactly already."""
+    identities = keys[1:] if time else keys
+    if dialect_name(conn) != "mysql" or not identities:
+        return keys
+    return [*keys, *(func.char_length(k) for k in identities)]
+
+
 def _raw_groups(
     conn: Connection,
     *,
@@ -354,7 +367,8 @@ def _raw_groups(
         keys.append(effective_tenant().label("key"))
     elif dim:
         keys.append(u[_KEY_COLUMNS[dim]].label("key"))
-    q = select(*keys, *_spend_measures(provider_cost_only)).group_by(*(k.element for k in keys))
+    q = select(*keys, *_spend_measures(provider_cost_only))
+    q = q.group_by(*_exact_keys(conn, [k.element for k in keys], time=time))
     if dim == "tenant":
         q = q.select_from(ledger_with_threads())
     q = q.where(where)
@@ -401,13 +415,13 @@ def _fold_groups(
         func.sum(d.output_tokens).label("output_tokens"),
         func.sum(d.cache_read_tokens).label("cache_read_tokens"),
         func.sum(d.cache_write_tokens).label("cache_write_tokens"),
-        func.sum(d.cost_usd).label("cost_usd"),
+        func.sum(finite_cost(d.cost_usd)).label("cost_usd"),
         func.sum(d.estimated_usd).label("estimated_usd"),
         (func.sum(d.turns) - func.sum(d.unpriced_turns)).label("priced_turns"),
     ]
     q = select(*keys, *measures).where(where)
     if keys:
-        q = q.group_by(*(k.element for k in keys))
+        q = q.group_by(*_exact_keys(conn, [k.element for k in keys], time=time))
     if filters["actor"] is not None:
         q = q.where(exact_eq(usage_daily.c.actor_ref, filters["actor"]))
     if filters["tenant"] is not None:
@@ -578,7 +592,8 @@ def list_unpriced_models(
     from_ms, to_ms = _window(from_day, to_day)
     u = token_usage.c
     turns = func.count().label("turns")
-    q = select(u.model_id, turns).where(u.cost_usd.is_(None)).group_by(u.model_id)
+    q = select(u.model_id, turns).where(finite_cost(u.cost_usd).is_(None))
+    q = q.group_by(*_exact_keys(conn, [u.model_id], time=False))
     q = _filtered(q, from_ms=from_ms, to_ms=to_ms, actor=actor, tenant=tenant, model=model)
     found = [UnpricedSpend(r.model_id, int(r.turns)) for r in conn.execute(q)]
     return sorted(found, key=lambda m: (-m.turns, m.model_id))

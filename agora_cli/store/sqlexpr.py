@@ -25,13 +25,22 @@ trailing spaces count) and served by the column's index where the dialect allows
 known cost is the provider's unless agora (or another writer) marked it an ``estimate``: the
 upstream runtime stores a provider-reported cost with ``cost_source`` NULL, and only ever stores
 a cost the provider reported.
+
+``finite_cost(cost)``: a cost column as a sum may add it — ``NULL`` (unpriced) where it is not a
+finite amount within ``±MAX_SUMMABLE_USD``. agora never writes such a value, but another writer
+can: PostgreSQL's ``double precision`` takes ``'NaN'`` and ``'Infinity'``, SQLite stores
+``1e999`` as infinity. One such row would make a ``SUM`` NaN (a budget compared with it is never
+reached) or infinite. PostgreSQL orders NaN above every number, so one ``BETWEEN`` excludes NaN
+and both infinities there and on SQLite; the bound (1e15, ``usage.MAX_COST_USD``) also keeps a
+sum of millions of rows finite. MySQL/MariaDB's ``DOUBLE`` refuses non-finite values: the column
+is read as it is.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, case, func, literal
+from sqlalchemy import and_, case, func, literal, literal_column
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.sqltypes import NullType
@@ -41,7 +50,18 @@ if TYPE_CHECKING:
     from sqlalchemy import Column
     from sqlalchemy.engine import Connection
 
-__all__ = ["escape_like", "exact_eq", "provider_cost", "starts_with", "successor"]
+__all__ = [
+    "MAX_SUMMABLE_USD",
+    "escape_like",
+    "exact_eq",
+    "finite_cost",
+    "known_usd",
+    "provider_cost",
+    "starts_with",
+    "successor",
+]
+
+MAX_SUMMABLE_USD = 1e15  # usage.MAX_COST_USD: the largest cost a ledger row may hold
 
 LIKE_ESCAPE = "/"
 # Collations whose order is code-point order: a prefix's matches are one contiguous range.
@@ -77,6 +97,45 @@ def _exact_mysql(element: ExactEq, compiler: Any, **kw: Any) -> str:
         func.char_length(element.column) == func.char_length(element.value),
     )
     return str(compiler.process(exact, **kw))
+
+
+class FiniteCost(ColumnElement[float]):
+    """A cost, ``NULL`` where it is not finite (see the module docs)."""
+
+    inherit_cache = True
+    _traverse_internals = [  # noqa: RUF012 - SQLAlchemy's own class-level protocol
+        ("cost", InternalTraversal.dp_clauseelement),
+    ]
+
+    def __init__(self, cost: ColumnElement[Any]) -> None:
+        self.cost = cost
+        self.type = cost.type
+
+
+@compiles(FiniteCost)
+def _finite_default(element: FiniteCost, compiler: Any, **kw: Any) -> str:
+    bound = literal_column(repr(MAX_SUMMABLE_USD), element.type)
+    finite = case((element.cost.between(-bound, bound), element.cost), else_=None)
+    return str(compiler.process(finite, **kw))
+
+
+@compiles(FiniteCost, "mysql")
+@compiles(FiniteCost, "mariadb")
+def _finite_mysql(element: FiniteCost, compiler: Any, **kw: Any) -> str:
+    return str(compiler.process(element.cost, **kw))
+
+
+def finite_cost(cost: Any) -> ColumnElement[Any]:
+    """``cost`` where it is a finite amount a sum may add, else ``NULL`` (unpriced)."""
+    return FiniteCost(cost)
+
+
+def known_usd(value: Any) -> float | None:
+    """A cost read from one row, as ``finite_cost`` reads it in SQL: ``None`` when unknown."""
+    if value is None:
+        return None
+    usd = float(value)
+    return usd if -MAX_SUMMABLE_USD <= usd <= MAX_SUMMABLE_USD else None  # False for NaN
 
 
 def exact_eq(column: Any, value: Any) -> ColumnElement[bool]:

@@ -47,7 +47,7 @@ from agora_cli.store.schema import (
     tool_call,
 )
 from agora_cli.store.sealing import is_sealed, open_values, sealer_for
-from agora_cli.store.sqlexpr import exact_eq
+from agora_cli.store.sqlexpr import exact_eq, finite_cost, known_usd
 from agora_cli.store.values import (
     check_identity,
     check_int,
@@ -397,6 +397,7 @@ def _usage_row(row: Mapping[Any, Any]) -> ThreadUsageRow:
     values = {name: row[name] for name in ThreadUsageRow.__dataclass_fields__}
     values["input_tokens"] = int(values["input_tokens"])
     values["output_tokens"] = int(values["output_tokens"])
+    values["cost_usd"] = known_usd(values["cost_usd"])  # another writer's NaN: unknown
     return ThreadUsageRow(**values)
 
 
@@ -573,8 +574,9 @@ def _usage_sums() -> tuple[ColumnElement[Any], ...]:
         func.count().label("turns"),
         func.coalesce(func.sum(token_usage.c.input_tokens), 0).label("input_tokens"),
         func.coalesce(func.sum(token_usage.c.output_tokens), 0).label("output_tokens"),
-        func.sum(token_usage.c.cost_usd).label("cost_usd"),
-        func.count(token_usage.c.cost_usd).label("priced"),
+        # A non-finite cost (another writer's NaN) is unpriced: sqlexpr.finite_cost.
+        func.sum(finite_cost(token_usage.c.cost_usd)).label("cost_usd"),
+        func.count(finite_cost(token_usage.c.cost_usd)).label("priced"),
     )
 
 

@@ -204,11 +204,21 @@ def _latency() -> ColumnElement[Any]:
     return func.coalesce(tc.c.execution_ms, measured)
 
 
+def _exact_keys(column: ColumnElement[Any], padded: bool) -> tuple[ColumnElement[Any], ...]:
+    """A grouping key, and on MySQL/MariaDB its length: their PAD SPACE collation would put
+    ``'lookup'`` and ``'lookup '`` in one group (and one window partition)."""
+    return (column, func.char_length(column)) if padded else (column,)
+
+
 @functools.cache
-def _tool_stats_statement(postgres: bool, ranges: bool, tenant: bool) -> Select[Any]:
+def _tool_stats_statement(
+    postgres: bool, ranges: bool, tenant: bool, padded: bool = False
+) -> Select[Any]:
     """The per-tool ``GROUP BY`` over the window ``:lo``–``:hi`` (statuses ``:statuses``), built
-    once per shape: SQLAlchemy then caches its SQL per dialect, as for a hand-written string."""
+    once per shape: SQLAlchemy then caches its SQL per dialect, as for a hand-written string.
+    ``padded``: MySQL/MariaDB, where each tool name's length is a key too (``_exact_keys``)."""
     tc = tool_call
+    name = _exact_keys(tc.c.tool_name, padded)
     latency = _latency()
     derived = case((and_(tc.c.execution_ms.is_(None), tc.c.executed_at.is_not(None)), 1), else_=0)
     source = select(
@@ -218,6 +228,7 @@ def _tool_stats_statement(postgres: bool, ranges: bool, tenant: bool) -> Select[
         latency.label("latency"),
         derived.label("derived"),
         tc.c.created_at,
+        *(func.char_length(tc.c.tool_name).label("name_length") for _ in range(int(padded))),
     ).where(tc.c.created_at >= bindparam("lo"), tc.c.created_at <= bindparam("hi"))
     if ranges:
         source = source.where(tc.c.status.in_(bindparam("statuses", expanding=True)))
@@ -226,10 +237,8 @@ def _tool_stats_statement(postgres: bool, ranges: bool, tenant: bool) -> Select[
     if not postgres:
         untimed = case((latency.is_(None), 1), else_=0)
         source = source.add_columns(
-            func.row_number()
-            .over(partition_by=(tc.c.tool_name, untimed), order_by=latency)
-            .label("rank"),
-            func.count(latency).over(partition_by=tc.c.tool_name).label("size"),
+            func.row_number().over(partition_by=(*name, untimed), order_by=latency).label("rank"),
+            func.count(latency).over(partition_by=name).label("size"),
         )
     w = source.subquery("w")
     groups = TOOL_STATUS_GROUPS
@@ -253,7 +262,7 @@ def _tool_stats_statement(postgres: bool, ranges: bool, tenant: bool) -> Select[
             # untimed calls rank in a partition of their own; their NULLs never win a MAX
             low, high = _percentile_bounds(w.c.latency, w.c.rank, w.c.size, percent)
             columns += [low.label(f"p{percent}_low"), high.label(f"p{percent}_high")]
-    return select(*columns).group_by(w.c.tool_name)
+    return select(*columns).group_by(w.c.tool_name, *([w.c.name_length] if padded else []))
 
 
 def stats_by_tool(
@@ -269,7 +278,8 @@ def stats_by_tool(
         return []
     postgres = dialect_name(conn) == "postgresql"
     ranges = len(statuses) <= MAX_STATUS_RANGES
-    q = _tool_stats_statement(postgres, ranges, tenant_ref is not None)
+    padded = dialect_name(conn) == "mysql"
+    q = _tool_stats_statement(postgres, ranges, tenant_ref is not None, padded)
     params: dict[str, Any] = {"lo": lo, "hi": hi}
     if ranges:
         params["statuses"] = statuses
@@ -347,20 +357,24 @@ def _last_failures(
 
 
 @functools.cache
-def _run_reliability_statement(postgres: bool, tenant: bool) -> Select[Any]:
+def _run_reliability_statement(postgres: bool, tenant: bool, padded: bool = False) -> Select[Any]:
+    agent = _exact_keys(run.c.agent_name, padded)
     duration = case((run.c.finished_at.is_not(None), run.c.finished_at - run.c.started_at))
-    source = select(run.c.agent_name, run.c.status, duration.label("duration")).where(
-        run.c.started_at >= bindparam("lo"), run.c.started_at <= bindparam("hi")
-    )
+    source = select(
+        run.c.agent_name,
+        run.c.status,
+        duration.label("duration"),
+        *(func.char_length(run.c.agent_name).label("name_length") for _ in range(int(padded))),
+    ).where(run.c.started_at >= bindparam("lo"), run.c.started_at <= bindparam("hi"))
     if tenant:
         source = source.where(exact_eq(run.c.tenant_ref, bindparam("tenant")))
     if not postgres:
         unfinished = case((run.c.finished_at.is_(None), 1), else_=0)
         source = source.add_columns(
             func.row_number()
-            .over(partition_by=(run.c.agent_name, unfinished), order_by=duration)
+            .over(partition_by=(*agent, unfinished), order_by=duration)
             .label("rank"),
-            func.count(duration).over(partition_by=run.c.agent_name).label("size"),
+            func.count(duration).over(partition_by=agent).label("size"),
         )
     w = source.subquery("w")
     columns: list[ColumnElement[Any]] = [
@@ -374,7 +388,7 @@ def _run_reliability_statement(postgres: bool, tenant: bool) -> Select[Any]:
     else:
         low, high = _percentile_bounds(w.c.duration, w.c.rank, w.c.size, 50)
         columns += [low.label("median_low"), high.label("median_high")]
-    return select(*columns).group_by(w.c.agent_name)
+    return select(*columns).group_by(w.c.agent_name, *([w.c.name_length] if padded else []))
 
 
 def run_reliability(
@@ -388,7 +402,7 @@ def run_reliability(
     lo, hi = _window(from_ms, to_ms)
     check_optional_identity("tenant_ref", tenant_ref)
     postgres = dialect_name(conn) == "postgresql"
-    q = _run_reliability_statement(postgres, tenant_ref is not None)
+    q = _run_reliability_statement(postgres, tenant_ref is not None, dialect_name(conn) == "mysql")
     params: dict[str, Any] = {"lo": lo, "hi": hi}
     if tenant_ref is not None:
         params["tenant"] = tenant_ref

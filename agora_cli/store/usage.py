@@ -357,6 +357,7 @@ def recompute_estimates(
 
     from agora_cli.store.fold import mark_days_dirty
     from agora_cli.store.schema import token_usage as u
+    from agora_cli.store.sqlexpr import known_usd
 
     for name, bound in (("from_ms", from_ms), ("to_ms", to_ms)):
         if bound is not None:
@@ -387,7 +388,8 @@ def recompute_estimates(
         if not dry_run:
             q = q.with_for_update()
         for row_id, model_id, cost in conn.execute(q):
-            old[str(row_id)] = (str(model_id), None if cost is None else float(cost))
+            # another writer's non-finite estimate is no estimate: repricing replaces it
+            old[str(row_id)] = (str(model_id), known_usd(cost))
     by_model: dict[str, list[str]] = {}
     for row_id, (model_id, _cost) in old.items():
         by_model.setdefault(model_id, []).append(row_id)

@@ -62,7 +62,7 @@ from agora_cli.store import ledger
 from agora_cli.store.budgets import scope_quota, sum_scope_usage
 from agora_cli.store.clock import DAY_MS, day_window, month_window, parse_instant
 from agora_cli.store.engine import normalize_url, open_engine
-from agora_cli.store.fold import create_rollup, day_number, fold, fold_day
+from agora_cli.store.fold import create_rollup, day_number, fold, fold_day, verify
 from agora_cli.store.ledger import SpendReport, spend
 from agora_cli.store.provision import ensure_agent_tables
 from agora_cli.store.schema import token_usage
@@ -91,7 +91,7 @@ MODELS = [
     "custom-ft-0613",  # unpriced
 ]
 AGORA = Path(sys.executable).with_name("agora")
-FIGURES = ("spend", "quota", "fold", "growth", "cli")
+FIGURES = ("spend", "quota", "fold", "verify", "growth", "cli")
 P = 65521  # a prime below 2**16: cubes of residues times the actor count stay within BIGINT
 
 
@@ -561,6 +561,35 @@ def run_figures(
         print(
             f"{dialect} fold one day ({day_rows:,} rows): fold {ms['fold']:.1f} ms vs the same "
             f"GROUP BY bare {ms['bare']:.1f} ms: ratio {ms['fold'] / ms['bare']:.2f} (goal <= 1.5)",
+            flush=True,
+        )
+
+    # 4b: verifying a month (issue 25: per group and per measure) vs the ledger's GROUP BY alone
+    if "verify" in figures:
+        june = (date(2025, 6, 1), date(2025, 6, 30))
+        lo, hi = day_number(june[0]) * DAY_MS, (day_number(june[1]) + 1) * DAY_MS - 1
+        divide = "DIV" if dialect == "mysql" else "/"
+        groups_sql = (
+            f"SELECT created_at {divide} {DAY_MS}, model_id, actor_ref, COALESCE(tenant_ref, ''), "
+            "COUNT(*), SUM(input_tokens), SUM(output_tokens), SUM(cache_read_tokens), "
+            "SUM(cache_write_tokens), SUM(cost_usd), COUNT(cost_usd) FROM agent_token_usage "
+            f"WHERE created_at BETWEEN {lo} AND {hi} "
+            f"GROUP BY created_at {divide} {DAY_MS}, model_id, actor_ref, COALESCE(tenant_ref, '')"
+        )
+
+        def verify_month() -> None:
+            result = verify(engine, from_day=june[0], to_day=june[1])
+            assert result.mismatched == [] and result.days_checked == 30, result
+
+        def groups() -> None:
+            conn.exec_driver_sql(groups_sql).all()
+            conn.rollback()
+
+        ms = interleaved({"verify": verify_month, "groups": groups}, repeat)
+        print(
+            f"{dialect} verify June (30 days): {ms['verify']:.1f} ms vs the ledger's GROUP BY "
+            f"(day, model, actor, tenant) fetched {ms['groups']:.1f} ms: ratio "
+            f"{ms['verify'] / ms['groups']:.2f}",
             flush=True,
         )
 
