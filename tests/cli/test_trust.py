@@ -558,3 +558,48 @@ def test_quota_of_an_unknown_actor_says_so(engine: Any, db_url: str, cli: Any) -
     assert "no usage of actor" in typo.stderr
     known = cli("quota", "--actor", "alice", "--db", db_url, "--json")
     assert known.json()["notes"] == [] and known.stderr == ""
+
+
+# --- issue 25, finding 6: leaks and escapes ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u@127.0.0.1:1/x?pass%77ord=S3cretZZ9",
+        "postgresql://u@127.0.0.1:1/x?%70assword=S3cretZZ9&sslmode=disable",
+        "mysql://u@127.0.0.1:1/x?PASS%57ORD=S3cretZZ9",
+    ],
+)
+def test_a_percent_encoded_password_key_is_masked_everywhere(url: str, cli: Any) -> None:
+    status = cli("db", "status", "--db", url, "--json")
+    assert status.exit_code == 3 and status.json()["error"]["kind"] == "database_unreachable"
+    shown = cli("config", "show", "--json", env={"AGORA_DATABASE_URL": url})
+    assert shown.exit_code == 0 and "=***" in shown.json()["settings"]["db"]["value"]
+    debug = cli("--debug", "spend", "--db", url)
+    assert debug.exit_code == 3 and "Traceback" in debug.stderr
+    for result in (status, shown, debug, cli("config", "show", env={"AGORA_DATABASE_URL": url})):
+        assert "S3cret" not in result.stdout + result.stderr
+
+
+def test_catalog_credentials_in_the_query_are_masked(cli: Any, tmp_path: Path) -> None:
+    url = (
+        "http://127.0.0.1:1/api.json?token=T0kenVALUE1&api_key=K3yVALUE2&key=K3yVALUE3"
+        "&secret=S3cVALUE4&Api-Key=K3yVALUE5&x=1"
+    )
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    assert cli("db", "provision", "--db", db).exit_code == 0
+    env = {"AGORA_CACHE_DIR": str(tmp_path / "cache")}
+    result = cli("prices", "seed", "--missing", "--catalog", url, "--timeout", "1", "--db", db)
+    shown = cli("config", "show", env={**env, "AGORA_MODELS_DEV_URL": url})
+    assert result.exit_code == 3 and "x=1" in result.stderr
+    for out in (result, shown):
+        assert "VALUE" not in out.stdout + out.stderr
+    assert "token=***&api_key=***&key=***&secret=***&Api-Key=***&x=1" in result.stderr
+
+
+def test_an_empty_password_parameter_keeps_the_drivers_reason(cli: Any) -> None:
+    result = cli("db", "status", "--db", "postgresql://u@127.0.0.1:1/x?password=")
+    assert result.exit_code == 3
+    assert "?password=***: connection failed" in result.stderr
+    assert "refused" in result.stderr.lower()
