@@ -603,3 +603,79 @@ def test_an_empty_password_parameter_keeps_the_drivers_reason(cli: Any) -> None:
     assert result.exit_code == 3
     assert "?password=***: connection failed" in result.stderr
     assert "refused" in result.stderr.lower()
+
+
+def test_a_bare_cr_in_a_csv_cell_is_quoted_and_its_formula_neutralised(
+    engine: Any, db_url: str, cli: Any
+) -> None:
+    import csv
+    import io
+
+    seed_thread(engine)
+    with engine.begin() as conn:
+        conn.execute(token_usage.insert().values(**ledger_row(1, model_id="model\r=6")))
+    result = cli("spend", "--from", "2026-03-01", "--to", "2026-03-31", "--db", db_url, "--csv")
+    assert result.exit_code == 0, result.stderr
+    assert '"model\r\'=6"' in result.stdout
+    assert not any(line.startswith("=") for line in result.stdout.replace("\r", "\n").split("\n"))
+    rows = list(csv.DictReader(io.StringIO(result.stdout, newline="")))
+    assert [r["key"] for r in rows] == ["model\r'=6", "TOTAL"]
+
+
+def _on_a_terminal(*args: str) -> str:
+    """What ``agora ARGS`` writes to a terminal (a real pseudo-terminal as its stdout)."""
+    import pty
+
+    main_fd, child_fd = pty.openpty()
+    proc = subprocess.Popen([AGORA, *args], stdout=child_fd, stderr=subprocess.PIPE)
+    os.close(child_fd)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main_fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    proc.wait(timeout=60)
+    os.close(main_fd)
+    return b"".join(chunks).decode()
+
+
+@pytest.mark.slow
+def test_csv_escapes_controls_on_a_terminal_and_is_exact_into_a_pipe(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    assert run_agora("db", "provision", "--db", url).exit_code == 0
+    model = f"m{OSC52}\x9b31m\u202eevil"
+    engine = open_engine(url)
+    seed_thread(engine)
+    with engine.begin() as conn:
+        conn.execute(token_usage.insert().values(**ledger_row(1, model_id=model)))
+    engine.dispose()
+    args = ("spend", "--from", "2026-03-01", "--to", "2026-03-31", "--db", url, "--csv")
+    shown = _on_a_terminal(*args)
+    assert "m\\x1b]52;c;" in shown and "\\x9b31m\\u202eevil" in shown
+    assert "\x1b" not in shown and "\x9b" not in shown and "\u202e" not in shown
+    piped = run_agora(*args)
+    assert piped.exit_code == 0 and f"{model}," in piped.stdout
+
+
+def test_titles_and_notes_built_from_input_are_escaped(engine: Any, db_url: str, cli: Any) -> None:
+    hostile = f"ac{CLEAR}{OSC52}me"
+    seed_thread(engine, tenant_ref=hostile)
+    with engine.begin() as conn:
+        conn.execute(token_usage.insert().values(**ledger_row(1, tenant_ref=hostile)))
+    window = ("--from", "2026-03-01", "--to", "2026-03-31")
+    outputs = [
+        cli("tools", "stats", "--tenant", hostile, "--db", db_url),
+        cli("tools", "stats", "--tenant", hostile, *window, "--db", db_url),
+        cli("spend", "--by", "tenant", "--tenant", hostile, *window, "--db", db_url),
+        cli("spend", "--by", "tenant", "--tenant", hostile, "--db", db_url),
+        cli("quota", "--tenant", hostile, "--day-usd", "0.1", "--db", db_url),
+    ]
+    for result in outputs:
+        assert result.exit_code in (0, 1), result.stderr
+        assert "\x1b" not in result.stdout + result.stderr, result.stdout
+        assert "\x07" not in result.stdout + result.stderr
+    assert "tenant ac\\x1b[2J" in outputs[0].stdout
