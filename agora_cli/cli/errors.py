@@ -28,7 +28,9 @@ from agora_cli.store.errors import AgoraError
 from agora_cli.store.masking import scrub
 
 __all__ = [
+    "OUTPUT_ERROR",
     "AgoraGroup",
+    "OutputError",
     "debug_enabled",
     "error_line",
     "fail",
@@ -40,6 +42,9 @@ _STATE: dict[str, Any] = {"debug": False, "json": False, "argv": []}
 # Library parameters whose flag is not simply ``--`` + the name with dashes.
 _FLAGS = {"table_lock_timeout_s": "--lock-timeout", "lock_timeout_s": "--lock-timeout"}
 _BROKEN_PIPE = 141
+# The output could not be written (a full disk, /dev/full, an I/O error): not "the answer is
+# negative" (1), which a script must be able to tell apart.
+OUTPUT_ERROR = 4
 _ROOT_ONLY = ("--debug", "--version")
 _COMMAND_OPTIONS = ("--db", "--json", "--csv")
 
@@ -87,7 +92,7 @@ def _write_stdout(text: str) -> None:
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
-    except (BrokenPipeError, ValueError, OSError):
+    except (BrokenPipeError, ValueError, OSError, OutputError):
         _silence_stdout()
 
 
@@ -123,6 +128,49 @@ def _silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):
         pass
+
+
+def _rich_broken_pipe(exc: SystemExit) -> bool:
+    """Whether ``exc`` is Rich's exit on a broken pipe (a console we did not make: Typer's help);
+    Rich has already pointed stdout at /dev/null."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_name == "on_broken_pipe"
+
+
+class OutputError(Exception):
+    """stdout refused what the command wrote (not a closed pipe: that is a quiet 141)."""
+
+
+class _Stdout:
+    """stdout as the command sees it: a write or flush that fails with anything but a broken
+    pipe becomes ``OutputError`` (exit 4), wherever it happens (Rich, JSON, CSV, Typer)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def _guard(self, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OutputError(exc.strerror or str(exc)) from exc
+
+    def write(self, text: str) -> int:
+        return int(self._guard(lambda: self._stream.write(text)))
+
+    def flush(self) -> None:
+        self._guard(self._stream.flush)
+
+
+def _output_failed(exc: OutputError) -> int:
+    _silence_stdout()
+    return _fail(f"the output could not be written: {exc}", OUTPUT_ERROR, "output_error").exit_code
 
 
 def _print_traceback(exc: BaseException) -> None:
@@ -206,10 +254,13 @@ class AgoraGroup(TyperGroup):
         _STATE["argv"] = argv
         if sys.stdout is None:  # started with stdout closed (`agora … >&-`)
             sys.stdout = open(os.devnull, "w")  # lives as long as the process
+        real_stdout = sys.stdout
+        sys.stdout = _Stdout(real_stdout)
         try:
             code = self._run(argv, prog_name, complete_var, extra)
             code = self._flush(code)
         finally:
+            sys.stdout = real_stdout
             from agora_cli.cli.shared import reset_shared_state
 
             reset_shared_state()
@@ -241,6 +292,12 @@ class AgoraGroup(TyperGroup):
         except BrokenPipeError:
             _silence_stdout()
             return _BROKEN_PIPE
+        except OutputError as exc:
+            return _output_failed(exc)
+        except SystemExit as exc:
+            if _rich_broken_pipe(exc):  # Typer's help (`agora --help | head -1`)
+                return _BROKEN_PIPE
+            raise
         return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
 
     @staticmethod
@@ -271,6 +328,8 @@ class AgoraGroup(TyperGroup):
         except BrokenPipeError:
             _silence_stdout()
             return _BROKEN_PIPE
+        except OutputError as exc:
+            return _output_failed(exc)
         except (OSError, ValueError):
             _silence_stdout()
         return code
@@ -278,7 +337,7 @@ class AgoraGroup(TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
-        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        except (typer.Exit, typer.Abort, KeyboardInterrupt, OutputError):
             raise
         except BrokenPipeError:
             # `agora … | head`: the reader left; stop quietly, as other Unix tools do.

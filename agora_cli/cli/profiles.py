@@ -126,6 +126,8 @@ def load_profile(name: str, path: Path | None = None) -> Profile:
         raise ProfileError(f"{path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: {exc}") from None
+    except RecursionError:  # `a = [[[[…` ten thousand deep: tomllib recurses per level
+        raise ProfileError(f"{path}: nested too deeply to be a config file") from None
     profiles = doc.get("profiles")
     if not isinstance(profiles, dict) or not isinstance(profiles.get(name), dict):
         known = sorted(profiles) if isinstance(profiles, dict) else []

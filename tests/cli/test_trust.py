@@ -622,12 +622,14 @@ def test_a_bare_cr_in_a_csv_cell_is_quoted_and_its_formula_neutralised(
     assert [r["key"] for r in rows] == ["model\r'=6", "TOTAL"]
 
 
-def _on_a_terminal(*args: str) -> str:
+def _on_a_terminal(*args: str, env: dict[str, str] | None = None) -> str:
     """What ``agora ARGS`` writes to a terminal (a real pseudo-terminal as its stdout)."""
     import pty
 
     main_fd, child_fd = pty.openpty()
-    proc = subprocess.Popen([AGORA, *args], stdout=child_fd, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [AGORA, *args], stdout=child_fd, stderr=subprocess.PIPE, env={**os.environ, **(env or {})}
+    )
     os.close(child_fd)
     chunks = []
     while True:
@@ -667,15 +669,70 @@ def test_titles_and_notes_built_from_input_are_escaped(engine: Any, db_url: str,
     with engine.begin() as conn:
         conn.execute(token_usage.insert().values(**ledger_row(1, tenant_ref=hostile)))
     window = ("--from", "2026-03-01", "--to", "2026-03-31")
+    db = ("--db", db_url, "--no-color")  # any \x1b left is the input's, not a colour
     outputs = [
-        cli("tools", "stats", "--tenant", hostile, "--db", db_url),
-        cli("tools", "stats", "--tenant", hostile, *window, "--db", db_url),
-        cli("spend", "--by", "tenant", "--tenant", hostile, *window, "--db", db_url),
-        cli("spend", "--by", "tenant", "--tenant", hostile, "--db", db_url),
-        cli("quota", "--tenant", hostile, "--day-usd", "0.1", "--db", db_url),
+        cli("tools", "stats", "--tenant", hostile, *db),
+        cli("tools", "stats", "--tenant", hostile, *window, *db),
+        cli("spend", "--by", "tenant", "--tenant", hostile, *window, *db),
+        cli("spend", "--by", "tenant", "--tenant", hostile, *db),
+        cli("quota", "--tenant", hostile, "--day-usd", "0.1", *db),
     ]
     for result in outputs:
         assert result.exit_code in (0, 1), result.stderr
         assert "\x1b" not in result.stdout + result.stderr, result.stdout
         assert "\x07" not in result.stdout + result.stderr
     assert "tenant ac\\x1b[2J" in outputs[0].stdout
+
+
+# --- issue 25, finding 7: exits a script can read ------------------------------------------------
+
+
+@pytest.mark.slow
+def test_help_into_a_pipe_that_closes_exits_141_quietly() -> None:
+    for command in ("--help", "spend --help", "db --help"):
+        proc = subprocess.run(
+            ["bash", "-c", f"{AGORA} {command} | head -1 >/dev/null; echo ${{PIPESTATUS[0]}}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.stdout.strip() in ("141", "0"), (command, proc.stdout, proc.stderr)
+        assert proc.stderr == "", command
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_output_that_cannot_be_written_is_exit_4(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    assert run_agora("demo", "--db", url).exit_code == 0
+    for command in ("spend", "spend --json", "spend --csv", "threads list", "--help"):
+        proc = subprocess.run(
+            f"{AGORA} {command} {'' if command == '--help' else '--db ' + url} >/dev/full",
+            shell=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 4, (command, proc.stderr)
+        assert proc.stderr == "error: the output could not be written: No space left on device\n"
+
+
+def test_a_deeply_nested_config_file_is_exit_2_in_one_line(tmp_path: Path, cli: Any) -> None:
+    deep = tmp_path / "config.toml"
+    deep.write_text("[profiles.p]\nx = " + "[" * 10_000 + "]" * 10_000 + "\n")
+    result = cli("--profile", "p", "config", "show", env={"AGORA_CONFIG": str(deep)})
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {deep}: nested too deeply to be a config file\n"
+
+
+@pytest.mark.slow
+def test_a_failing_pager_never_loses_the_transcript(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    assert run_agora("db", "provision", "--db", url).exit_code == 0
+    engine = open_engine(url)
+    seed_thread(engine, title="the transcript")
+    with engine.begin() as conn:
+        append_message(conn, thread_id="t1", role="user", content="hello pager")
+    engine.dispose()
+    shown = _on_a_terminal("threads", "show", "t1", "--db", url, env={"AGORA_PAGER": "false"})
+    assert "hello pager" in shown and "the transcript" in shown
