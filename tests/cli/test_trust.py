@@ -681,7 +681,7 @@ def test_titles_and_notes_built_from_input_are_escaped(engine: Any, db_url: str,
         assert result.exit_code in (0, 1), result.stderr
         assert "\x1b" not in result.stdout + result.stderr, result.stdout
         assert "\x07" not in result.stdout + result.stderr
-    assert "tenant ac\\x1b[2J" in outputs[0].stdout
+    assert "ac\\x1b[2J" in outputs[0].stdout
 
 
 # --- issue 25, finding 7: exits a script can read ------------------------------------------------
