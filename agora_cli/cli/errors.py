@@ -103,6 +103,10 @@ def _translate(exc: BaseException) -> AgoraError | None:
         from agora_cli.store.errors import InvalidInput
 
         return InvalidInput("the input is nested too deeply")
+    if isinstance(exc, ValueError) and "embedded null" in str(exc):  # os.fspath / open()
+        from agora_cli.store.errors import InvalidInput
+
+        return InvalidInput("a file name or path holds a NUL character (\\x00)")
     if "sqlalchemy" in sys.modules:
         from agora_cli.store.engine import translate_error
 
