@@ -116,13 +116,38 @@ def _translate(exc: BaseException) -> AgoraError | None:
 
 def _as_typed(err: AgoraError) -> str:
     """The error's message, naming the flag the operator typed rather than the library's
-    parameter (``lease_ms must be …`` → ``--lease-ms must be …``)."""
+    parameter (``lease_ms must be …`` → ``--lease-ms must be …``, ``actor_ref`` → ``--actor``).
+
+    A name is replaced only as a whole word that is not already a flag (``--last`` stays, never
+    ``----last``), and only by a flag on the command line: a column named in a schema message
+    (``tenant_ref of agent_run``) is left alone when no ``--tenant`` was typed."""
+    typed = {arg.split("=", 1)[0] for arg in _STATE["argv"] if arg.startswith("--")}
+    message = err.message
+    names = set(_INTERNAL_NAME_RE.findall(message))
     param = getattr(err, "param", None)
-    if not param:
-        return err.message
-    flag = _FLAGS.get(param, "--" + param.replace("_", "-"))
-    typed = any(arg.split("=", 1)[0] == flag for arg in _STATE["argv"])
-    return err.message.replace(param, flag, 1) if typed else err.message
+    if param:
+        names.add(param)
+    for name in names:
+        for flag in _flags_of(name):
+            if flag in typed:
+                pattern = r"(?<![\w-])" + re.escape(name) + r"(?![\w-])"
+                message = re.sub(pattern, flag, message)
+                break
+    return message
+
+
+_INTERNAL_NAME_RE = re.compile(r"(?<![\w-])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![\w-])")
+
+
+def _flags_of(name: str) -> list[str]:
+    """The flags a library parameter may have been given by: ``_FLAGS``, the name with dashes,
+    and without a ``_ref``/``_usd``/``limit_`` decoration (``actor_ref`` → ``--actor``)."""
+    flags = [_FLAGS[name]] if name in _FLAGS else []
+    flags.append("--" + name.replace("_", "-"))
+    short = re.sub(r"^limit_|_ref$|_id$", "", name)
+    if short != name:
+        flags.append("--" + short.replace("_", "-"))
+    return flags
 
 
 def _silence_stdout() -> None:
@@ -191,6 +216,21 @@ def _invalid_utf8(args: Sequence[str]) -> str | None:
             arg.encode("utf-8")
         except UnicodeEncodeError:
             return arg.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+    return None
+
+
+def _non_ascii_number(args: Sequence[str]) -> str | None:
+    """An argument that Python would read as a number but that is not written in ASCII digits
+    (``٣``, ``１２``): ``int()`` accepts them, so Click's number options would too."""
+    for arg in args:
+        value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
+        if value.isascii():
+            continue
+        try:
+            float(value)
+        except ValueError:
+            continue
+        return value
     return None
 
 
@@ -278,6 +318,10 @@ class AgoraGroup(TyperGroup):
         bad = _invalid_utf8(argv)
         if bad is not None:
             return self._exit_of(_fail(f"argument '{bad}' is not valid UTF-8", 2, "invalid_input"))
+        number = _non_ascii_number(argv)
+        if number is not None:
+            message = f"{number!r} is a number in other than ASCII digits; write it with 0-9"
+            return self._exit_of(_fail(message, 2, "invalid_input"))
         try:
             rv = super().main(
                 args=argv,

@@ -86,7 +86,7 @@ def money(value: float | None) -> float | None:
     """An amount of USD as scripts get it: rounded to ``MONEY_DECIMALS`` (``None`` stays)."""
     if value is None or not math.isfinite(value):
         return None
-    return round(value, MONEY_DECIMALS)
+    return round(value, MONEY_DECIMALS) + 0.0  # never -0.0
 
 
 def script_value(value: Any) -> Any:

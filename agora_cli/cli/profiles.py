@@ -102,6 +102,19 @@ def _line_of(text: str, name: str, key: str | None) -> int | None:
     return found
 
 
+def _key_line(text: str, table: str, key: str) -> int | None:
+    """The line of ``key = …`` directly under ``[table]``, 1-based, by a plain scan."""
+    inside = False
+    for n, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped.startswith("["):
+            header = r"\[\s*" + re.escape(table) + r"\s*\]\s*(#.*)?"
+            inside = re.fullmatch(header, stripped) is not None
+        elif inside and re.match(rf"^\"?{re.escape(key)}\"?\s*=", stripped):
+            return n
+    return None
+
+
 def load_profile(name: str, path: Path | None = None) -> Profile:
     """Read and check profile ``name``; ``ProfileError`` names the file and line of a fault."""
     import tomllib
@@ -129,6 +142,15 @@ def load_profile(name: str, path: Path | None = None) -> Profile:
     except RecursionError:  # `a = [[[[…` ten thousand deep: tomllib recurses per level
         raise ProfileError(f"{path}: nested too deeply to be a config file") from None
     profiles = doc.get("profiles")
+    if "profiles" in doc and not isinstance(profiles, dict):
+        raise ProfileError(f"{path}: profiles = … is not a table; write [profiles.{name}]")
+    if isinstance(profiles, dict) and name in profiles and not isinstance(profiles[name], dict):
+        line = _key_line(text, "profiles", name)
+        at = f"{path}:{line}" if line else str(path)
+        raise ProfileError(
+            f"{at}: {name} = … under [profiles] is a value, not a profile; write [profiles.{name}]"
+            ' and its keys (db = "…") under it'
+        )
     if not isinstance(profiles, dict) or not isinstance(profiles.get(name), dict):
         known = sorted(profiles) if isinstance(profiles, dict) else []
         listed = ", ".join(known) if known else "none"

@@ -736,3 +736,100 @@ def test_a_failing_pager_never_loses_the_transcript(tmp_path: Path) -> None:
     engine.dispose()
     shown = _on_a_terminal("threads", "show", "t1", "--db", url, env={"AGORA_PAGER": "false"})
     assert "hello pager" in shown and "the transcript" in shown
+
+
+# --- issue 25, finding 8: small lies -------------------------------------------------------------
+
+
+def test_a_budget_update_keeps_who_created_it(db_url: str, cli: Any) -> None:
+    base = ("budgets", "set", "--tenant", "acme", "--period", "month", "--db", db_url)
+    assert cli(*base, "--usd", "5", "--by", "alice").exit_code == 0
+    updated = cli(*base, "--usd", "7", "--by", "mallory", "--json")
+    assert updated.exit_code == 0, updated.stderr
+    listed = cli("budgets", "list", "--db", db_url, "--json").json()
+    budgets = listed["budgets"] if isinstance(listed, dict) else listed
+    assert [(b["limit_usd"], b["created_by"]) for b in budgets] == [(7.0, "alice")]
+
+
+def test_the_last_week_of_9999_ends_in_9999(db_url: str, cli: Any) -> None:
+    set_week = ("budgets", "set", "--actor", "alice", "--period", "week", "--usd", "5")
+    assert cli(*set_week, "--by", "ops", "--db", db_url).exit_code == 0
+    result = cli("quota", "--all", "--at", "9999-12-31T12:00:00Z", "--db", db_url, "--json")
+    assert result.exit_code in (0, 1), result.stderr
+    text = result.stdout
+    assert "out of range" not in text and "since 1970" not in text
+    assert '"to": "9999-12-31T23:59:59.999Z"' in text
+
+
+@pytest.mark.parametrize(
+    ("args", "shown", "hidden"),
+    [
+        (["spend", "--last", "foo"], "error: --last 'foo'", "----last"),
+        (["spend", "--last", "0d"], "error: --last '0d'", "----last"),
+        (
+            ["db", "redact", "--tool-io", "--older-than", "x", "--yes"],
+            "--older-than 'x'",
+            "older_than",
+        ),
+        (["threads", "list", "--actor", " "], "error: --actor must be", "actor_ref"),
+        (
+            ["budgets", "set", "--tenant", "acme", "--period", "month", "--by", "o"],
+            "limit",
+            "limit_usd",
+        ),
+    ],
+)
+def test_errors_name_the_flag_typed_never_an_internal_name(
+    args: list[str], shown: str, hidden: str, tmp_path: Path, cli: Any
+) -> None:
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    assert cli("db", "provision", "--db", db).exit_code == 0
+    result = cli(*args, "--db", db)
+    assert result.exit_code == 2
+    assert shown in result.stderr and hidden not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["spend", "--last", "\u0663d"],
+        ["spend", "--from", "\u0662\u0660\u0662\u0666-01-01"],
+        ["runs", "list", "--limit", "\u0661\u0662"],
+        ["runs", "list", "--limit", "\uff11\uff12"],
+        ["proposals", "inbox", "--expiring-within", "1M"],
+    ],
+)
+def test_unicode_digits_and_a_capital_m_are_refused(
+    args: list[str], tmp_path: Path, cli: Any
+) -> None:
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    assert cli("db", "provision", "--db", db).exit_code == 0
+    result = cli(*args, "--db", db)
+    assert result.exit_code == 2 and result.stderr.startswith("error: ")
+
+
+def test_minutes_are_m_or_min(tmp_path: Path, cli: Any) -> None:
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    assert cli("db", "provision", "--db", db).exit_code == 0
+    for spelled in ("1min", "90min", "1h30min", "30m"):
+        result = cli("proposals", "inbox", "--expiring-within", spelled, "--db", db)
+        assert result.exit_code == 0, (spelled, result.stderr)
+
+
+def test_minus_zero_dollars_is_zero(db_url: str, cli: Any) -> None:
+    base = ("budgets", "set", "--tenant", "acme", "--period", "month", "--by", "ops")
+    shown = cli(*base, "--usd", "-0.0", "--db", db_url)
+    assert shown.exit_code == 0 and "$0.0000" in shown.stdout and "-0" not in shown.stdout
+    doc = cli("budgets", "list", "--db", db_url, "--json")
+    assert '"limit_usd": 0.0' in doc.stdout and "-0.0" not in doc.stdout
+
+
+def test_a_value_under_profiles_says_what_is_wrong(tmp_path: Path, cli: Any) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("[profiles]\nx = 5\n")
+    result = cli("--profile", "x", "config", "show", env={"AGORA_CONFIG": str(config)})
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: {config}:2: x = … under [profiles] is a value, not a profile; "
+        'write [profiles.x] and its keys (db = "…") under it\n'
+    )
