@@ -833,3 +833,33 @@ def test_a_value_under_profiles_says_what_is_wrong(tmp_path: Path, cli: Any) -> 
         f"error: {config}:2: x = … under [profiles] is a value, not a profile; "
         'write [profiles.x] and its keys (db = "…") under it\n'
     )
+
+
+def test_equal_costs_sort_the_same_folded_and_raw(engine: Any, db_url: str, cli: Any) -> None:
+    seed_thread(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            token_usage.insert(),
+            [  # a: 0.1 + 0.2 (0.30000000000000004 summed), fewer tokens; b: 0.3, more tokens
+                ledger_row(1, model_id="a", cost_usd=0.1),
+                ledger_row(2, model_id="a", cost_usd=0.2),
+                ledger_row(3, model_id="b", cost_usd=0.3, input_tokens=1000),
+            ],
+        )
+    window = ("--from", "2026-03-01", "--to", "2026-03-31", "--db", db_url, "--json")
+    raw = cli("spend", *window, "--raw")
+    assert cli("spend", "fold", "--through", "2026-03-31", "--db", db_url).exit_code == 0
+    folded = cli("spend", *window)
+    assert folded.json()["folded_days"] > 0
+    for result in (raw, folded):
+        assert result.exit_code == 0, result.stderr
+        assert [r["key"] for r in result.json()["rows"]] == ["b", "a"]
+
+
+def test_db_upgrade_sql_never_creates_the_sqlite_file(tmp_path: Path, cli: Any) -> None:
+    path = tmp_path / "new.db"
+    result = cli("db", "upgrade", "--sql", "--db", f"sqlite:///{path}")
+    assert result.exit_code == 0, result.stderr
+    assert "CREATE TABLE agent_alembic_version" in result.stdout
+    assert not path.exists()
+    assert f"no database at {path} yet" in result.stderr
