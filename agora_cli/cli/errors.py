@@ -318,6 +318,12 @@ class AgoraGroup(TyperGroup):
         bad = _invalid_utf8(argv)
         if bad is not None:
             return self._exit_of(_fail(f"argument '{bad}' is not valid UTF-8", 2, "invalid_input"))
+        if os.environ.get("AGORA_KEK_FILE"):
+            from agora_cli.cli.output import say
+            from agora_cli.cli.profiles import exposed_secrets
+
+            for warning in exposed_secrets(None):
+                say(warning, style="yellow")
         number = _non_ascii_number(argv)
         if number is not None:
             message = f"{number!r} is a number in other than ASCII digits; write it with 0-9"

@@ -39,6 +39,7 @@ __all__ = [
     "active",
     "config_path",
     "deactivate",
+    "exposed_secrets",
     "load_profile",
     "profile_default",
 ]
@@ -201,6 +202,42 @@ def activate(name: str) -> Profile:
             set_env[var] = key
     _STATE.update(profile=profile, set_env=set_env)
     return profile
+
+
+def _mode(path: Path | str) -> int | None:
+    try:
+        return os.stat(path).st_mode & 0o777
+    except OSError:
+        return None
+
+
+def exposed_secrets(profile: Profile | None) -> list[str]:
+    """Warnings for secrets in files others can read: a ``config.toml`` holding a password
+    that group or others may read, an ``AGORA_KEK_FILE`` that group or others may read or
+    write (``0666``). Nothing is refused: the file may be meant so; the warning says how to fix."""
+    from agora_cli.store.masking import mask_url
+
+    found = []
+    if profile is not None and any(
+        mask_url(profile.values[key]) != profile.values[key]
+        for key in ("db", "catalog")
+        if key in profile.values
+    ):
+        mode = _mode(profile.path)
+        if mode is not None and mode & 0o044:
+            found.append(
+                f"warning: {profile.path} holds a password and others can read it "
+                f"(mode {mode:04o}): chmod 600 {profile.path}"
+            )
+    kek_file = os.environ.get("AGORA_KEK_FILE")
+    if kek_file:
+        mode = _mode(kek_file)
+        if mode is not None and mode & 0o077:
+            found.append(
+                f"warning: AGORA_KEK_FILE {kek_file} is open to others (mode {mode:04o}): "
+                f"chmod 600 {kek_file}"
+            )
+    return found
 
 
 def deactivate() -> None:

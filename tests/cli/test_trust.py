@@ -863,3 +863,28 @@ def test_db_upgrade_sql_never_creates_the_sqlite_file(tmp_path: Path, cli: Any) 
     assert "CREATE TABLE agent_alembic_version" in result.stdout
     assert not path.exists()
     assert f"no database at {path} yet" in result.stderr
+
+
+def test_a_readable_config_with_a_password_and_an_open_kek_file_are_warned(
+    tmp_path: Path, cli: Any
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('[profiles.p]\ndb = "postgresql://u:Pw-s3cret@127.0.0.1:1/x"\n')
+    config.chmod(0o644)
+    env = {"AGORA_CONFIG": str(config)}
+    shown = cli("--profile", "p", "config", "show", "--json", env=env)
+    assert shown.exit_code == 0 and shown.json()["profile"] == "p"
+    assert f"warning: {config} holds a password and others can read it (mode 0644)" in shown.stderr
+    assert "s3cret" not in shown.stderr + shown.stdout
+    config.chmod(0o600)
+    assert cli("--profile", "p", "config", "show", env=env).stderr == ""
+    kek = tmp_path / "kek"
+    kek.write_bytes(os.urandom(32))
+    kek.chmod(0o666)
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    assert cli("db", "provision", "--db", db).exit_code == 0
+    listed = cli("keys", "list", "--db", db, env={"AGORA_KEK_FILE": str(kek)})
+    assert listed.exit_code == 0, listed.stderr
+    assert f"warning: AGORA_KEK_FILE {kek} is open to others (mode 0666)" in listed.stderr
+    kek.chmod(0o600)
+    assert cli("keys", "list", "--db", db, env={"AGORA_KEK_FILE": str(kek)}).stderr == ""
