@@ -888,3 +888,29 @@ def test_a_readable_config_with_a_password_and_an_open_kek_file_are_warned(
     assert f"warning: AGORA_KEK_FILE {kek} is open to others (mode 0666)" in listed.stderr
     kek.chmod(0o600)
     assert cli("keys", "list", "--db", db, env={"AGORA_KEK_FILE": str(kek)}).stderr == ""
+
+
+@pytest.mark.slow
+def test_four_rotations_at_once_all_succeed(db_url: str, cli: Any) -> None:
+    from agora_cli.store.sealing import generate_kek
+
+    env = {"AGORA_KEK": generate_kek(), "AGORA_KEK_FILE": ""}
+    made = cli("keys", "create", "--tenant", "acme", "--db", db_url, env=env)
+    assert made.exit_code == 0, made.stderr
+    procs = [
+        subprocess.Popen(
+            [AGORA, "keys", "rotate", "--tenant", "acme", "--db", db_url, "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **env},
+        )
+        for _ in range(4)
+    ]
+    results = [(p.wait(timeout=120), *p.communicate()) for p in procs]
+    assert [code for code, _, _ in results] == [0, 0, 0, 0], [err for _, _, err in results]
+    keys = cli("keys", "list", "--tenant", "acme", "--db", db_url, "--json", env=env)
+    assert keys.exit_code == 0, keys.stderr
+    doc = keys.json()
+    rows = doc["keys"] if isinstance(doc, dict) else doc
+    assert len(rows) == 5 and sum(1 for r in rows if r.get("retired_at") is None) == 1
