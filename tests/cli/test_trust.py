@@ -772,6 +772,7 @@ def test_the_last_week_of_9999_ends_in_9999(db_url: str, cli: Any) -> None:
             "older_than",
         ),
         (["threads", "list", "--actor", " "], "error: --actor must be", "actor_ref"),
+        (["tools", "stats", "--tenant", " "], "error: --tenant must be", "tenant_ref"),
         (
             ["budgets", "set", "--tenant", "acme", "--period", "month", "--by", "o"],
             "limit",
