@@ -127,6 +127,18 @@ def provision(
         say(f"note: {note}", style="yellow")
 
 
+def _upgrade_target(db: str | None) -> str | None:
+    """``--sql`` only prints: a SQLite file that does not exist yet is never created for it;
+    the SQL printed is what a new database would get (an in-memory one answers)."""
+    from agora_cli.store.engine import normalize_url, resolve_url, sqlite_path
+
+    path = sqlite_path(normalize_url(resolve_url(db)))
+    if path is not None and not path.exists():
+        say(f"note: no database at {path} yet: the SQL is what a new database would get")
+        return "sqlite://"
+    return db
+
+
 @app.command("upgrade")
 def upgrade(
     revision: Annotated[
@@ -157,7 +169,7 @@ def upgrade(
     from agora_cli.store.provision import table_lock_timeout
 
     seconds = table_lock_timeout(lock_timeout)
-    engine = open_db(db, create=True)
+    engine = open_db(_upgrade_target(db) if sql else db, create=True)
     if not sql:
         for notice in pending_notices(revision):
             say(f"note: {notice}", style="yellow")

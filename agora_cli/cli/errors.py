@@ -28,7 +28,9 @@ from agora_cli.store.errors import AgoraError
 from agora_cli.store.masking import scrub
 
 __all__ = [
+    "OUTPUT_ERROR",
     "AgoraGroup",
+    "OutputError",
     "debug_enabled",
     "error_line",
     "fail",
@@ -40,6 +42,9 @@ _STATE: dict[str, Any] = {"debug": False, "json": False, "argv": []}
 # Library parameters whose flag is not simply ``--`` + the name with dashes.
 _FLAGS = {"table_lock_timeout_s": "--lock-timeout", "lock_timeout_s": "--lock-timeout"}
 _BROKEN_PIPE = 141
+# The output could not be written (a full disk, /dev/full, an I/O error): not "the answer is
+# negative" (1), which a script must be able to tell apart.
+OUTPUT_ERROR = 4
 _ROOT_ONLY = ("--debug", "--version")
 _COMMAND_OPTIONS = ("--db", "--json", "--csv")
 
@@ -87,7 +92,7 @@ def _write_stdout(text: str) -> None:
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
-    except (BrokenPipeError, ValueError, OSError):
+    except (BrokenPipeError, ValueError, OSError, OutputError):
         _silence_stdout()
 
 
@@ -98,6 +103,10 @@ def _translate(exc: BaseException) -> AgoraError | None:
         from agora_cli.store.errors import InvalidInput
 
         return InvalidInput("the input is nested too deeply")
+    if isinstance(exc, ValueError) and "embedded null" in str(exc):  # os.fspath / open()
+        from agora_cli.store.errors import InvalidInput
+
+        return InvalidInput("a file name or path holds a NUL character (\\x00)")
     if "sqlalchemy" in sys.modules:
         from agora_cli.store.engine import translate_error
 
@@ -107,13 +116,38 @@ def _translate(exc: BaseException) -> AgoraError | None:
 
 def _as_typed(err: AgoraError) -> str:
     """The error's message, naming the flag the operator typed rather than the library's
-    parameter (``lease_ms must be …`` → ``--lease-ms must be …``)."""
+    parameter (``lease_ms must be …`` → ``--lease-ms must be …``, ``actor_ref`` → ``--actor``).
+
+    A name is replaced only as a whole word that is not already a flag (``--last`` stays, never
+    ``----last``), and only by a flag on the command line: a column named in a schema message
+    (``tenant_ref of agent_run``) is left alone when no ``--tenant`` was typed."""
+    typed = {arg.split("=", 1)[0] for arg in _STATE["argv"] if arg.startswith("--")}
+    message = err.message
+    names = set(_INTERNAL_NAME_RE.findall(message))
     param = getattr(err, "param", None)
-    if not param:
-        return err.message
-    flag = _FLAGS.get(param, "--" + param.replace("_", "-"))
-    typed = any(arg.split("=", 1)[0] == flag for arg in _STATE["argv"])
-    return err.message.replace(param, flag, 1) if typed else err.message
+    if param:
+        names.add(param)
+    for name in names:
+        for flag in _flags_of(name):
+            if flag in typed:
+                pattern = r"(?<![\w-])" + re.escape(name) + r"(?![\w-])"
+                message = re.sub(pattern, flag, message)
+                break
+    return message
+
+
+_INTERNAL_NAME_RE = re.compile(r"(?<![\w-])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![\w-])")
+
+
+def _flags_of(name: str) -> list[str]:
+    """The flags a library parameter may have been given by: ``_FLAGS``, the name with dashes,
+    and without a ``_ref``/``_usd``/``limit_`` decoration (``actor_ref`` → ``--actor``)."""
+    flags = [_FLAGS[name]] if name in _FLAGS else []
+    flags.append("--" + name.replace("_", "-"))
+    short = re.sub(r"^limit_|_ref$|_id$", "", name)
+    if short != name:
+        flags.append("--" + short.replace("_", "-"))
+    return flags
 
 
 def _silence_stdout() -> None:
@@ -123,6 +157,49 @@ def _silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):
         pass
+
+
+def _rich_broken_pipe(exc: SystemExit) -> bool:
+    """Whether ``exc`` is Rich's exit on a broken pipe (a console we did not make: Typer's help);
+    Rich has already pointed stdout at /dev/null."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_name == "on_broken_pipe"
+
+
+class OutputError(Exception):
+    """stdout refused what the command wrote (not a closed pipe: that is a quiet 141)."""
+
+
+class _Stdout:
+    """stdout as the command sees it: a write or flush that fails with anything but a broken
+    pipe becomes ``OutputError`` (exit 4), wherever it happens (Rich, JSON, CSV, Typer)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def _guard(self, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OutputError(exc.strerror or str(exc)) from exc
+
+    def write(self, text: str) -> int:
+        return int(self._guard(lambda: self._stream.write(text)))
+
+    def flush(self) -> None:
+        self._guard(self._stream.flush)
+
+
+def _output_failed(exc: OutputError) -> int:
+    _silence_stdout()
+    return _fail(f"the output could not be written: {exc}", OUTPUT_ERROR, "output_error").exit_code
 
 
 def _print_traceback(exc: BaseException) -> None:
@@ -139,6 +216,21 @@ def _invalid_utf8(args: Sequence[str]) -> str | None:
             arg.encode("utf-8")
         except UnicodeEncodeError:
             return arg.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+    return None
+
+
+def _non_ascii_number(args: Sequence[str]) -> str | None:
+    """An argument that Python would read as a number but that is not written in ASCII digits
+    (``٣``, ``１２``): ``int()`` accepts them, so Click's number options would too."""
+    for arg in args:
+        value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
+        if value.isascii():
+            continue
+        try:
+            float(value)
+        except ValueError:
+            continue
+        return value
     return None
 
 
@@ -206,10 +298,13 @@ class AgoraGroup(TyperGroup):
         _STATE["argv"] = argv
         if sys.stdout is None:  # started with stdout closed (`agora … >&-`)
             sys.stdout = open(os.devnull, "w")  # lives as long as the process
+        real_stdout = sys.stdout
+        sys.stdout = _Stdout(real_stdout)
         try:
             code = self._run(argv, prog_name, complete_var, extra)
             code = self._flush(code)
         finally:
+            sys.stdout = real_stdout
             from agora_cli.cli.shared import reset_shared_state
 
             reset_shared_state()
@@ -223,6 +318,16 @@ class AgoraGroup(TyperGroup):
         bad = _invalid_utf8(argv)
         if bad is not None:
             return self._exit_of(_fail(f"argument '{bad}' is not valid UTF-8", 2, "invalid_input"))
+        if os.environ.get("AGORA_KEK_FILE"):
+            from agora_cli.cli.output import say
+            from agora_cli.cli.profiles import exposed_secrets
+
+            for warning in exposed_secrets(None):
+                say(warning, style="yellow")
+        number = _non_ascii_number(argv)
+        if number is not None:
+            message = f"{number!r} is a number in other than ASCII digits; write it with 0-9"
+            return self._exit_of(_fail(message, 2, "invalid_input"))
         try:
             rv = super().main(
                 args=argv,
@@ -241,6 +346,12 @@ class AgoraGroup(TyperGroup):
         except BrokenPipeError:
             _silence_stdout()
             return _BROKEN_PIPE
+        except OutputError as exc:
+            return _output_failed(exc)
+        except SystemExit as exc:
+            if _rich_broken_pipe(exc):  # Typer's help (`agora --help | head -1`)
+                return _BROKEN_PIPE
+            raise
         return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
 
     @staticmethod
@@ -271,6 +382,8 @@ class AgoraGroup(TyperGroup):
         except BrokenPipeError:
             _silence_stdout()
             return _BROKEN_PIPE
+        except OutputError as exc:
+            return _output_failed(exc)
         except (OSError, ValueError):
             _silence_stdout()
         return code
@@ -278,7 +391,7 @@ class AgoraGroup(TyperGroup):
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
-        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        except (typer.Exit, typer.Abort, KeyboardInterrupt, OutputError):
             raise
         except BrokenPipeError:
             # `agora … | head`: the reader left; stop quietly, as other Unix tools do.

@@ -6,7 +6,6 @@ spinners go to stderr, and only when stderr is a terminal.
 
 from __future__ import annotations
 
-import csv
 import functools
 import itertools
 import json
@@ -58,6 +57,7 @@ MONEY_DECIMALS = 10
 _CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _BODY_KEEP = frozenset("\n\t")
 _CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_CSV_INNER_FORMULA_RE = re.compile("([\r\n])([=+\\-@\t])")
 # Tables show ids this long (or longer, to tell apart two ids of the same table that share the
 # first 12 characters); every command that takes an id takes such a prefix (git-style).
 SHORT_ID = 12
@@ -86,7 +86,7 @@ def money(value: float | None) -> float | None:
     """An amount of USD as scripts get it: rounded to ``MONEY_DECIMALS`` (``None`` stays)."""
     if value is None or not math.isfinite(value):
         return None
-    return round(value, MONEY_DECIMALS)
+    return round(value, MONEY_DECIMALS) + 0.0  # never -0.0
 
 
 def script_value(value: Any) -> Any:
@@ -101,14 +101,26 @@ def script_value(value: Any) -> Any:
 
 
 def csv_cell(value: Any) -> Any:
-    """A CSV cell: text that a spreadsheet would run as a formula gets a leading ``'``."""
+    """A CSV cell: text that a spreadsheet would run as a formula gets a leading ``'``, and so
+    does every line inside it (after a CR or LF) that would start one."""
     if value is None:
         return ""
     if isinstance(value, bool):  # as JSON spells it
         return "true" if value else "false"
-    if isinstance(value, str) and value.startswith(_CSV_FORMULA_START):
-        return "'" + value
+    if isinstance(value, str):
+        if value.startswith(_CSV_FORMULA_START):
+            value = "'" + value
+        return _CSV_INNER_FORMULA_RE.sub(r"\1'\2", value)
     return script_value(value)
+
+
+def _csv_field(value: Any) -> str:
+    """One CSV field as RFC 4180 writes it: quoted when it holds a comma, a quote, a CR or an LF
+    (Python's writer leaves a bare CR unquoted when the line ends with LF alone)."""
+    text = str(value)
+    if any(c in text for c in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
 
 
 @dataclass(frozen=True)
@@ -197,6 +209,12 @@ def _console_class() -> type[Console]:
     from rich.console import Console
 
     class _Console(Console):
+        def print(self, *objects: Any, **kwargs: Any) -> None:
+            # The last guard for text built from input (a title holding a tenant, a window):
+            # control characters are shown, never obeyed; newlines and tabs stay.
+            shown = [safe_text(o, body=True) if isinstance(o, str) else o for o in objects]
+            super().print(*shown, **kwargs)
+
         def on_broken_pipe(self) -> None:
             # Rich would exit 1 here; the root group turns a broken pipe into a quiet 141,
             # like JSON output and other Unix tools (`agora spend | head`).
@@ -225,11 +243,18 @@ def emit_json(doc: Any) -> None:
 
 def emit_csv(rows: Sequence[dict[str, Any]], columns: Sequence[Col]) -> None:
     """Print a header line and one CSV line per row: raw values, and text that starts like a
-    spreadsheet formula (``= + - @``, tab, CR) prefixed with ``'`` (OWASP)."""
-    writer = csv.writer(sys.stdout, lineterminator="\n")
-    writer.writerow([c.key for c in columns])
+    spreadsheet formula (``= + - @``, tab, CR) prefixed with ``'`` (OWASP). On a terminal, text
+    cells show control characters as escapes (``safe_text``); into a pipe or a file they are
+    byte-exact."""
+    on_terminal = sys.stdout.isatty()
+
+    def line(cells: Sequence[Any]) -> str:
+        shown = (safe_text(c) if on_terminal and isinstance(c, str) else c for c in cells)
+        return ",".join(_csv_field(c) for c in shown) + "\n"
+
+    sys.stdout.write(line([c.key for c in columns]))
     for row in rows:
-        writer.writerow([csv_cell(row.get(c.key)) for c in columns])
+        sys.stdout.write(line([csv_cell(row.get(c.key)) for c in columns]))
 
 
 def render_table(
@@ -273,7 +298,7 @@ def render_table(
                 break
             keep.remove(i)
             hidden.append(columns[i].header or columns[i].key)
-    table = Table(title=Text(title) if title else None, header_style="bold")
+    table = Table(title=Text(safe_text(title)) if title else None, header_style="bold")
     for i in keep:
         col = columns[i]
         table.add_column(

@@ -4,7 +4,8 @@ The pager is ``AGORA_PAGER``, else ``PAGER``, else ``less`` (with ``LESS=FRX`` u
 set: it quits at once when the text fits one screen, keeps colours, and leaves the text on the
 screen). It runs through the shell, as git runs its pager. There is no pager when stdout is not a
 terminal, with ``--json``/``--csv``, with ``--no-pager``, or when ``AGORA_PAGER`` is empty or
-``cat``. A pager that cannot be started prints the text directly.
+``cat``. A pager that cannot be started, or that fails (exits non-zero: ``AGORA_PAGER=false``),
+prints the text directly, with a note on stderr; one ended by a signal (Ctrl-C) does not.
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ def page(render: Callable[[], None], *, no_pager: bool) -> None:
         done = subprocess.run(command, shell=True, input=text.encode(), env=env, check=False)
     except (OSError, KeyboardInterrupt):
         done = None
-    if done is None or done.returncode in (126, 127):  # not found / not runnable: print it
+    if done is not None and done.returncode > 0:  # a pager that failed (`AGORA_PAGER=false`)
+        from agora_cli.cli.output import say
+
+        say(f"note: the pager {command!r} failed (exit {done.returncode}); printed without it")
+    if done is None or done.returncode > 0:  # not started, or failed: never lose the text
         sys.stdout.write(text)
         sys.stdout.flush()

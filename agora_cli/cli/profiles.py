@@ -39,6 +39,7 @@ __all__ = [
     "active",
     "config_path",
     "deactivate",
+    "exposed_secrets",
     "load_profile",
     "profile_default",
 ]
@@ -102,6 +103,19 @@ def _line_of(text: str, name: str, key: str | None) -> int | None:
     return found
 
 
+def _key_line(text: str, table: str, key: str) -> int | None:
+    """The line of ``key = …`` directly under ``[table]``, 1-based, by a plain scan."""
+    inside = False
+    for n, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped.startswith("["):
+            header = r"\[\s*" + re.escape(table) + r"\s*\]\s*(#.*)?"
+            inside = re.fullmatch(header, stripped) is not None
+        elif inside and re.match(rf"^\"?{re.escape(key)}\"?\s*=", stripped):
+            return n
+    return None
+
+
 def load_profile(name: str, path: Path | None = None) -> Profile:
     """Read and check profile ``name``; ``ProfileError`` names the file and line of a fault."""
     import tomllib
@@ -126,7 +140,18 @@ def load_profile(name: str, path: Path | None = None) -> Profile:
         raise ProfileError(f"{path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: {exc}") from None
+    except RecursionError:  # `a = [[[[…` ten thousand deep: tomllib recurses per level
+        raise ProfileError(f"{path}: nested too deeply to be a config file") from None
     profiles = doc.get("profiles")
+    if "profiles" in doc and not isinstance(profiles, dict):
+        raise ProfileError(f"{path}: profiles = … is not a table; write [profiles.{name}]")
+    if isinstance(profiles, dict) and name in profiles and not isinstance(profiles[name], dict):
+        line = _key_line(text, "profiles", name)
+        at = f"{path}:{line}" if line else str(path)
+        raise ProfileError(
+            f"{at}: {name} = … under [profiles] is a value, not a profile; write [profiles.{name}]"
+            ' and its keys (db = "…") under it'
+        )
     if not isinstance(profiles, dict) or not isinstance(profiles.get(name), dict):
         known = sorted(profiles) if isinstance(profiles, dict) else []
         listed = ", ".join(known) if known else "none"
@@ -177,6 +202,42 @@ def activate(name: str) -> Profile:
             set_env[var] = key
     _STATE.update(profile=profile, set_env=set_env)
     return profile
+
+
+def _mode(path: Path | str) -> int | None:
+    try:
+        return os.stat(path).st_mode & 0o777
+    except OSError:
+        return None
+
+
+def exposed_secrets(profile: Profile | None) -> list[str]:
+    """Warnings for secrets in files others can read: a ``config.toml`` holding a password
+    that group or others may read, an ``AGORA_KEK_FILE`` that group or others may read or
+    write (``0666``). Nothing is refused: the file may be meant so; the warning says how to fix."""
+    from agora_cli.store.masking import mask_url
+
+    found = []
+    if profile is not None and any(
+        mask_url(profile.values[key]) != profile.values[key]
+        for key in ("db", "catalog")
+        if key in profile.values
+    ):
+        mode = _mode(profile.path)
+        if mode is not None and mode & 0o044:
+            found.append(
+                f"warning: {profile.path} holds a password and others can read it "
+                f"(mode {mode:04o}): chmod 600 {profile.path}"
+            )
+    kek_file = os.environ.get("AGORA_KEK_FILE")
+    if kek_file:
+        mode = _mode(kek_file)
+        if mode is not None and mode & 0o077:
+            found.append(
+                f"warning: AGORA_KEK_FILE {kek_file} is open to others (mode {mode:04o}): "
+                f"chmod 600 {kek_file}"
+            )
+    return found
 
 
 def deactivate() -> None:

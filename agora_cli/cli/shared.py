@@ -25,12 +25,14 @@ def _profile(ctx: typer.Context, value: str | None) -> None:
     if not value or ctx.resilient_parsing:
         return
     from agora_cli.cli.errors import fail
-    from agora_cli.cli.profiles import ProfileError, activate
+    from agora_cli.cli.profiles import ProfileError, activate, exposed_secrets
 
     try:
-        activate(value)
+        profile = activate(value)
     except ProfileError as exc:
         raise fail(str(exc), 2, "invalid_input") from None
+    for warning in exposed_secrets(profile):
+        output.say(warning, style="yellow")
 
 
 def _no_color(ctx: typer.Context, value: bool) -> None:

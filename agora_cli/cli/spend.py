@@ -58,6 +58,8 @@ def usd(value: float | None) -> str:
     """USD for people: 4 decimals, more only when the amount would otherwise show as $0.0000."""
     if value is None:
         return "unknown"
+    if value == 0:
+        value = 0.0  # never $-0.0000
     if value == 0 or abs(value) >= 0.00005:
         return f"${value:,.4f}"
     decimals = min(12, 1 - math.floor(math.log10(abs(value))))
@@ -539,7 +541,7 @@ def _pricing_hint(model_id: str) -> str:
 
 # --- agora spend fold ------------------------------------------------------------------------
 
-_DURATION_RE = re.compile(r"^(\d{1,6})([smhd])$")
+_DURATION_RE = re.compile(r"^([0-9]{1,6})([smhd])$")
 _UNIT_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 

@@ -201,7 +201,7 @@ def set_budget(
     period = _period(period)
     check_identity("created_by", created_by)
     if limit_usd is None and limit_tokens is None:
-        raise InvalidInput("give a limit: limit_usd, limit_tokens or both", param="limit_usd")
+        raise InvalidInput("give a limit: in USD, in tokens, or both", param="limit_usd")
     usd = None if limit_usd is None else check_finite("limit_usd", limit_usd, high=MAX_USD)
     tokens = (
         None
@@ -231,7 +231,7 @@ def set_budget(
             conn.execute(
                 update(b)
                 .where(b.c.id == old.id)
-                .values(**values, created_by=created_by, updated_at=now)
+                .values(**values, updated_at=now)  # created_by stays: who created it
             )
             new = Budget(
                 id=old.id,
@@ -242,7 +242,7 @@ def set_budget(
                 limit_tokens=tokens,
                 warn_at=warn,
                 note=note,
-                created_by=created_by,
+                created_by=old.created_by,
                 created_at=old.created_at,
                 updated_at=now,
             )

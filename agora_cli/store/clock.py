@@ -82,7 +82,7 @@ def iso_ms(ms: int | None) -> str | None:
     )
 
 
-_DAY_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_DAY_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 
 
 def parse_day(text: str, *, what: str = "date") -> date:
@@ -119,18 +119,21 @@ def parse_instant(text: str, *, what: str = "timestamp") -> int:
     return ms
 
 
-_DURATION_RE = re.compile(r"^(?:\d{1,9}[smhdw])+$")
-_DURATION_PART = re.compile(r"(\d+)([smhdw])")
-_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": DAY_MS, "w": 7 * DAY_MS}
+# ASCII digits only (``\d`` would take ``٣``); ``m`` and ``min`` are minutes, and units are
+# lower case: ``1M`` (a month, to many readers) is refused rather than read as a minute.
+_DURATION_RE = re.compile(r"^(?:[0-9]{1,9}(?:min|[smhdw]))+$")
+_DURATION_PART = re.compile(r"([0-9]+)(min|[smhdw])")
+_UNIT_MS = {"s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": DAY_MS, "w": 7 * DAY_MS}
 
 
 def parse_duration(text: str, *, what: str = "duration", max_ms: int = 366 * DAY_MS) -> int:
     """Parse ``90s``, ``30m``, ``1h``, ``2d``, ``1w`` or a sum such as ``1h30m`` to milliseconds
     (``m`` is minutes), from 1 s to ``max_ms``; anything else is ``InvalidInput``."""
-    raw = (text or "").strip().lower()
+    raw = (text or "").strip()
     if not _DURATION_RE.match(raw):
         raise InvalidInput(
-            f"{what} {text!r} is not a duration such as 90s, 30m, 1h, 2d or 1w (m is minutes)"
+            f"{what} {text!r} is not a duration such as 90s, 30m (or 30min), 1h, 2d or 1w"
+            " (m is minutes; lower case)"
         )
     ms = sum(int(n) * _UNIT_MS[unit] for n, unit in _DURATION_PART.findall(raw))
     if not 1000 <= ms <= max_ms:

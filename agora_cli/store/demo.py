@@ -177,7 +177,12 @@ def _delete_previous_demo(engine: Engine) -> None:
         for run_id in list(runs):
             close(conn, run_id)
         conn.execute(delete(schema.model_pricing).where(schema.model_pricing.c.source == "demo"))
-        conn.execute(delete(schema.budget).where(schema.budget.c.created_by == DEMO_BUDGET_BY))
+        demo_budget = schema.budget.c
+        conn.execute(  # the demo's own, unless the operator has updated it since (note cleared)
+            delete(schema.budget).where(
+                demo_budget.created_by == DEMO_BUDGET_BY, demo_budget.note == "demo"
+            )
+        )
         conn.execute(delete(schema.tenant_key).where(schema.tenant_key.c.id.like(f"{PREFIX}%")))
 
 
@@ -295,7 +300,9 @@ def _write_budgets(engine: Engine, now: int, summary: DemoSummary) -> None:
     with engine.begin() as conn:
         for kind, ref, period, unit, share in DEMO_BUDGETS:
             taken = list_budgets(conn, scope_kind=kind, scope_ref=ref, period=period)
-            if taken and taken[0].created_by != DEMO_BUDGET_BY:
+            # The operator's own, or the demo's that the operator updated (an update keeps
+            # created_by; `budgets set` without --note clears the demo's note).
+            if taken and (taken[0].created_by != DEMO_BUDGET_BY or taken[0].note != "demo"):
                 continue
             lo, hi = period_window(period, now)
             tokens, usd, _unpriced = sum_scope_usage(

@@ -256,10 +256,12 @@ def _fold(key: str | None, rows: list[SpendRow]) -> SpendRow:
 
 
 def _by_cost(row: SpendRow) -> tuple[Any, ...]:
-    # cost descending (unknown after every known cost), then tokens descending, then key.
+    # cost descending (unknown after every known cost), then tokens descending, then key: a
+    # total order. The cost is compared as shown (10 decimals): the fold and the ledger sum the
+    # same rows in another order (0.1 + 0.2 vs 0.3), and equal costs must sort the same.
     return (
         row.cost_usd is None,
-        -(row.cost_usd or 0.0),
+        -round(row.cost_usd or 0.0, 10),
         -(row.input_tokens + row.output_tokens),
         row.key is None,
         row.key or "",

@@ -412,6 +412,12 @@ def rotate_tenant_key(
     tenant = check_identity("tenant", tenant)
     kek = _require_kek(kek, "a tenant key is wrapped by the key-encryption key")
     current = _active_row(conn, tenant, lock=True)
+    for _ in range(_ROTATE_ROUNDS):
+        if current is not None or not _has_keys(conn, tenant):
+            break
+        # A rotation running at once retired the row this one waited for (PostgreSQL re-checks
+        # only that row after the wait): read again, the new active key is committed now.
+        current = _active_row(conn, tenant, lock=True)
     if current is None:
         raise NotFound(f"tenant {tenant!r} has no active key: create one first")
     _unwrap(kek, current)
@@ -421,6 +427,19 @@ def rotate_tenant_key(
     now = max(now, int(current["created_at"]) + 1)
     retired = _retire(conn, tenant, now)
     return KeyRotation(_insert_key(conn, kek, tenant, key_id, now), sorted(retired))
+
+
+_ROTATE_ROUNDS = 50
+
+
+def _has_keys(conn: Connection, tenant: str) -> bool:
+    from sqlalchemy import select
+
+    from agora_cli.store.schema import tenant_key as k
+    from agora_cli.store.sqlexpr import exact_eq
+
+    found = conn.execute(select(k.c.id).where(exact_eq(k.c.tenant_key, tenant)).limit(1))
+    return found.first() is not None
 
 
 def _retire(conn: Connection, tenant: str, now: int) -> list[str]:

@@ -116,7 +116,7 @@ def check_finite(name: str, value: object, *, low: float = 0.0, high: float = ma
     if not low <= number <= high:
         bound = f"from {low:g} to {high:g}" if math.isfinite(high) else f">= {low:g}"
         raise InvalidInput(f"{name} must be a number {bound}, not {value!r}", param=name)
-    return number
+    return number + 0.0  # -0.0 is 0.0
 
 
 def check_instant(name: str, value: object) -> int:

@@ -19,7 +19,7 @@ from typing import Literal, get_args
 
 from agora_cli.store.clock import day_start_ms, day_window, month_window, ms_to_date, parse_day
 from agora_cli.store.errors import InvalidInput
-from agora_cli.store.values import check_instant
+from agora_cli.store.values import MAX_INSTANT_MS, check_instant
 
 __all__ = [
     "DIMENSION_KEYS",
@@ -50,8 +50,8 @@ SPEND_GROUPINGS = (
 SPEND_ORDERS = ("cost", "tokens", "key")
 LAST_UNITS = {"d": "days", "w": "weeks", "m": "months"}
 MAX_LAST = {"d": 3660, "w": 520, "m": 120}  # ten years of each
-_LAST_RE = re.compile(r"^(\d{1,4})([dwm])$")
-_MONTH_RE = re.compile(r"^\d{4}-\d{2}$")
+_LAST_RE = re.compile(r"^([0-9]{1,4})([dwm])$")  # ASCII digits: never ٣d
+_MONTH_RE = re.compile(r"^[0-9]{4}-[0-9]{2}$")
 
 
 def week_start(day: date) -> date:
@@ -71,7 +71,8 @@ def period_window(period: str, at_ms: int) -> tuple[int, int]:
     if period == "month":
         return month_window(day)
     start = day_start_ms(week_start(day))
-    return start, start + 7 * 86_400_000 - 1
+    # The last week of 9999 ends in the year 10000, which no instant reaches: it ends with 9999.
+    return start, min(start + 7 * 86_400_000 - 1, MAX_INSTANT_MS)
 
 
 def parse_bound(text: str, *, what: str, end: bool) -> date:

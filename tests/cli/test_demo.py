@@ -147,5 +147,6 @@ def test_demo_saves_a_budget_in_each_state_and_keeps_the_operators_own(
     assert forced.exit_code == 0 and forced.json()["budgets"] == 2
     listed = cli("budgets", "list", "--db", db_url, "--json").json()["budgets"]
     acme = [b for b in listed if b["scope_ref"] == "acme"]
-    assert [(b["limit_usd"], b["created_by"]) for b in acme] == [(123.0, "ops")]
+    # the operator's update is kept; created_by still names who created it (issue 25)
+    assert [(b["limit_usd"], b["created_by"], b["note"]) for b in acme] == [(123.0, "demo", None)]
     assert len(listed) == 3

@@ -558,3 +558,360 @@ def test_quota_of_an_unknown_actor_says_so(engine: Any, db_url: str, cli: Any) -
     assert "no usage of actor" in typo.stderr
     known = cli("quota", "--actor", "alice", "--db", db_url, "--json")
     assert known.json()["notes"] == [] and known.stderr == ""
+
+
+# --- issue 25, finding 6: leaks and escapes ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u@127.0.0.1:1/x?pass%77ord=S3cretZZ9",
+        "postgresql://u@127.0.0.1:1/x?%70assword=S3cretZZ9&sslmode=disable",
+        "mysql://u@127.0.0.1:1/x?PASS%57ORD=S3cretZZ9",
+    ],
+)
+def test_a_percent_encoded_password_key_is_masked_everywhere(url: str, cli: Any) -> None:
+    status = cli("db", "status", "--db", url, "--json")
+    assert status.exit_code == 3 and status.json()["error"]["kind"] == "database_unreachable"
+    shown = cli("config", "show", "--json", env={"AGORA_DATABASE_URL": url})
+    assert shown.exit_code == 0 and "=***" in shown.json()["settings"]["db"]["value"]
+    debug = cli("--debug", "spend", "--db", url)
+    assert debug.exit_code == 3 and "Traceback" in debug.stderr
+    for result in (status, shown, debug, cli("config", "show", env={"AGORA_DATABASE_URL": url})):
+        assert "S3cret" not in result.stdout + result.stderr
+
+
+def test_catalog_credentials_in_the_query_are_masked(cli: Any, tmp_path: Path) -> None:
+    url = (
+        "http://127.0.0.1:1/api.json?token=T0kenVALUE1&api_key=K3yVALUE2&key=K3yVALUE3"
+        "&secret=S3cVALUE4&Api-Key=K3yVALUE5&x=1"
+    )
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    assert cli("db", "provision", "--db", db).exit_code == 0
+    env = {"AGORA_CACHE_DIR": str(tmp_path / "cache")}
+    result = cli("prices", "seed", "--missing", "--catalog", url, "--timeout", "1", "--db", db)
+    shown = cli("config", "show", env={**env, "AGORA_MODELS_DEV_URL": url})
+    assert result.exit_code == 3 and "x=1" in result.stderr
+    for out in (result, shown):
+        assert "VALUE" not in out.stdout + out.stderr
+    assert "token=***&api_key=***&key=***&secret=***&Api-Key=***&x=1" in result.stderr
+
+
+def test_an_empty_password_parameter_keeps_the_drivers_reason(cli: Any) -> None:
+    result = cli("db", "status", "--db", "postgresql://u@127.0.0.1:1/x?password=")
+    assert result.exit_code == 3
+    assert "?password=***: connection failed" in result.stderr
+    assert "refused" in result.stderr.lower()
+
+
+def test_a_bare_cr_in_a_csv_cell_is_quoted_and_its_formula_neutralised(
+    engine: Any, db_url: str, cli: Any
+) -> None:
+    import csv
+    import io
+
+    seed_thread(engine)
+    with engine.begin() as conn:
+        conn.execute(token_usage.insert().values(**ledger_row(1, model_id="model\r=6")))
+    result = cli("spend", "--from", "2026-03-01", "--to", "2026-03-31", "--db", db_url, "--csv")
+    assert result.exit_code == 0, result.stderr
+    assert '"model\r\'=6"' in result.stdout
+    assert not any(line.startswith("=") for line in result.stdout.replace("\r", "\n").split("\n"))
+    rows = list(csv.DictReader(io.StringIO(result.stdout, newline="")))
+    assert [r["key"] for r in rows] == ["model\r'=6", "TOTAL"]
+
+
+def _on_a_terminal(*args: str, env: dict[str, str] | None = None) -> str:
+    """What ``agora ARGS`` writes to a terminal (a real pseudo-terminal as its stdout)."""
+    import pty
+
+    main_fd, child_fd = pty.openpty()
+    proc = subprocess.Popen(
+        [AGORA, *args], stdout=child_fd, stderr=subprocess.PIPE, env={**os.environ, **(env or {})}
+    )
+    os.close(child_fd)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main_fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    proc.wait(timeout=60)
+    os.close(main_fd)
+    return b"".join(chunks).decode()
+
+
+@pytest.mark.slow
+def test_csv_escapes_controls_on_a_terminal_and_is_exact_into_a_pipe(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    assert run_agora("db", "provision", "--db", url).exit_code == 0
+    model = f"m{OSC52}\x9b31m\u202eevil"
+    engine = open_engine(url)
+    seed_thread(engine)
+    with engine.begin() as conn:
+        conn.execute(token_usage.insert().values(**ledger_row(1, model_id=model)))
+    engine.dispose()
+    args = ("spend", "--from", "2026-03-01", "--to", "2026-03-31", "--db", url, "--csv")
+    shown = _on_a_terminal(*args)
+    assert "m\\x1b]52;c;" in shown and "\\x9b31m\\u202eevil" in shown
+    assert "\x1b" not in shown and "\x9b" not in shown and "\u202e" not in shown
+    piped = run_agora(*args)
+    assert piped.exit_code == 0 and f"{model}," in piped.stdout
+
+
+def test_titles_and_notes_built_from_input_are_escaped(engine: Any, db_url: str, cli: Any) -> None:
+    hostile = f"ac{CLEAR}{OSC52}me"
+    seed_thread(engine, tenant_ref=hostile)
+    with engine.begin() as conn:
+        conn.execute(token_usage.insert().values(**ledger_row(1, tenant_ref=hostile)))
+    window = ("--from", "2026-03-01", "--to", "2026-03-31")
+    db = ("--db", db_url, "--no-color")  # any \x1b left is the input's, not a colour
+    outputs = [
+        cli("tools", "stats", "--tenant", hostile, *db),
+        cli("tools", "stats", "--tenant", hostile, *window, *db),
+        cli("spend", "--by", "tenant", "--tenant", hostile, *window, *db),
+        cli("spend", "--by", "tenant", "--tenant", hostile, *db),
+        cli("quota", "--tenant", hostile, "--day-usd", "0.1", *db),
+    ]
+    for result in outputs:
+        assert result.exit_code in (0, 1), result.stderr
+        assert "\x1b" not in result.stdout + result.stderr, result.stdout
+        assert "\x07" not in result.stdout + result.stderr
+    assert "ac\\x1b[2J" in outputs[0].stdout
+
+
+# --- issue 25, finding 7: exits a script can read ------------------------------------------------
+
+
+@pytest.mark.slow
+def test_help_into_a_pipe_that_closes_exits_141_quietly() -> None:
+    for command in ("--help", "spend --help", "db --help"):
+        proc = subprocess.run(
+            ["bash", "-c", f"{AGORA} {command} | head -1 >/dev/null; echo ${{PIPESTATUS[0]}}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.stdout.strip() in ("141", "0"), (command, proc.stdout, proc.stderr)
+        assert proc.stderr == "", command
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_output_that_cannot_be_written_is_exit_4(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    assert run_agora("demo", "--db", url).exit_code == 0
+    for command in ("spend", "spend --json", "spend --csv", "threads list", "--help"):
+        proc = subprocess.run(
+            f"{AGORA} {command} {'' if command == '--help' else '--db ' + url} >/dev/full",
+            shell=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 4, (command, proc.stderr)
+        assert proc.stderr == "error: the output could not be written: No space left on device\n"
+
+
+def test_a_deeply_nested_config_file_is_exit_2_in_one_line(tmp_path: Path, cli: Any) -> None:
+    deep = tmp_path / "config.toml"
+    deep.write_text("[profiles.p]\nx = " + "[" * 10_000 + "]" * 10_000 + "\n")
+    result = cli("--profile", "p", "config", "show", env={"AGORA_CONFIG": str(deep)})
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {deep}: nested too deeply to be a config file\n"
+
+
+@pytest.mark.slow
+def test_a_failing_pager_never_loses_the_transcript(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    assert run_agora("db", "provision", "--db", url).exit_code == 0
+    engine = open_engine(url)
+    seed_thread(engine, title="the transcript")
+    with engine.begin() as conn:
+        append_message(conn, thread_id="t1", role="user", content="hello pager")
+    engine.dispose()
+    shown = _on_a_terminal("threads", "show", "t1", "--db", url, env={"AGORA_PAGER": "false"})
+    assert "hello pager" in shown and "the transcript" in shown
+
+
+# --- issue 25, finding 8: small lies -------------------------------------------------------------
+
+
+def test_a_budget_update_keeps_who_created_it(db_url: str, cli: Any) -> None:
+    base = ("budgets", "set", "--tenant", "acme", "--period", "month", "--db", db_url)
+    assert cli(*base, "--usd", "5", "--by", "alice").exit_code == 0
+    updated = cli(*base, "--usd", "7", "--by", "mallory", "--json")
+    assert updated.exit_code == 0, updated.stderr
+    listed = cli("budgets", "list", "--db", db_url, "--json").json()
+    budgets = listed["budgets"] if isinstance(listed, dict) else listed
+    assert [(b["limit_usd"], b["created_by"]) for b in budgets] == [(7.0, "alice")]
+
+
+def test_the_last_week_of_9999_ends_in_9999(db_url: str, cli: Any) -> None:
+    set_week = ("budgets", "set", "--actor", "alice", "--period", "week", "--usd", "5")
+    assert cli(*set_week, "--by", "ops", "--db", db_url).exit_code == 0
+    result = cli("quota", "--all", "--at", "9999-12-31T12:00:00Z", "--db", db_url, "--json")
+    assert result.exit_code in (0, 1), result.stderr
+    text = result.stdout
+    assert "out of range" not in text and "since 1970" not in text
+    assert '"to": "9999-12-31T23:59:59.999Z"' in text
+
+
+@pytest.mark.parametrize(
+    ("args", "shown", "hidden"),
+    [
+        (["spend", "--last", "foo"], "error: --last 'foo'", "----last"),
+        (["spend", "--last", "0d"], "error: --last '0d'", "----last"),
+        (
+            ["db", "redact", "--tool-io", "--older-than", "x", "--yes"],
+            "--older-than 'x'",
+            "older_than",
+        ),
+        (["threads", "list", "--actor", " "], "error: --actor must be", "actor_ref"),
+        (["tools", "stats", "--tenant", " "], "error: --tenant must be", "tenant_ref"),
+        (
+            ["budgets", "set", "--tenant", "acme", "--period", "month", "--by", "o"],
+            "limit",
+            "limit_usd",
+        ),
+    ],
+)
+def test_errors_name_the_flag_typed_never_an_internal_name(
+    args: list[str], shown: str, hidden: str, tmp_path: Path, cli: Any
+) -> None:
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    assert cli("db", "provision", "--db", db).exit_code == 0
+    result = cli(*args, "--db", db)
+    assert result.exit_code == 2
+    assert shown in result.stderr and hidden not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["spend", "--last", "\u0663d"],
+        ["spend", "--from", "\u0662\u0660\u0662\u0666-01-01"],
+        ["runs", "list", "--limit", "\u0661\u0662"],
+        ["runs", "list", "--limit", "\uff11\uff12"],
+        ["proposals", "inbox", "--expiring-within", "1M"],
+    ],
+)
+def test_unicode_digits_and_a_capital_m_are_refused(
+    args: list[str], tmp_path: Path, cli: Any
+) -> None:
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    assert cli("db", "provision", "--db", db).exit_code == 0
+    result = cli(*args, "--db", db)
+    assert result.exit_code == 2 and result.stderr.startswith("error: ")
+
+
+def test_minutes_are_m_or_min(tmp_path: Path, cli: Any) -> None:
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    assert cli("db", "provision", "--db", db).exit_code == 0
+    for spelled in ("1min", "90min", "1h30min", "30m"):
+        result = cli("proposals", "inbox", "--expiring-within", spelled, "--db", db)
+        assert result.exit_code == 0, (spelled, result.stderr)
+
+
+def test_minus_zero_dollars_is_zero(db_url: str, cli: Any) -> None:
+    base = ("budgets", "set", "--tenant", "acme", "--period", "month", "--by", "ops")
+    shown = cli(*base, "--usd", "-0.0", "--db", db_url)
+    assert shown.exit_code == 0 and "$0.0000" in shown.stdout and "-0" not in shown.stdout
+    doc = cli("budgets", "list", "--db", db_url, "--json")
+    assert '"limit_usd": 0.0' in doc.stdout and "-0.0" not in doc.stdout
+
+
+def test_a_value_under_profiles_says_what_is_wrong(tmp_path: Path, cli: Any) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("[profiles]\nx = 5\n")
+    result = cli("--profile", "x", "config", "show", env={"AGORA_CONFIG": str(config)})
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: {config}:2: x = … under [profiles] is a value, not a profile; "
+        'write [profiles.x] and its keys (db = "…") under it\n'
+    )
+
+
+def test_equal_costs_sort_the_same_folded_and_raw(engine: Any, db_url: str, cli: Any) -> None:
+    seed_thread(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            token_usage.insert(),
+            [  # a: 0.1 + 0.2 (0.30000000000000004 summed), fewer tokens; b: 0.3, more tokens
+                ledger_row(1, model_id="a", cost_usd=0.1),
+                ledger_row(2, model_id="a", cost_usd=0.2),
+                ledger_row(3, model_id="b", cost_usd=0.3, input_tokens=1000),
+            ],
+        )
+    window = ("--from", "2026-03-01", "--to", "2026-03-31", "--db", db_url, "--json")
+    raw = cli("spend", *window, "--raw")
+    assert cli("spend", "fold", "--through", "2026-03-31", "--db", db_url).exit_code == 0
+    folded = cli("spend", *window)
+    assert folded.json()["folded_days"] > 0
+    for result in (raw, folded):
+        assert result.exit_code == 0, result.stderr
+        assert [r["key"] for r in result.json()["rows"]] == ["b", "a"]
+
+
+def test_db_upgrade_sql_never_creates_the_sqlite_file(tmp_path: Path, cli: Any) -> None:
+    path = tmp_path / "new.db"
+    result = cli("db", "upgrade", "--sql", "--db", f"sqlite:///{path}")
+    assert result.exit_code == 0, result.stderr
+    assert "CREATE TABLE agent_alembic_version" in result.stdout
+    assert not path.exists()
+    assert f"no database at {path} yet" in result.stderr
+
+
+def test_a_readable_config_with_a_password_and_an_open_kek_file_are_warned(
+    tmp_path: Path, cli: Any
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('[profiles.p]\ndb = "postgresql://u:Pw-s3cret@127.0.0.1:1/x"\n')
+    config.chmod(0o644)
+    env = {"AGORA_CONFIG": str(config)}
+    shown = cli("--profile", "p", "config", "show", "--json", env=env)
+    assert shown.exit_code == 0 and shown.json()["profile"] == "p"
+    assert f"warning: {config} holds a password and others can read it (mode 0644)" in shown.stderr
+    assert "s3cret" not in shown.stderr + shown.stdout
+    config.chmod(0o600)
+    assert cli("--profile", "p", "config", "show", env=env).stderr == ""
+    kek = tmp_path / "kek"
+    kek.write_bytes(os.urandom(32))
+    kek.chmod(0o666)
+    db = f"sqlite:///{tmp_path / 'a.db'}"
+    assert cli("db", "provision", "--db", db).exit_code == 0
+    listed = cli("keys", "list", "--db", db, env={"AGORA_KEK_FILE": str(kek)})
+    assert listed.exit_code == 0, listed.stderr
+    assert f"warning: AGORA_KEK_FILE {kek} is open to others (mode 0666)" in listed.stderr
+    kek.chmod(0o600)
+    assert cli("keys", "list", "--db", db, env={"AGORA_KEK_FILE": str(kek)}).stderr == ""
+
+
+@pytest.mark.slow
+def test_four_rotations_at_once_all_succeed(db_url: str, cli: Any) -> None:
+    from agora_cli.store.sealing import generate_kek
+
+    env = {"AGORA_KEK": generate_kek(), "AGORA_KEK_FILE": ""}
+    made = cli("keys", "create", "--tenant", "acme", "--db", db_url, env=env)
+    assert made.exit_code == 0, made.stderr
+    procs = [
+        subprocess.Popen(
+            [AGORA, "keys", "rotate", "--tenant", "acme", "--db", db_url, "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **env},
+        )
+        for _ in range(4)
+    ]
+    results = [(p.wait(timeout=120), *p.communicate()) for p in procs]
+    assert [code for code, _, _ in results] == [0, 0, 0, 0], [err for _, _, err in results]
+    keys = cli("keys", "list", "--tenant", "acme", "--db", db_url, "--json", env=env)
+    assert keys.exit_code == 0, keys.stderr
+    doc = keys.json()
+    rows = doc["keys"] if isinstance(doc, dict) else doc
+    assert len(rows) == 5 and sum(1 for r in rows if r.get("retired_at") is None) == 1
