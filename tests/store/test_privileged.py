@@ -1,0 +1,178 @@
+"""Privileged jobs and workers under row-level security, tried as an attacker would.
+
+On PostgreSQL every test here runs as a LOGIN that is a member of the app role (never the
+superuser, never ``SET ROLE`` from one), with the other tenant's ids in hand: the worker's whole
+lifecycle under a tenant, the fold refused to a tenant session and to the app role, outcomes
+never delivered across tenants. The rows are written by the owner (the test's superuser).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from sqlalchemy import select, text
+from sqlalchemy.engine import make_url
+
+from agora_cli.store.clock import ManualClock
+from agora_cli.store.engine import open_engine
+from agora_cli.store.proposals import ActionProposalStore, NewProposal, Scope, Settlement
+from agora_cli.store.provision import ensure_agent_tables
+from agora_cli.store.rls import enable_rls
+from agora_cli.store.schema import message, thread
+
+T0 = 1_767_225_600_000
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A provisioned database with row-level security on: the owner's URL, the app role, and
+    the URL of a login that is a member of it."""
+
+    owner_url: str
+    app_role: str
+    member_url: str
+
+
+@pytest.fixture
+def cluster(databases: Any) -> Iterator[Cluster]:
+    databases.require("postgresql")
+    url = str(databases.new("postgresql"))
+    owner = open_engine(url)
+    ensure_agent_tables(owner)
+    suffix = secrets.token_hex(5)
+    role, login = f"agora_app_p_{suffix}", f"agora_login_p_{suffix}"
+    enable_rls(owner, app_role=role)
+    with owner.begin() as conn:
+        conn.exec_driver_sql(f'CREATE ROLE "{login}" LOGIN IN ROLE "{role}"')
+    member = make_url(url).set(username=login, password=None)
+    try:
+        yield Cluster(url, role, member.render_as_string(hide_password=False))
+    finally:
+        with owner.begin() as conn:
+            for name in (login, role):
+                conn.exec_driver_sql(f'DROP OWNED BY "{name}"')
+                conn.exec_driver_sql(f'DROP ROLE "{name}"')
+        owner.dispose()
+
+
+def add_thread(engine: Any, thread_id: str, tenant: str | None) -> str:
+    """A thread and one message on it, written as the owner; the message's id."""
+    with engine.begin() as conn:
+        conn.execute(
+            thread.insert().values(
+                id=thread_id, actor_ref="alice", tenant_ref=tenant, title="t",
+                created_at=0, updated_at=0,
+            )
+        )  # fmt: skip
+        conn.execute(
+            message.insert().values(
+                id=f"{thread_id}-m1", thread_id=thread_id, role="assistant", content="ok",
+                seq=1, created_at=0,
+            )
+        )  # fmt: skip
+    return f"{thread_id}-m1"
+
+
+def test_the_whole_worker_lifecycle_runs_as_a_member_of_the_app_role_with_a_tenant(
+    cluster: Cluster,
+) -> None:
+    owner = open_engine(cluster.owner_url)
+    acme_msg = add_thread(owner, "t-acme", "acme")
+    add_thread(owner, "t-globex", "globex")
+    clock = ManualClock(T0)
+    acme = ActionProposalStore(open_engine(cluster.member_url, tenant="acme"), clock)
+    globex = ActionProposalStore(open_engine(cluster.member_url, tenant="globex"), clock)
+    with acme.engine.connect() as conn:  # the login really is a plain member
+        me = conn.execute(text("SELECT rolsuper, rolbypassrls FROM pg_roles "
+                               "WHERE rolname = current_user")).one()  # fmt: skip
+        assert tuple(me) == (False, False)
+    scope = Scope("acme", "alice", "t-acme")
+    made = [
+        acme.create(
+            NewProposal(scope, "refund", {"order": n}, run_id="r1", tool_call_id=f"c{n}")
+        ).proposal
+        for n in range(4)
+    ]
+    theirs_scope = Scope("globex", "alice", "t-globex")
+    globex_made = globex.create(
+        NewProposal(theirs_scope, "refund", {"o": 1}, run_id="r", tool_call_id="g")
+    ).proposal
+    for p in made:
+        assert acme.decide(p.id, scope, "approved", "bob").outcome == "applied"
+    globex.decide(globex_made.id, theirs_scope, "approved", "eve")
+
+    # claim (a transaction) → renew, settle (autocommit on PostgreSQL) → deliver
+    claimed = acme.claim(made[0].id, scope, "w1", 60_000)
+    assert claimed.outcome == "claimed" and claimed.lease is not None
+    lease = claimed.lease
+    clock.advance(1_000)
+    assert acme.renew(made[0].id, lease.token, lease.generation, 60_000).outcome == "renewed"
+    settled = acme.settle(made[0].id, lease.token, lease.generation, "succeeded", {"ok": True})
+    assert settled.outcome == "settled"
+    assert acme.deliver_outcome(made[0].id, acme_msg).outcome == "delivered"
+
+    # claim_next sees only acme's due work (globex's approved proposal stays globex's)
+    one = acme.claim_next("w1", 60_000)
+    assert one.outcome == "claimed" and one.work is not None and one.work.tenant_ref == "acme"
+    batch = acme.claim_next("w1", 60_000, limit=10)
+    assert {c.work.tenant_ref for c in batch if c.work} == {"acme"} and len(batch) == 2
+    assert one.lease is not None
+    step, following = acme.settle_and_claim_next(
+        Settlement(one.work.id, one.lease.token, one.lease.generation, "succeeded"), "w1", 60_000
+    )
+    assert step.outcome == "settled" and following == []
+    many = acme.settle_many(
+        [Settlement(c.work.id, c.lease.token, c.lease.generation, "failed", error="x")
+         for c in batch if c.work and c.lease]
+    )  # fmt: skip
+    assert [r.outcome for r in many] == ["settled", "settled"]
+    # globex's work is still there for globex's worker, untouched by acme's
+    theirs = globex.claim_next("w2", 60_000)
+    assert theirs.outcome == "claimed" and theirs.work is not None
+    assert theirs.work.id == globex_made.id
+    with owner.connect() as conn:
+        outcome = conn.execute(select(message.c.outcome).where(message.c.id == acme_msg)).scalar()
+    assert outcome is not None and made[0].id in outcome
+    for store in (acme, globex):
+        store.engine.dispose()
+    owner.dispose()
+
+
+# --- no plaintext in logs and errors (finding 9) ------------------------------------------------
+
+SECRET = "GLOBEX CONFIDENTIAL: merger with initech"
+
+
+def test_a_failed_frame_flush_logs_no_frame_text(
+    empty_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from agora_cli.store.frames import FrameWriter
+
+    engine = open_engine(empty_url)
+    ensure_agent_tables(engine)
+    writer = FrameWriter(engine, "run-1", autoflush=False, auto_purge=False)
+    writer.append({"type": "start"})  # the writer knows its next seq: the flush only inserts
+    with engine.begin() as conn:  # the flush below then fails with the frame in its parameters
+        conn.exec_driver_sql("DROP TABLE agent_stream_frame")
+    with caplog.at_level("WARNING"), pytest.raises(RuntimeError), writer:
+        writer.append({"type": "text-delta", "delta": SECRET})
+        raise RuntimeError("the model call failed")
+    logged = caplog.text
+    assert "could not flush run 'run-1'" in logged and "agent_stream_frame" in logged
+    assert "merger" not in logged and "GLOBEX" not in logged
+    engine.dispose()
+
+
+def test_an_engines_errors_never_show_bound_parameters(empty_url: str) -> None:
+    from sqlalchemy.exc import DBAPIError
+
+    engine = open_engine(empty_url)
+    ensure_agent_tables(engine)
+    with pytest.raises(DBAPIError) as caught, engine.begin() as conn:
+        conn.execute(text("INSERT INTO agent_nowhere (x) VALUES (:x)"), {"x": SECRET})
+    assert "hide_parameters" in str(caught.value) and "merger" not in str(caught.value)
+    engine.dispose()
