@@ -169,8 +169,17 @@ THREADS_TENANT_TABLES = (
     "agent_queued_message",
     "agent_action_proposal",
 )
-# The runtime reads these and never writes them: the app role gets SELECT only.
-READ_ONLY_TABLES = frozenset({"agent_model_pricing", "agent_budget", "agent_tenant_key"})
+# The runtime reads these and never writes them: the app role gets SELECT only. The fold's
+# tables are written by the privileged `spend fold` alone (a tenant's fold would bend everyone's).
+READ_ONLY_TABLES = frozenset(
+    {
+        "agent_model_pricing",
+        "agent_budget",
+        "agent_tenant_key",
+        "agent_usage_daily",
+        "agent_usage_fold",
+    }
+)
 _DML = ("SELECT", "INSERT", "UPDATE", "DELETE")
 
 
@@ -473,9 +482,13 @@ def _grant_sql(conn: Connection, role: str, cat: _Catalog, *, revoke: bool) -> l
         if revoke:
             if held[table]:
                 statements.append(f"REVOKE ALL ON {qt} FROM {qrole}")
-        elif not want <= held[table]:
-            privs = ", ".join(p for p in _DML if p in want)
-            statements.append(f"GRANT {privs} ON {qt} TO {qrole}")
+        else:
+            if not want <= held[table]:
+                privs = ", ".join(p for p in _DML if p in want)
+                statements.append(f"GRANT {privs} ON {qt} TO {qrole}")
+            if held[table] - want:  # an older agora's grant (the fold's tables)
+                extra = ", ".join(p for p in _DML if p in held[table] - want)
+                statements.append(f"REVOKE {extra} ON {qt} FROM {qrole}")
     if not revoke and not has_usage:
         statements.insert(0, f"GRANT USAGE ON SCHEMA {_quote(conn, cat.schema)} TO {qrole}")
     return statements

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from helpers import run_cli
 from sqlalchemy import select, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 from agora_cli.store.clock import ManualClock
 from agora_cli.store.engine import open_engine
@@ -175,4 +177,105 @@ def test_an_engines_errors_never_show_bound_parameters(empty_url: str) -> None:
     with pytest.raises(DBAPIError) as caught, engine.begin() as conn:
         conn.execute(text("INSERT INTO agent_nowhere (x) VALUES (:x)"), {"x": SECRET})
     assert "hide_parameters" in str(caught.value) and "merger" not in str(caught.value)
+    engine.dispose()
+
+
+# --- the fold is privileged (finding 6) --------------------------------------------------------
+
+DAY = 86_400_000
+
+
+def add_ledger(engine: Any, thread_id: str, tenant: str | None, *, at: int, n: int = 1) -> None:
+    from agora_cli.store.usage import record_usage
+
+    with engine.begin() as conn:
+        for _ in range(n):
+            record_usage(
+                conn, thread_id=thread_id, actor_ref="alice", model_id="gpt-4o", purpose="chat",
+                input_tokens=1000, output_tokens=100, tenant_ref=tenant,
+                provider_cost_usd=0.01, clock=ManualClock(at),
+            )  # fmt: skip
+
+
+def fold_state(engine: Any) -> list[tuple[Any, ...]]:
+    """The fold's days with ledger rows: (day, rows, dirty)."""
+    from agora_cli.store.schema import usage_fold as f
+
+    with engine.connect() as conn:
+        q = select(f.c.day, f.c.rows, f.c.dirty).where(f.c.rows > 0).order_by(f.c.day)
+        return [tuple(r) for r in conn.execute(q)]
+
+
+def test_the_fold_is_refused_to_a_tenant_session_and_to_the_app_role(cluster: Cluster) -> None:
+    from agora_cli.store.errors import InvalidInput
+    from agora_cli.store.fold import fold
+
+    owner = open_engine(cluster.owner_url)
+    add_thread(owner, "t-acme", "acme")
+    add_thread(owner, "t-globex", "globex")
+    add_ledger(owner, "t-acme", "acme", at=T0 - 3 * DAY)
+    add_ledger(owner, "t-globex", "globex", at=T0 - 3 * DAY, n=3)
+    now = ManualClock(T0)
+    env = {"AGORA_DATABASE_URL": cluster.member_url, "AGORA_TENANT": "acme"}
+    for extra, tenant in ((), "acme"), (("--verify",), "acme"), ((), ""), (("--verify",), ""):
+        result = run_cli("spend", "fold", *extra, env={**env, "AGORA_TENANT": tenant})
+        assert result.exit_code == 2, result
+        assert result.stdout == "" and "all match" not in result.stderr
+        assert "superuser or a BYPASSRLS role" in result.stderr
+        assert ("tenant 'acme'" in result.stderr) == bool(tenant)
+    member = open_engine(cluster.member_url, tenant="acme")
+    with pytest.raises(InvalidInput, match="privileged job"):
+        fold(member, clock=now)
+    assert fold_state(owner) == []
+    # By hand, the member cannot write the fold tables either (SELECT only), tenant or not.
+    with member.connect() as conn:
+        for sql in (
+            "INSERT INTO agent_usage_fold (day, rows, folded_at, dirty) VALUES (1, 1, 1, 0)",
+            "UPDATE agent_usage_fold SET dirty = 0",
+            "DELETE FROM agent_usage_daily",
+        ):
+            with pytest.raises(DBAPIError, match="permission denied"):
+                conn.exec_driver_sql(sql)
+            conn.rollback()
+    # The superuser folds every tenant's rows.
+    assert fold(owner, clock=now).rows == 4
+    assert fold_state(owner) == [((T0 - 3 * DAY) // DAY, 4, 0)]
+    member.dispose()
+    owner.dispose()
+
+
+def test_a_tenant_deleting_its_thread_leaves_the_fold_to_the_privileged_verify(
+    cluster: Cluster,
+) -> None:
+    from agora_cli.store.fold import fold, verify
+    from agora_cli.store.threads import delete_thread
+
+    owner = open_engine(cluster.owner_url)
+    add_thread(owner, "t-acme", "acme")
+    add_thread(owner, "t-globex", "globex")
+    add_ledger(owner, "t-acme", "acme", at=T0 - 3 * DAY)
+    add_ledger(owner, "t-globex", "globex", at=T0 - 3 * DAY)
+    fold(owner, clock=ManualClock(T0))
+    member = open_engine(cluster.member_url, tenant="acme")
+    with member.begin() as conn:  # no permission error: the member marks nothing
+        assert delete_thread(conn, "t-acme").deleted["agent_thread"] == 1
+    assert fold_state(owner)[0][2] == 0
+    assert [d.isoformat() for d in verify(owner).mismatched] == ["2025-12-29"]
+    assert fold_state(owner)[0][2] == 1
+    member.dispose()
+    owner.dispose()
+
+
+def test_a_session_tenant_refuses_the_fold_on_every_dialect(empty_url: str) -> None:
+    engine = open_engine(empty_url)
+    ensure_agent_tables(engine)
+    add_thread(engine, "t-acme", "acme")
+    add_ledger(engine, "t-acme", "acme", at=T0 - 3 * DAY)
+    engine.dispose()
+    result = run_cli(
+        "spend", "fold", "--json", env={"AGORA_DATABASE_URL": empty_url, "AGORA_TENANT": "acme"}
+    )
+    assert result.exit_code == 2, result
+    engine = open_engine(empty_url)
+    assert fold_state(engine) == []
     engine.dispose()
