@@ -279,3 +279,79 @@ def test_a_session_tenant_refuses_the_fold_on_every_dialect(empty_url: str) -> N
     engine = open_engine(empty_url)
     assert fold_state(engine) == []
     engine.dispose()
+
+
+# --- frames die with their thread (finding 5) --------------------------------------------------
+
+
+def add_frames(engine: Any, run_id: str, text_: str = SECRET) -> None:
+    from agora_cli.store.schema import stream_frame
+
+    with engine.begin() as conn:
+        conn.execute(
+            stream_frame.insert(),
+            [
+                {"run_id": run_id, "seq": n, "frame": f'{{"type":"text","t":"{text_}"}}',
+                 "created_at": T0}
+                for n in (1, 2)
+            ],
+        )  # fmt: skip
+
+
+def frames_of(engine: Any) -> dict[str, int]:
+    from sqlalchemy import func
+
+    from agora_cli.store.schema import stream_frame as sf
+
+    with engine.connect() as conn:
+        q = select(sf.c.run_id, func.count()).group_by(sf.c.run_id)
+        return {str(r): int(n) for r, n in conn.execute(q)}
+
+
+def test_deleting_a_thread_deletes_its_runs_frames(empty_url: str) -> None:
+    from agora_cli.store.schema import run
+    from agora_cli.store.threads import delete_thread
+
+    engine = open_engine(empty_url)
+    ensure_agent_tables(engine)
+    add_thread(engine, "t1", None)
+    add_thread(engine, "t2", None)
+    with engine.begin() as conn:
+        for rid, tid in (("r1", "t1"), ("r2", "t2")):
+            conn.execute(
+                run.insert().values(id=rid, thread_id=tid, actor_ref="alice", status="done",
+                                    started_at=T0)
+            )  # fmt: skip
+        # a run the runtime names on a message only (no agent_run row)
+        conn.execute(message.update().where(message.c.id == "t1-m1").values(run_id="r1-msg"))
+    mysql = engine.dialect.name in ("mysql", "mariadb")
+    # On MySQL 'r1 ' is another run (PAD SPACE would match it to r1): its frames stay.
+    for rid in ("r1 " if mysql else "r1", "r1-msg", "r2"):
+        add_frames(engine, rid)
+    with engine.begin() as conn:
+        gone = delete_thread(conn, "t1")
+    assert gone.deleted["agent_stream_frame"] == (2 if mysql else 4)
+    assert frames_of(engine) == ({"r1 ": 2, "r2": 2} if mysql else {"r2": 2})
+    engine.dispose()
+
+
+def test_a_tenant_deleting_its_thread_leaves_no_frame_for_anyone(cluster: Cluster) -> None:
+    from agora_cli.store.schema import run
+    from agora_cli.store.threads import delete_thread
+
+    owner = open_engine(cluster.owner_url)
+    add_thread(owner, "t-globex", "globex")
+    with owner.begin() as conn:
+        conn.execute(
+            run.insert().values(id="r-g", thread_id="t-globex", actor_ref="alice",
+                                tenant_ref="globex", status="done", started_at=T0)
+        )  # fmt: skip
+    add_frames(owner, "r-g")
+    globex = open_engine(cluster.member_url, tenant="globex")
+    assert frames_of(globex) == {"r-g": 2}
+    with globex.begin() as conn:
+        assert delete_thread(conn, "t-globex").deleted["agent_stream_frame"] == 2
+    untenanted = open_engine(cluster.member_url)
+    assert frames_of(untenanted) == {} and frames_of(owner) == {}
+    for engine in (globex, untenanted, owner):
+        engine.dispose()
