@@ -49,6 +49,7 @@ from agora_cli.store.schema import (
 )
 from agora_cli.store.sealing import is_sealed, open_values, sealer_for
 from agora_cli.store.sqlexpr import exact_eq
+from agora_cli.store.tenant_guard import check_thread_tenant
 from agora_cli.store.values import (
     check_identity,
     check_int,
@@ -1056,6 +1057,7 @@ def start_run(
         "error": None,
         "durable": 1 if durable else 0,
     }
+    check_thread_tenant(conn, thread_id, tenant_ref)  # never on another tenant's thread
     conn.execute(insert(run).values(values))
     return _run(values)
 

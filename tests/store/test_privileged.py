@@ -177,6 +177,16 @@ def test_an_engines_errors_never_show_bound_parameters(empty_url: str) -> None:
     with pytest.raises(DBAPIError) as caught, engine.begin() as conn:
         conn.execute(text("INSERT INTO agent_nowhere (x) VALUES (:x)"), {"x": SECRET})
     assert "hide_parameters" in str(caught.value) and "merger" not in str(caught.value)
+    # what `--debug` prints: the traceback of agora's error chained from the driver's
+    import traceback
+
+    from agora_cli.store.engine import translate_error
+
+    err = translate_error(caught.value)
+    assert err is not None
+    err.__cause__ = caught.value
+    printed = "".join(traceback.format_exception(err))
+    assert "agent_nowhere" in printed and "merger" not in printed
     engine.dispose()
 
 
@@ -355,3 +365,125 @@ def test_a_tenant_deleting_its_thread_leaves_no_frame_for_anyone(cluster: Cluste
     assert frames_of(untenanted) == {} and frames_of(owner) == {}
     for engine in (globex, untenanted, owner):
         engine.dispose()
+
+
+# --- a child row carries its parent's tenant (finding 1, the store's side) ---------------------
+
+
+def test_the_store_refuses_a_child_row_on_another_tenants_thread(empty_url: str) -> None:
+    from agora_cli.store.errors import NotFound
+    from agora_cli.store.schema import action_proposal, run, token_usage
+    from agora_cli.store.threads import start_run
+
+    engine = open_engine(empty_url)
+    ensure_agent_tables(engine)
+    add_thread(engine, "t-globex", "globex")
+    add_thread(engine, "t-none", None)
+    store = ActionProposalStore(engine, ManualClock(T0))
+    thread_id = "t-globex"
+    with pytest.raises(NotFound, match=f"no thread '{thread_id}' of tenant 'acme'"):
+        with engine.begin() as conn:
+            start_run(conn, thread_id=thread_id, actor_ref="a", tenant_ref="acme")
+    with pytest.raises(NotFound, match="of tenant 'acme'"):
+        add_ledger(engine, thread_id, "acme", at=T0)
+    with pytest.raises(NotFound, match="of tenant 'acme'"):
+        store.create(
+            NewProposal(Scope("acme", "a", thread_id), "refund", {}, run_id="r", tool_call_id="c")
+        )
+    # an untenanted (shared) thread takes any tenant's rows: the demo's nightly summaries
+    add_ledger(engine, "t-none", "acme", at=T0)
+    # the thread's own tenant, and rows with no tenant_ref (the thread's), are written
+    with engine.begin() as conn:
+        start_run(conn, thread_id="t-globex", actor_ref="a", tenant_ref="globex", run_id="r1")
+        start_run(conn, thread_id="t-globex", actor_ref="a", run_id="r2")
+    add_ledger(engine, "t-globex", "globex", at=T0)
+    add_ledger(engine, "t-globex", None, at=T0)
+    with engine.connect() as conn:
+        for table, n in ((run, 2), (token_usage, 3), (action_proposal, 0)):
+            assert len(conn.execute(select(table.c.id)).all()) == n, table.name
+    engine.dispose()
+
+
+def test_an_outcome_is_never_delivered_into_another_tenants_thread(empty_url: str) -> None:
+    """A proposal written for acme on globex's thread before the store checked it (here by
+    hand): approved, claimed and settled, its outcome is not written into globex's thread."""
+    from agora_cli.store.errors import NotFound
+    from agora_cli.store.schema import action_proposal
+
+    engine = open_engine(empty_url)
+    ensure_agent_tables(engine)
+    globex_msg = add_thread(engine, "t-globex", "globex")
+    with engine.begin() as conn:
+        conn.execute(
+            action_proposal.insert().values(
+                id="p-x", idempotency_key="p-x", tenant_ref="acme", actor_ref="a",
+                thread_id="t-globex", tool_name="refund", input="{}", created_at=T0,
+                updated_at=T0,
+            )
+        )  # fmt: skip
+    clock = ManualClock(T0)
+    store = ActionProposalStore(engine, clock)
+    scope = Scope("acme", "a", "t-globex")
+    assert store.decide("p-x", scope, "approved", "bob").outcome == "applied"
+    claimed = store.claim("p-x", scope, "w", 60_000)
+    assert claimed.lease is not None
+    lease = claimed.lease
+    assert store.settle(
+        "p-x", lease.token, lease.generation, "succeeded", {"x": SECRET}
+    ).outcome == ("settled")
+    with pytest.raises(NotFound, match="another tenant's"):
+        store.deliver_outcome("p-x", globex_msg)
+    with engine.connect() as conn:
+        assert conn.execute(select(message.c.outcome)).scalar() is None
+        delivered = select(action_proposal.c.outcome_delivered_at)
+        assert conn.execute(delivered).scalar() is None
+    engine.dispose()
+
+
+def test_as_a_member_of_the_app_role_acme_cannot_write_onto_globexs_thread(
+    cluster: Cluster,
+) -> None:
+    from agora_cli.store.errors import NotFound
+    from agora_cli.store.threads import start_run
+
+    owner = open_engine(cluster.owner_url)
+    add_thread(owner, "t-globex", "globex")
+    acme = open_engine(cluster.member_url, tenant="acme")
+    with pytest.raises(NotFound, match="of tenant 'acme'"):
+        with acme.begin() as conn:
+            start_run(conn, thread_id="t-globex", actor_ref="a", tenant_ref="acme")
+    with pytest.raises(NotFound, match="of tenant 'acme'"):
+        add_ledger(acme, "t-globex", "acme", at=T0)
+    store = ActionProposalStore(acme, ManualClock(T0))
+    with pytest.raises(NotFound):
+        store.create(
+            NewProposal(Scope("acme", "a", "t-globex"), "refund", {}, run_id="r", tool_call_id="c")
+        )
+    with owner.connect() as conn:
+        counts = conn.execute(
+            text("SELECT (SELECT count(*) FROM agent_run), (SELECT count(*) FROM "
+                 "agent_token_usage), (SELECT count(*) FROM agent_action_proposal)")
+        ).one()  # fmt: skip
+    assert tuple(counts) == (0, 0, 0)
+    acme.dispose()
+    owner.dispose()
+
+
+def test_frames_purge_as_the_app_role_purges_the_tenants_frames(cluster: Cluster) -> None:
+    from agora_cli.store.schema import run
+
+    owner = open_engine(cluster.owner_url)
+    for tenant in ("acme", "globex"):
+        add_thread(owner, f"t-{tenant}", tenant)
+        with owner.begin() as conn:
+            conn.execute(
+                run.insert().values(id=f"r-{tenant}", thread_id=f"t-{tenant}", actor_ref="a",
+                                    tenant_ref=tenant, status="done", started_at=T0)
+            )  # fmt: skip
+        add_frames(owner, f"r-{tenant}")  # written at T0: long expired
+    env = {"AGORA_DATABASE_URL": cluster.member_url, "AGORA_TENANT": "acme"}
+    result = run_cli("frames", "purge", "--ttl", "60", "--json", env=env)
+    assert result.exit_code == 0, result
+    assert '"rows_deleted": 2' in result.stdout and '"runs_purged": 1' in result.stdout
+    assert frames_of(owner) == {"r-globex": 2}  # globex's are not acme's to purge
+    owner.dispose()
