@@ -219,17 +219,18 @@ def open_engine(
     tenant = tenant or os.environ.get("AGORA_TENANT") or None
     if tenant is not None:
         check_identity("tenant", tenant)
-        # Every connection of the engine knows its session tenant (``session_tenant``): a
-        # privileged job refuses to run under one, on every dialect.
         if backend == "postgresql":
             install_tenant_hook(engine, tenant)
-        engine = engine.execution_options(**{_SESSION_TENANT: tenant})
     if backend == "sqlite":
         _install_sqlite_events(engine, event)
         if readonly:
             engine = engine.execution_options(sqlite_deferred=True)
     if backend == "mysql":
         event.listen(engine, "connect", _on_mysql_connect)
+    if tenant is not None:
+        # Every connection knows its session tenant (``session_tenant``): a privileged job
+        # refuses to run under one, on every dialect. Last: the events above are the base's.
+        engine = engine.execution_options(**{_SESSION_TENANT: tenant})
     if check:
         try:
             # Deferred on SQLite: proving the connection never waits for another's write lock.
