@@ -631,6 +631,10 @@ def fold(
     Nightly: agora spend fold. Weekly: agora spend fold --verify (every folded day), or
     agora spend fold --verify 2026-11-01..2026-11-30 for a range.
 
+    Privileged: run it as a superuser or a BYPASSRLS role, with no tenant (AGORA_TENANT, a
+    profile's tenant): a tenant session, the app role or a role under row-level security is
+    refused (exit 2).
+
     Example: agora spend fold --grace 2h --json
     """
     from agora_cli.store import fold as folding

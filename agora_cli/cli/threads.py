@@ -445,7 +445,7 @@ def delete(
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Delete a thread for good, with its messages, tool calls, usage, runs and proposals.
+    """Delete a thread for good: messages, tool calls, usage, runs, their frames, proposals.
 
     Asks first on a terminal — saying how many ledger rows and how much recorded spend go with
     it — and without a terminal needs --yes. The ledger rows of the thread go too, so its spend

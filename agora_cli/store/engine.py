@@ -39,6 +39,7 @@ from agora_cli.store.errors import (
     UnknownDialect,
 )
 from agora_cli.store.masking import mask_url, remember_url, scrub, url_password
+from agora_cli.store.values import check_identity
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL, Connection, Engine
@@ -50,6 +51,7 @@ __all__ = [
     "describe_url",
     "dialect_name",
     "galera_slot",
+    "install_tenant_hook",
     "is_galera",
     "is_retryable",
     "mask_url",
@@ -61,6 +63,7 @@ __all__ = [
     "run_on_driver",
     "run_pipelined",
     "server_version",
+    "session_tenant",
     "sqlite_path",
     "supports_skip_locked",
     "translate_error",
@@ -176,8 +179,10 @@ def open_engine(
     a plain deferred ``BEGIN``, so that a report never takes the write lock.
 
     ``tenant`` (else ``AGORA_TENANT``) makes every transaction on a PostgreSQL engine begin with
-    ``agora.tenant`` set to it (``SET LOCAL``, for row-level security: see ``rls.py``); other
-    dialects ignore it.
+    ``agora.tenant`` set to it (``SET LOCAL``, for row-level security: see ``rls.py``), and every
+    autocommit connection (a worker's) carry it for its session (``install_tenant_hook``); on
+    every dialect ``session_tenant`` then names it, and privileged jobs refuse to run.
+    Bound parameters never appear in errors (``hide_parameters``).
 
     Raises ``InvalidInput`` for a malformed URL or unknown dialect and ``DatabaseUnreachable``
     when the server cannot be reached or refuses the credentials.
@@ -193,7 +198,9 @@ def open_engine(
         raise DatabaseUnreachable(
             f"no database at {path} (check the URL; `agora db provision` creates one)"
         )
-    options: dict[str, Any] = {}
+    # Bound parameters are row values (a message's text, a sealed column's plaintext before it
+    # is sealed): an error's text names the statement, never its values.
+    options: dict[str, Any] = {"hide_parameters": True}
     if backend == "mysql":
         options["isolation_level"] = "READ COMMITTED"
         # Recycle before the server's wait_timeout (8 h by default) instead of pinging on every
@@ -210,16 +217,20 @@ def open_engine(
     except (ArgumentError, NoSuchModuleError) as exc:
         raise InvalidInput(f"cannot use {mask_url(raw)!r}: {_first_line(exc, raw)}") from None
     tenant = tenant or os.environ.get("AGORA_TENANT") or None
-    if tenant is not None and backend == "postgresql":
-        from agora_cli.store.rls import install_tenant_setting
-
-        install_tenant_setting(engine, tenant)
+    if tenant is not None:
+        check_identity("tenant", tenant)
+        if backend == "postgresql":
+            install_tenant_hook(engine, tenant)
     if backend == "sqlite":
         _install_sqlite_events(engine, event)
         if readonly:
             engine = engine.execution_options(sqlite_deferred=True)
     if backend == "mysql":
         event.listen(engine, "connect", _on_mysql_connect)
+    if tenant is not None:
+        # Every connection knows its session tenant (``session_tenant``): a privileged job
+        # refuses to run under one, on every dialect. Last: the events above are the base's.
+        engine = engine.execution_options(**{_SESSION_TENANT: tenant})
     if check:
         try:
             # Deferred on SQLite: proving the connection never waits for another's write lock.
@@ -230,6 +241,52 @@ def open_engine(
             engine.dispose()
             raise _unreachable(exc, raw, path) from exc
     return engine
+
+
+_SESSION_TENANT = "agora_tenant"  # execution option: the engine's session tenant
+_TENANT_SQL = "SELECT set_config('agora.tenant', %s, %s)"  # rls.TENANT_SETTING
+_SESSION_SET = "agora_tenant_session"  # connection-record key: the tenant set for the session
+
+
+def session_tenant(bind: Engine | Connection) -> str | None:
+    """The session tenant ``bind`` was opened with (``open_engine(tenant=…)`` or
+    ``AGORA_TENANT``), or ``None``."""
+    value = bind.get_execution_options().get(_SESSION_TENANT)
+    return None if value is None else str(value)
+
+
+def install_tenant_hook(engine: Engine, tenant: str) -> None:
+    """Make every connection of a PostgreSQL ``engine`` carry ``agora.tenant = tenant``.
+
+    A transaction begins with ``set_config(…, true)`` (``SET LOCAL``: it ends with the
+    transaction). An autocommit connection — the proposal worker's renew, settle and claim,
+    which run without BEGIN — has no transaction to scope it: its driver connection gets the
+    setting for the session, once (the connection record remembers it). That is no leak through
+    the pool: the pool is this engine's, and every connection of it is ``tenant``'s. Statements
+    run on the driver's cursor (``run_on_driver``) use the same connection, so they carry it too.
+    """
+    from sqlalchemy import event
+
+    check_identity("tenant", tenant)
+    if dialect_name(engine) != "postgresql":
+        return
+
+    def _on_begin(conn: Connection) -> None:
+        fairy = conn.connection
+        autocommit = conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
+        if autocommit and fairy.info.get(_SESSION_SET) == tenant:
+            return
+        cursor = fairy.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            # In a transaction (psycopg is not in autocommit) this opens it: the setting is
+            # local to it. In autocommit it holds for the session.
+            cursor.execute(_TENANT_SQL, (tenant, not autocommit))
+        finally:
+            cursor.close()
+        if autocommit:
+            fairy.info[_SESSION_SET] = tenant
+
+    event.listen(engine, "begin", _on_begin)
 
 
 _GALERA = "agora_galera"  # connection-record key: this server is a Galera node (wsrep_on)

@@ -63,7 +63,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.schema import CreateTable
 
 from agora_cli.store.clock import DAY_MS, Clock, SystemClock
-from agora_cli.store.engine import dialect_name, retry_transient
+from agora_cli.store.engine import dialect_name, retry_transient, session_tenant
 from agora_cli.store.errors import InvalidInput
 from agora_cli.store.ledger_tenant import effective_tenant, ledger_with_threads
 from agora_cli.store.schema import token_usage as u
@@ -82,6 +82,7 @@ __all__ = [
     "FoldResult",
     "VerifyResult",
     "WindowParts",
+    "check_fold_privilege",
     "create_rollup",
     "day_bucket",
     "day_number",
@@ -255,13 +256,76 @@ def rollup_covers(conn: Connection, parts: WindowParts) -> bool:
     return int(conn.execute(missing).scalar_one()) == 0
 
 
+# --- who may fold ----------------------------------------------------------------------------
+
+_PRIVILEGED = "a superuser or a BYPASSRLS role, with no session tenant"
+
+
+def check_fold_privilege(bind: Engine | Connection) -> None:
+    """Refuse (``InvalidInput``, exit 2) a session that may not fold: the fold and its
+    verification read every tenant's ledger rows and write rows every tenant's reports read.
+
+    Refused: a session tenant (``AGORA_TENANT``, a profile's ``tenant``, ``--tenant``: the
+    fold would hold that tenant's rows alone and mark the day done for everyone); on PostgreSQL
+    also ``agora.tenant`` set in the session, a role without DML on the fold tables (the app
+    role and its members: ``db rls enable`` grants them SELECT only), and a role subject to
+    row-level security where it is enabled (it would fold only the rows it sees). One query.
+    """
+    from sqlalchemy import text
+    from sqlalchemy.engine import Engine
+
+    if isinstance(bind, Engine):
+        with bind.connect() as conn:
+            try:
+                return check_fold_privilege(conn)
+            finally:
+                conn.rollback()
+    tenant = session_tenant(bind)
+    if dialect_name(bind) == "postgresql":
+        row = bind.execute(
+            text(
+                "SELECT current_user, nullif(current_setting('agora.tenant', true), ''), "
+                "r.rolsuper OR r.rolbypassrls, coalesce(c.relrowsecurity, false), "
+                "has_table_privilege(CAST(:daily AS regclass), 'INSERT') "
+                "AND has_table_privilege(CAST(:folds AS regclass), 'UPDATE') "
+                "FROM pg_roles r LEFT JOIN pg_class c ON c.oid = to_regclass(:ledger) "
+                "WHERE r.rolname = current_user"
+            ),
+            {"daily": d.name, "folds": f.name, "ledger": u.name},
+        ).one()
+        role, tenant, bypasses, rls_on, may_write = row[0], tenant or row[1], row[2], row[3], row[4]
+    else:
+        role, bypasses, rls_on, may_write = "", True, False, True
+    why: str | None = None
+    if tenant is not None:
+        why = (
+            f"this session is scoped to tenant {tenant!r} (AGORA_TENANT, a profile's tenant or "
+            "--tenant), so it would fold that tenant's rows alone"
+        )
+    elif not may_write:
+        why = f"role {role!r} has no DML on the fold tables (the app role and its members)"
+    elif rls_on and not bypasses:
+        why = f"role {role!r} is subject to row-level security and sees only some tenants' rows"
+    if why is not None:
+        raise InvalidInput(
+            f"the fold is a privileged job over every tenant's ledger rows: {why}; run `agora "
+            f"spend fold` as {_PRIVILEGED} (unset AGORA_TENANT)"
+        )
+
+
 # --- marking days dirty -----------------------------------------------------------------------
 
 
 def mark_days_dirty(conn: Connection, where: ColumnElement[bool]) -> int:
     """Mark dirty every folded day that holds a ledger row matching ``where``, in the caller's
     transaction: call it in the transaction that changes or deletes those rows (before a
-    delete). Returns how many folded days were marked."""
+    delete). Returns how many folded days were marked.
+
+    On PostgreSQL a role that may not update the fold (the app role: a tenant deleting its
+    thread) marks nothing: the privileged ``spend fold --verify`` finds those days and marks them.
+    """
+    if not _may_mark(conn):
+        return 0
     days = select(day_bucket(conn)).where(where).distinct()
     if dialect_name(conn) == "mysql":
         # MySQL refuses a subquery of a derived table it must materialise in UPDATE … IN; the
@@ -276,6 +340,17 @@ def mark_days_dirty(conn: Connection, where: ColumnElement[bool]) -> int:
         )
     stmt = update(f).where(f.c.day.in_(days), f.c.dirty == 0).values(dirty=1)
     return int(conn.execute(stmt).rowcount)
+
+
+def _may_mark(conn: Connection) -> bool:
+    if dialect_name(conn) != "postgresql":
+        return True
+    from sqlalchemy import text
+
+    held = conn.execute(
+        text("SELECT has_table_privilege(CAST(:t AS regclass), 'UPDATE')"), {"t": f.name}
+    ).scalar()
+    return bool(held)
 
 
 def mark_uncovered_days_dirty(conn: Connection) -> int:
@@ -504,6 +579,7 @@ def fold(
         or not 0 <= grace_ms <= 7 * DAY_MS
     ):
         raise InvalidInput("grace must be from 0 to 7 days", param="grace")
+    check_fold_privilege(engine)
     now = (clock or SystemClock()).now_ms()
     closed = (now - grace_ms) // DAY_MS - 1  # the last day whose end + grace is past
     last = closed if through is None else min(closed, day_number(through))
@@ -570,7 +646,10 @@ def verify(
     estimated and provider-reported cost, unpriced turns. A row moved from one actor or tenant to
     another, input swapped with output or cache tokens edited all keep a day's totals and are
     found. The rollup is compared per (day, model) with the day's fold rows. See ``_mismatched``.
+
+    A session that cannot see every row is refused (``check_fold_privilege``).
     """
+    check_fold_privilege(engine)
     with engine.connect().execution_options(sqlite_deferred=True) as conn:
         rollup = has_rollup(conn)
         q = select(f.c.day).where(f.c.dirty == 0)

@@ -681,9 +681,13 @@ def _grant_sql(conn: Connection, role: str, cat: _Catalog, *, revoke: bool) -> l
         if revoke:
             if held[table]:
                 statements.append(f"REVOKE ALL ON {qt} FROM {qrole}")
-        elif not want <= held[table]:
-            privs = ", ".join(p for p in _DML if p in want)
-            statements.append(f"GRANT {privs} ON {qt} TO {qrole}")
+        else:
+            if not want <= held[table]:
+                privs = ", ".join(p for p in _DML if p in want)
+                statements.append(f"GRANT {privs} ON {qt} TO {qrole}")
+            if held[table] - want:  # an older agora's grant (the fold's tables)
+                extra = ", ".join(p for p in _DML if p in held[table] - want)
+                statements.append(f"REVOKE {extra} ON {qt} FROM {qrole}")
     if not revoke and not has_usage:
         statements.insert(0, f"GRANT USAGE ON SCHEMA {_quote(conn, cat.schema)} TO {qrole}")
     return statements
@@ -913,10 +917,6 @@ def disable_rls(
 # --- sessions ---------------------------------------------------------------------------------
 
 
-def _set_tenant_sql() -> str:
-    return f"SELECT set_config('{TENANT_SETTING}', %s, true)"
-
-
 @contextmanager
 def tenant_session(conn: Connection, tenant: str | None) -> Iterator[Connection]:
     """Scope the current transaction of ``conn`` to ``tenant`` (``None`` or ``''``: untenanted).
@@ -954,30 +954,11 @@ def session_tenant(conn: Connection) -> str | None:
 
 
 def install_tenant_setting(engine: Engine, tenant: str) -> None:
-    """Make every transaction on ``engine`` begin with ``agora.tenant = tenant`` (SET LOCAL).
+    """Make every transaction on ``engine`` begin with ``agora.tenant = tenant`` (SET LOCAL), and
+    every autocommit connection carry it (``engine.install_tenant_hook``; PostgreSQL only)."""
+    from agora_cli.store.engine import install_tenant_hook
 
-    One statement on the driver's connection when SQLAlchemy begins a transaction (PostgreSQL
-    only; other dialects are left alone).
-    """
-    from sqlalchemy import event
-
-    check_identity("tenant", tenant)
-    if dialect_name(engine) != "postgresql":
-        return
-    sql = _set_tenant_sql()
-
-    def _on_begin(conn: Connection) -> None:
-        # The DBAPI connection opens its transaction with this statement (psycopg is not in
-        # autocommit), so the setting is local to the transaction SQLAlchemy is beginning.
-        if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
-            return
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        try:
-            cursor.execute(sql, (tenant,))
-        finally:
-            cursor.close()
-
-    event.listen(engine, "begin", _on_begin)
+    install_tenant_hook(engine, tenant)
 
 
 # --- verify -----------------------------------------------------------------------------------

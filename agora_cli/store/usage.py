@@ -160,6 +160,7 @@ def record_usage(
     from sqlalchemy.exc import IntegrityError
 
     from agora_cli.store.schema import token_usage
+    from agora_cli.store.tenant_guard import check_thread_tenant
 
     for name, value in (
         ("thread_id", thread_id),
@@ -231,6 +232,7 @@ def record_usage(
         price_rule=rule,
     )
     row = {k: v for k, v in asdict(record).items() if k not in ("priced_as", "price_rule")}
+    check_thread_tenant(conn, thread_id, tenant_ref)  # never on another tenant's thread
     try:
         conn.execute(insert(token_usage).values(**row))
     except IntegrityError as exc:

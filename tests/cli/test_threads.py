@@ -266,6 +266,7 @@ def test_delete_yes_cascades_and_reports(
         "id": convo["alice"],
         "deleted": {
             "agent_tool_call": 1,
+            "agent_stream_frame": 0,
             "agent_message": 2,
             "agent_token_usage": 2,
             "agent_run": 1,

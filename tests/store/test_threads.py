@@ -18,6 +18,7 @@ from agora_cli.store.schema import (
     message,
     queued_message,
     run,
+    stream_frame,
     thread,
     token_usage,
     tool_call,
@@ -101,6 +102,10 @@ def populate(conn: Any, thread_id: str, clock: ManualClock) -> dict[str, int]:
     )
     add_usage(conn, thread_id, 4, message_id=msgs[1].id)
     start_run(conn, thread_id=thread_id, actor_ref="alice", run_id=f"{thread_id}-r", clock=clock)
+    conn.execute(  # the run's stream frames (no foreign key: they go with the thread all the same)
+        stream_frame.insert(),
+        [{"run_id": f"{thread_id}-r", "seq": n, "frame": "{}", "created_at": T0} for n in (1, 2)],
+    )
     add_proposal(conn, thread_id, f"{thread_id}:k1")
     add_proposal(conn, thread_id, f"{thread_id}:k2")
     conn.execute(
@@ -135,6 +140,7 @@ def populate(conn: Any, thread_id: str, clock: ManualClock) -> dict[str, int]:
     return {
         "agent_message": 3,
         "agent_tool_call": 2,
+        "agent_stream_frame": 2,
         "agent_token_usage": 4,
         "agent_run": 1,
         "agent_action_proposal": 2,

@@ -11,6 +11,7 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from agora_cli.store.clock import Clock, SystemClock
+from agora_cli.store.engine import translate_error
 from agora_cli.store.errors import AgoraError, Conflict, InvalidInput
 from agora_cli.store.frames.purge import DEFAULT_FRAME_TTL_S, purge_expired
 from agora_cli.store.frames.reader import check_run_id, find_last_frame
@@ -70,6 +71,13 @@ def _run_tenant(conn: Connection, run_id: str) -> str | None:
     if found is not None and found[0] is not None:
         return str(found[0])
     return session_tenant(conn)
+
+
+def _loggable(exc: BaseException) -> str:
+    """An error as a log may show it: agora's one line, never the statement's parameters nor a
+    driver's detail lines (they can quote the row: the frame's text)."""
+    err = translate_error(exc)
+    return type(exc).__name__ if err is None else err.message
 
 
 def _dumps(body: Mapping[str, Any]) -> str:
@@ -151,7 +159,8 @@ class FrameWriter:
             try:  # keep what the model produced, without masking the error in flight
                 self.flush()
             except (AgoraError, SQLAlchemyError) as flush_exc:
-                log.warning("could not flush run %r on error: %s", self.run_id, flush_exc)
+                why = _loggable(flush_exc)
+                log.warning("could not flush run %r on error: %s", self.run_id, why)
 
     @property
     def last_seq(self) -> int:
@@ -209,7 +218,7 @@ class FrameWriter:
             try:
                 purge_expired(self.engine, self.ttl_s, clock=self.clock)
             except (AgoraError, SQLAlchemyError) as exc:
-                log.warning("automatic frame purge failed: %s", exc)
+                log.warning("automatic frame purge failed: %s", _loggable(exc))
         return self.last_seq
 
     # internals (called with the lock held)

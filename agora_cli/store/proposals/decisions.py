@@ -39,6 +39,7 @@ from agora_cli.store.proposals.queries import (
 )
 from agora_cli.store.schema import action_proposal as p
 from agora_cli.store.sqlexpr import exact_eq
+from agora_cli.store.tenant_guard import check_thread_tenant
 from agora_cli.store.values import (
     check_identity,
     check_instant,
@@ -136,6 +137,7 @@ def create_proposal(
     found = _rows_by_id_or_key(conn, values["id"], values["idempotency_key"])
     if found:
         return _existing_or_conflict(found, values)
+    check_thread_tenant(conn, values["thread_id"], values["tenant_ref"])  # never another's
     now = clock_or_system(clock).now_ms()
     row = {
         **values,

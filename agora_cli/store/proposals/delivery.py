@@ -19,6 +19,7 @@ from agora_cli.store.proposals.model import (
 from agora_cli.store.proposals.queries import fenced_update, proposal_row, select_rows
 from agora_cli.store.schema import action_proposal as p
 from agora_cli.store.schema import message as m
+from agora_cli.store.schema import thread as t
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.values import check_identity, dump_json
 
@@ -62,8 +63,8 @@ def deliver_outcome(
     """Write a settled proposal's outcome to a message of its thread, exactly once.
 
     Sets the proposal's ``outcome_delivered_at`` and ``outcome_message_id`` and the message's
-    ``outcome`` in the caller's transaction. A message outside the proposal's thread raises
-    ``NotFound``.
+    ``outcome`` in the caller's transaction. A message outside the proposal's thread, or a thread
+    that is not the proposal's tenant's, raises ``NotFound``: an outcome never crosses tenants.
     """
     check_identity("id", proposal_id)
     check_identity("message_id", message_id)
@@ -77,9 +78,20 @@ def deliver_outcome(
             return DeliveryResult("already_delivered", row.outcome_message_id)
         if row.settled_at is None:
             return DeliveryResult("not_settled", None)
-        thread = conn.execute(select(m.c.thread_id).where(exact_eq(m.c.id, message_id))).scalar()
-        if thread != row.thread_id:
+        target = conn.execute(
+            select(m.c.thread_id, t.c.tenant_ref)
+            .join(t, t.c.id == m.c.thread_id)
+            .where(exact_eq(m.c.id, message_id))
+        ).first()
+        if target is None or target[0] != row.thread_id:
             raise NotFound(f"no message {message_id!r} in thread {row.thread_id!r}")
+        if row.tenant_ref is not None and target[1] != row.tenant_ref:
+            # A proposal written for one tenant on another's thread (before the store checked
+            # it): its outcome never goes into that thread.
+            raise NotFound(
+                f"no message {message_id!r} in a thread of tenant {row.tenant_ref!r} "
+                f"(proposal {proposal_id!r}'s thread is another tenant's)"
+            )
         now = clock.now_ms()
         changes = {"outcome_delivered_at": now, "outcome_message_id": message_id, "updated_at": now}
         if fenced_update(conn, row, changes) is None:
