@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import DbOpt, JsonOpt, open_db
+from agora_cli.cli.options import DbOpt, JsonOpt, open_db, scoped_tenant
 from agora_cli.cli.output import (
     Col,
     emit_json,
@@ -77,10 +77,16 @@ def purge(
     """
     from agora_cli.store.frames import purge_expired
 
-    engine = open_db(db)
+    tenant = scoped_tenant(None)  # the session tenant: its frames only, on every dialect
+    engine = open_db(db, tenant=tenant)
     with progress("purging frames", None) as advance:
         report = purge_expired(
-            engine, ttl, batch, dry_run=dry_run, on_batch=lambda runs, rows: advance(runs)
+            engine,
+            ttl,
+            batch,
+            dry_run=dry_run,
+            on_batch=lambda runs, rows: advance(runs),
+            tenant=tenant,
         )
     if as_json:
         emit_json(

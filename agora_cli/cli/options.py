@@ -63,7 +63,7 @@ TENANCY: dict[str, str] = {
     "db upgrade": "cross",
     "demo": "cross",  # writes acme and globex
     "frames close": "cross",  # frames are keyed by run, across tenants
-    "frames purge": "cross",
+    "frames purge": "scoped",  # the session tenant's frames only (issue 24: a tenant's worker)
     "frames stats": "cross",
     "frames tail": "cross",
     "keys create": "scoped",
@@ -147,6 +147,12 @@ def scoped_tenant(given: str | None, *, what: str = "--tenant") -> str | None:
     return given
 
 
+# What a refusal adds for a command that must also run as a particular role.
+_CROSS_HINTS = {
+    "spend fold": " (the fold runs as a superuser or a BYPASSRLS role with no tenant)",
+}
+
+
 def refuse_unscoped(what: str) -> None:
     """Refuse ``what`` (an option reaching past one tenant) while a session tenant is set."""
     from agora_cli.store.errors import InvalidInput
@@ -168,9 +174,11 @@ def _check_tenancy() -> None:
         return
     command = f"agora {_SESSION['command']}"
     if decision == "cross":
+        hint = _CROSS_HINTS.get(str(_SESSION["command"]), "")
         raise InvalidInput(
             f"`{command}` works across tenants, so {_session_words(session)} cannot scope it: "
-            "pass --all-tenants to run it for every tenant, or give each tenant its own database"
+            "pass --all-tenants to run it for every tenant, or give each tenant its own "
+            f"database{hint}"
         )
     raise InvalidInput(f"`{command}` has no tenant decision: unset AGORA_TENANT or --all-tenants")
 

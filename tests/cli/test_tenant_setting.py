@@ -50,7 +50,7 @@ CASES: dict[str, list[tuple[tuple[str, ...], str]]] = {
     "db upgrade": [((), "refused")],
     "demo": [(("--force",), "refused")],
     "frames close": [(("demo-run-07-1",), "refused")],
-    "frames purge": [((), "refused")],
+    "frames purge": [(("--ttl", "60", "--json"), "acme")],
     "frames stats": [((), "refused")],
     "frames tail": [(("demo-run-07-1",), "refused")],
     "keys create": [(("--tenant", "globex"), "outside")],

@@ -188,3 +188,38 @@ def test_purge_racing_a_writer_in_another_process_keeps_its_new_rows(
     assert again.runs_purged == 0 and again.runs_still_active == len(
         [r for r in parked if counts(engine)[r] == 7]
     )
+
+
+def test_purge_for_a_tenant_takes_only_its_frames(engine: Any) -> None:
+    """A tenant's purge (``frames purge`` under a session tenant): its frames by their own
+    tenant_ref, or with none by their run's tenant (the run's, else its thread's)."""
+    from agora_cli.store.schema import run, thread
+
+    with engine.begin() as conn:
+        for tid, tenant in (("t-acme", "acme"), ("t-globex", "globex")):
+            conn.execute(
+                insert(thread).values(
+                    id=tid, actor_ref="a", tenant_ref=tenant, title="t", created_at=NOW,
+                    updated_at=NOW,
+                )
+            )  # fmt: skip
+        for rid, tid, tenant in (("r-acme", "t-acme", None), ("r-globex", "t-globex", "globex")):
+            conn.execute(
+                insert(run).values(
+                    id=rid, thread_id=tid, actor_ref="a", tenant_ref=tenant, status="completed",
+                    started_at=NOW - 9 * HOUR,
+                )
+            )  # fmt: skip
+    old = [NOW - 5 * HOUR, NOW - 5 * HOUR + 1]
+    add(engine, {"r-acme": old, "r-globex": old, "no-run": old})  # no tenant_ref of their own
+    with engine.begin() as conn:  # one frame written under acme, of a run that is gone
+        conn.execute(
+            insert(stream_frame).values(
+                run_id="gone", seq=1, frame="{}", created_at=NOW - 5 * HOUR, tenant_ref="acme"
+            )
+        )
+    report = purge_expired(engine, 3600, clock=ManualClock(NOW), tenant="acme")
+    assert (report.runs_purged, report.rows_deleted) == (2, 3)
+    assert counts(engine) == {"r-globex": 2, "no-run": 2}
+    report = purge_expired(engine, 3600, clock=ManualClock(NOW))
+    assert counts(engine) == {}

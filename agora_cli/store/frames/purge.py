@@ -8,19 +8,30 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import String, bindparam, case, column, delete, func, literal, or_, select
+from sqlalchemy import (
+    String,
+    and_,
+    bindparam,
+    case,
+    column,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from agora_cli.store.clock import Clock, SystemClock
 from agora_cli.store.engine import dialect_name, retry_transient
 from agora_cli.store.errors import InvalidInput
 from agora_cli.store.frames.reader import check_run_id
-from agora_cli.store.schema import stream_frame
+from agora_cli.store.schema import run, stream_frame, thread
 from agora_cli.store.sqlexpr import exact_eq
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
-    from sqlalchemy.sql import Select
+    from sqlalchemy.sql import ColumnElement, Select
 
 __all__ = [
     "DEFAULT_FRAME_TTL_S",
@@ -193,12 +204,31 @@ def _newest_created(conn: Connection, run_ids: Sequence[str]) -> dict[str, int]:
     }
 
 
+def _tenant_frames(tenant: str) -> ColumnElement[bool]:
+    """The frames of ``tenant``: written under it, or (older frames, the runtime's) with no
+    tenant of their own on a run of its (the run's tenant_ref, else its thread's)."""
+    owned = (
+        select(run.c.id)
+        .select_from(run.join(thread, thread.c.id == run.c.thread_id))
+        .where(exact_eq(func.coalesce(run.c.tenant_ref, thread.c.tenant_ref), tenant))
+    )
+    return or_(
+        exact_eq(sf.c.tenant_ref, tenant), and_(sf.c.tenant_ref.is_(None), sf.c.run_id.in_(owned))
+    )
+
+
 def _purge_chunk(
-    engine: Engine, run_ids: Sequence[str], cutoff: int, *, dry_run: bool
+    engine: Engine,
+    run_ids: Sequence[str],
+    cutoff: int,
+    *,
+    dry_run: bool,
+    tenant: str | None = None,
 ) -> tuple[list[str], list[str], int]:
     """Check and delete one chunk of candidates in one short transaction.
 
     Returns the expired runs, the still-active runs and the rows deleted (would be, dry run).
+    With ``tenant``, only that tenant's frames count and go.
     """
 
     def run() -> tuple[list[str], list[str], int]:
@@ -209,10 +239,17 @@ def _purge_chunk(
             newest = _newest_created(conn, run_ids)
             expired = [r for r in run_ids if r in newest and newest[r] < cutoff]
             active = [r for r in run_ids if r in newest and newest[r] >= cutoff]
+            scope: list[ColumnElement[bool]] = []
+            if tenant is not None:
+                scope = [_tenant_frames(tenant)]
+                mine = select(sf.c.run_id).where(sf.c.run_id.in_(run_ids), *scope).distinct()
+                own = {str(r) for r in conn.execute(mine).scalars()}
+                expired = [r for r in expired if r in own]
+                active = [r for r in active if r in own]
             if not expired:
                 return expired, active, 0
             # created_at < cutoff: a row a writer appends meanwhile is never deleted.
-            where = (sf.c.run_id.in_(expired), sf.c.created_at < cutoff)
+            where = (sf.c.run_id.in_(expired), sf.c.created_at < cutoff, *scope)
             if dry_run:
                 rows = int(conn.execute(select(func.count()).where(*where)).scalar_one())
             else:
@@ -235,6 +272,7 @@ def purge_expired(
     dry_run: bool = False,
     clock: Clock | None = None,
     on_batch: Callable[[int, int], None] | None = None,
+    tenant: str | None = None,
 ) -> PurgeReport:
     """Delete the runs whose newest row is older than ``ttl_s``, ``batch`` runs per transaction.
 
@@ -242,7 +280,9 @@ def purge_expired(
     connection). Candidates come from the ``(created_at, run_id)`` index, read in pages of
     ``10 * batch`` entries with a keyset cursor, so it always terminates, old-but-active runs
     among them or not. ``on_batch(runs, rows)`` is called after each batch. With ``dry_run``
-    nothing is deleted and the report counts what would be.
+    nothing is deleted and the report counts what would be. With ``tenant``, only that
+    tenant's frames are purged (a frame's own ``tenant_ref``, else its run's), on every dialect;
+    under PostgreSQL row-level security the session sees no other tenant's anyway.
     """
     if ttl_s < 0:
         raise InvalidInput(f"ttl must be >= 0 seconds (0 turns expiry off), not {ttl_s}")
@@ -257,7 +297,7 @@ def purge_expired(
     )
     active_runs = runs_purged = rows_deleted = batches = 0
     for chunk in _chunks(candidates, batch):
-        expired, active, rows = _purge_chunk(engine, chunk, cutoff, dry_run=dry_run)
+        expired, active, rows = _purge_chunk(engine, chunk, cutoff, dry_run=dry_run, tenant=tenant)
         seen.update(active)
         if dry_run:
             seen.update(expired)
