@@ -193,14 +193,20 @@ def seal(
         "sealed": result.sealed,
         "remaining": result.remaining,
         "batches": result.batches,
+        "broken": result.broken,
     }
-    what = "row(s) not under the active key" if rotate else "plaintext row(s)"
+    what = "value(s) not under the active key" if rotate else "plaintext value(s)"
     if dry_run:
         text = f"Tenant {result.tenant}: {sum(result.to_seal.values()):,} {what} to seal."
     else:
         text = (
-            f"Tenant {result.tenant}: sealed {sum(result.sealed.values()):,} row(s) under key "
+            f"Tenant {result.tenant}: sealed {sum(result.sealed.values()):,} value(s) under key "
             f"{result.key_id} in {result.batches} batch(es); "
             f"{sum(result.remaining.values()):,} {what} remain."
         )
+        if sum(result.broken.values()):
+            text += (
+                f" {sum(result.broken.values()):,} value(s) name a key but do not open (copied, "
+                "altered or shredded): left as they are."
+            )
     finish(doc, as_json=as_json, show=text)

@@ -32,7 +32,7 @@ from sqlalchemy import case, delete, func, insert, or_, select, update
 
 from agora_cli.store.clock import Clock, SystemClock
 from agora_cli.store.engine import dialect_name
-from agora_cli.store.errors import InvalidInput, KeyUnavailable, NotFound
+from agora_cli.store.errors import InvalidInput, KeyUnavailable, NotFound, SealBroken
 from agora_cli.store.fold import mark_days_dirty
 from agora_cli.store.ids import new_id
 from agora_cli.store.schema import (
@@ -46,7 +46,14 @@ from agora_cli.store.schema import (
     token_usage,
     tool_call,
 )
-from agora_cli.store.sealing import is_sealed, open_values, sealer_for
+from agora_cli.store.sealing import (
+    SEALED_COLUMNS,
+    Opened,
+    is_sealed,
+    open_cells,
+    seal_columns,
+    sealer_for,
+)
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.values import (
     check_identity,
@@ -123,6 +130,9 @@ class Thread:
     created_at: int
     updated_at: int
     deleted_at: int | None
+    # how its sealed columns (title, summary) read: "plain", "opened", "locked", "broken",
+    # "shredded" (the worst of the two; a marker stands in for a value that does not open)
+    seal_state: str = "plain"
 
 
 @dataclass(frozen=True)
@@ -143,8 +153,15 @@ class Message:
     run_id: str | None
     outcome: str | None
     created_at: int
-    # stored sealed (content is then the opened text, or SEALED_MARKER without the KEK)
+    # stored sealed (its sealed columns are then the opened text, or a marker in their place)
     sealed: bool = False
+    # "plain", "opened", "locked" (no KEK), "broken" (a value does not open where it is
+    # stored: SEAL_BROKEN_MARKER in its place) or "shredded" (its key was destroyed)
+    seal_state: str = "plain"
+
+    @property
+    def seal_broken(self) -> bool:
+        return self.seal_state == "broken"
 
 
 @dataclass(frozen=True)
@@ -328,7 +345,46 @@ def _dump(value: Any, what: str = "a JSON payload") -> str | None:
     return None if value is None else dump_json(what, value)
 
 
-def _thread(row: Mapping[Any, Any]) -> Thread:
+_SEAL_RANK = {"plain": 0, "opened": 1, "locked": 2, "shredded": 3, "broken": 4}
+
+
+def _worst(states: Sequence[str]) -> str:
+    return max(states, key=_SEAL_RANK.__getitem__, default="plain")
+
+
+def _open_rows(
+    conn: Connection,
+    table: str,
+    rows: Sequence[Mapping[Any, Any]],
+    tenants: Sequence[str | None],
+) -> list[tuple[dict[str, Any], str]]:
+    """Each row as a dict with its sealed columns opened (or a marker in place), and its seal
+    state (the worst of its columns'). One key read for the lot, none when nothing is sealed."""
+    columns = [c for c in SEALED_COLUMNS[table] if not rows or c in rows[0]]
+    out = [(dict(r), "plain") for r in rows]
+    if not any(is_sealed(r[c]) for r in rows for c in columns):
+        return out
+    cells = [
+        (table, c, r["id"], tenant, r[c])
+        for r, tenant in zip(rows, tenants, strict=True)
+        for c in columns
+    ]
+    opened = iter(open_cells(conn, cells))
+    result = []
+    for values, _ in out:
+        found: list[Opened] = [next(opened) for _ in columns]
+        values.update({c: o.text for c, o in zip(columns, found, strict=True)})
+        result.append((values, _worst([o.state for o in found])))
+    return result
+
+
+def _threads(conn: Connection, rows: Sequence[Mapping[Any, Any]]) -> list[Thread]:
+    """Threads from their rows, title and summary opened (or a marker in place)."""
+    opened = _open_rows(conn, thread.name, rows, [r["tenant_ref"] for r in rows])
+    return [_thread(values, state) for values, state in opened]
+
+
+def _thread(row: Mapping[Any, Any], seal_state: str = "plain") -> Thread:
     return Thread(
         id=row["id"],
         actor_ref=row["actor_ref"],
@@ -345,40 +401,40 @@ def _thread(row: Mapping[Any, Any]) -> Thread:
         created_at=int(row["created_at"]),
         updated_at=int(row["updated_at"]),
         deleted_at=row["deleted_at"],
+        seal_state=seal_state,
     )
 
 
-_MESSAGE_COLUMNS = tuple(name for name in Message.__dataclass_fields__ if name != "sealed")
-_CONTENT = (message.name, "content")
+_MESSAGE_COLUMNS = tuple(
+    name for name in Message.__dataclass_fields__ if name not in ("sealed", "seal_state")
+)
 
 
-def _message(row: Mapping[Any, Any], content: str | None = None) -> Message:
-    """A message from its row; ``content`` is the opened text when the row holds a sealed one."""
+def _message(row: Mapping[Any, Any], seal_state: str = "plain") -> Message:
+    """A message from its row (sealed columns already opened by ``_open_messages``)."""
     values = {name: row[name] for name in _MESSAGE_COLUMNS}
-    if content is not None:
-        values.update(content=content, sealed=is_sealed(row["content"]))
-    return Message(**values)
+    return Message(**values, sealed=seal_state != "plain", seal_state=seal_state)
 
 
-def _open_contents(
-    conn: Connection, thread_id: str, tenant: str | bool | None, rows: Sequence[Mapping[Any, Any]]
-) -> list[str]:
-    """The rows' contents as text: sealed ones opened (or the sealed marker without the KEK).
+def _open_messages(
+    conn: Connection, tenant: str | bool | None, rows: Sequence[Mapping[Any, Any]]
+) -> list[tuple[dict[str, Any], str]]:
+    """The rows with their sealed columns opened (or a marker in place) and their seal state.
 
-    ``tenant`` is the thread's, or ``False`` when the caller has not read the thread: it is
-    then read only if a row is sealed.
+    ``tenant`` is the thread's, or ``False`` when the caller has not read the threads: they
+    are then read (one query) only if a row holds a sealed value.
     """
-    contents = [r["content"] for r in rows]
-    if not any(is_sealed(c) for c in contents):
-        return contents
+    columns = [c for c in SEALED_COLUMNS[message.name] if not rows or c in rows[0]]
+    if not any(is_sealed(r[c]) for r in rows for c in columns):
+        return [(dict(r), "plain") for r in rows]
     if tenant is False:
-        tenant = conn.execute(select(thread.c.tenant_ref).where(thread.c.id == thread_id)).scalar()
-    return open_values(
-        conn,
-        table=message.name,
-        column="content",
-        cells=[(r["id"], tenant if isinstance(tenant, str) else None, r["content"]) for r in rows],
-    )
+        ids = sorted({r["thread_id"] for r in rows})
+        q = select(thread.c.id, thread.c.tenant_ref).where(thread.c.id.in_(ids))
+        owners: dict[str, str | None] = {i: t for i, t in conn.execute(q).all()}
+        tenants = [owners.get(r["thread_id"]) for r in rows]
+    else:
+        tenants = [tenant if isinstance(tenant, str) else None] * len(rows)
+    return _open_rows(conn, message.name, rows, tenants)
 
 
 def _tool_call(row: Mapping[Any, Any]) -> ToolCall:
@@ -413,7 +469,7 @@ def _lock_thread(conn: Connection, thread_id: str) -> Thread:
     row = conn.execute(q).mappings().first()
     if row is None:
         raise NotFound(f"no thread {thread_id!r}")
-    return _thread(row)
+    return _threads(conn, [row])[0]
 
 
 def _delete_tool_calls_of_messages(conn: Connection, where: ColumnElement[bool]) -> int:
@@ -464,7 +520,8 @@ def create_thread(
         "updated_at": now,
         "deleted_at": None,
     }
-    conn.execute(insert(thread).values(values))
+    sealer = sealer_for(conn, values["tenant_ref"])
+    conn.execute(insert(thread).values(seal_columns(sealer, thread.name, values["id"], values)))
     return _thread(values)
 
 
@@ -472,7 +529,7 @@ def find_thread(conn: Connection, thread_id: str) -> Thread | None:
     """Return the thread, or ``None``."""
     check_identity("thread_id", thread_id)
     row = conn.execute(select(thread).where(exact_eq(thread.c.id, thread_id))).mappings().first()
-    return None if row is None else _thread(row)
+    return None if row is None else _threads(conn, [row])[0]
 
 
 def get_thread(conn: Connection, thread_id: str) -> Thread:
@@ -522,8 +579,9 @@ def list_threads(
         # A foreign writer may have left NULL in the 0/1 column: that is not transient.
         q = q.where(or_(thread.c.transient.is_(None), thread.c.transient == 0))
     q = q.order_by(thread.c.updated_at.desc(), thread.c.id.desc()).limit(limit)
-    rows = conn.execute(q).mappings().all()
-    totals = usage_by_thread(conn, [r["id"] for r in rows])
+    found = conn.execute(q).mappings().all()
+    totals = usage_by_thread(conn, [r["id"] for r in found])
+    rows = [r for r, _ in _open_rows(conn, thread.name, found, [r["tenant_ref"] for r in found])]
     return [
         ThreadSummary(
             id=r["id"],
@@ -655,9 +713,9 @@ def append_message(
     now = _clock(clock).now_ms()
     if values["id"] is None:
         values["id"] = new_id(now)  # the same clock reading as created_at
-    sealer = sealer_for(conn, locked.tenant_ref)
-    if sealer is not None:  # sealed after the id is chosen: the value is bound to its row
-        values["content"] = sealer.seal(*_CONTENT, values["id"], content)
+    plain = dict(values)
+    # sealed after the id is chosen: each value is bound to its row
+    values = seal_columns(sealer_for(conn, locked.tenant_ref), message.name, values["id"], values)
     # A locking read sees the latest committed row even in a REPEATABLE READ transaction
     # (InnoDB's default) that has already taken its snapshot; the thread lock makes it exact.
     top = conn.execute(
@@ -671,7 +729,10 @@ def append_message(
     values["created_at"] = now
     conn.execute(insert(message).values(values))
     conn.execute(update(thread).where(thread.c.id == thread_id).values(updated_at=now))
-    return _message(values, content)
+    sealed = values["content"] != content
+    return _message(
+        {**plain, "seq": values["seq"], "created_at": now}, "opened" if sealed else "plain"
+    )
 
 
 def list_messages(conn: Connection, thread_id: str) -> list[Message]:
@@ -683,8 +744,7 @@ def list_messages(conn: Connection, thread_id: str) -> list[Message]:
 def _list_messages(conn: Connection, thread_id: str, tenant: str | bool | None) -> list[Message]:
     q = select(message).where(message.c.thread_id == thread_id).order_by(*_message_order())
     rows = conn.execute(q).mappings().all()
-    contents = _open_contents(conn, thread_id, tenant, rows)
-    return [_message(r, c) for r, c in zip(rows, contents, strict=True)]
+    return [_message(r, state) for r, state in _open_messages(conn, tenant, rows)]
 
 
 def list_run_messages(conn: Connection, run: Run, *, limit: int = 1000) -> list[Message]:
@@ -703,14 +763,7 @@ def list_run_messages(conn: Connection, run: Run, *, limit: int = 1000) -> list[
     )
     rows = conn.execute(q).mappings().all()
     # A run's messages are its thread's; a foreign writer's stray one opens under its own.
-    by_thread: dict[str, list[Mapping[Any, Any]]] = {}
-    for r in rows:
-        by_thread.setdefault(r["thread_id"], []).append(r)
-    opened: dict[str, str] = {}
-    for thread_id, group in by_thread.items():
-        for row, text in zip(group, _open_contents(conn, thread_id, False, group), strict=True):
-            opened[row["id"]] = text
-    return [_message(r, opened[r["id"]]) for r in rows]
+    return [_message(r, state) for r, state in _open_messages(conn, False, rows)]
 
 
 def load_thread_for_turn(conn: Connection, thread_id: str, *, limit: int = 50) -> ThreadTurn:
@@ -726,10 +779,8 @@ def load_thread_for_turn(conn: Connection, thread_id: str, *, limit: int = 50) -
         .limit(limit)
     )
     found_rows = conn.execute(newest).mappings().all()
-    contents = _open_contents(conn, thread_id, found.tenant_ref, found_rows)
-    rows = [
-        TurnMessage(**{**dict(r), "content": c}) for r, c in zip(found_rows, contents, strict=True)
-    ]
+    opened = _open_messages(conn, found.tenant_ref, found_rows)
+    rows = [TurnMessage(**r) for r, _ in opened]
     rows.reverse()
     return ThreadTurn(thread=found, messages=rows)
 
@@ -775,27 +826,30 @@ def fork_thread(
         updated_at=now,
         deleted_at=None,
     )
+    opened = _open_messages(conn, source.tenant_ref, copied)
+    states = {source.seal_state} | {state for _, state in opened}
+    if "locked" in states:
+        raise KeyUnavailable(
+            f"thread {thread_id!r} holds sealed values: set AGORA_KEK or AGORA_KEK_FILE"
+        )
+    if states & {"broken", "shredded"}:
+        raise SealBroken(f"thread {thread_id!r} holds values that do not open: not copied")
+    sealer = sealer_for(conn, source.tenant_ref)
+    if sealer is None and states - {"plain"}:
+        raise KeyUnavailable(
+            f"thread {thread_id!r} holds sealed values but its tenant has no active key"
+        )
     values = {name: getattr(new, name) for name in Thread.__dataclass_fields__}
     values["transient"] = 1 if new.transient else 0
-    conn.execute(insert(thread).values(values))
-    if copied:
-        if any(is_sealed(row["content"]) for row in copied):
-            cells = [(row["id"], source.tenant_ref, row["content"]) for row in copied]
-            texts = open_values(
-                conn, table=message.name, column="content", cells=cells, without_kek="raise"
-            )
-        else:
-            texts = [row["content"] for row in copied]
-        sealer = sealer_for(conn, source.tenant_ref)
-        if sealer is None and any(is_sealed(r["content"]) for r in copied):
-            raise KeyUnavailable(
-                f"thread {thread_id!r} holds sealed messages but its tenant has no active key"
-            )
-        for row, plain in zip(copied, texts, strict=True):
-            row["id"] = new_id(now)
-            row["thread_id"] = new.id
-            row["content"] = plain if sealer is None else sealer.seal(*_CONTENT, row["id"], plain)
-        conn.execute(insert(message), copied)
+    del values["seal_state"]
+    conn.execute(insert(thread).values(seal_columns(sealer, thread.name, new.id, values)))
+    rows = []
+    for row, _ in opened:
+        row["id"] = new_id(now)
+        row["thread_id"] = new.id
+        rows.append(seal_columns(sealer, message.name, row["id"], row))
+    if rows:
+        conn.execute(insert(message), rows)
     return new
 
 
