@@ -239,10 +239,11 @@ class TenantKey:
     kek_fingerprint: str
     created_at: int
     retired_at: int | None = None
+    destroyed: bool = False  # crypto-shredded by ``destroy_tenant_keys``
 
     @property
     def active(self) -> bool:
-        return self.retired_at is None
+        return self.retired_at is None and not self.destroyed
 
 
 @dataclass(frozen=True)
@@ -301,6 +302,7 @@ def _tenant_key(row: Mapping[Any, Any]) -> TenantKey:
         kek_fingerprint=row["kek_fingerprint"],
         created_at=int(row["created_at"]),
         retired_at=None if row["retired_at"] is None else int(row["retired_at"]),
+        destroyed=bool(row.get("destroyed", row.get("wrapped_key") == _SHREDDED_KEY)),
     )
 
 
@@ -334,7 +336,14 @@ def list_tenant_keys(conn: Connection, *, tenant: str | None = None) -> list[Ten
     from agora_cli.store.schema import tenant_key as k
     from agora_cli.store.sqlexpr import exact_eq
 
-    cols = [k.c.id, k.c.tenant_key, k.c.kek_fingerprint, k.c.created_at, k.c.retired_at]
+    cols = [
+        k.c.id,
+        k.c.tenant_key,
+        k.c.kek_fingerprint,
+        k.c.created_at,
+        k.c.retired_at,
+        (k.c.wrapped_key == _SHREDDED_KEY).label("destroyed"),
+    ]
     q = select(*cols).order_by(k.c.tenant_key, k.c.created_at.desc(), k.c.id.desc())
     if tenant is not None:
         q = q.where(exact_eq(k.c.tenant_key, check_identity("tenant", tenant)))
@@ -986,6 +995,20 @@ def vacuum_sealed_tables(engine: Engine) -> list[str]:
         stmts = [f"OPTIMIZE TABLE `{t}`" for t in tables]
     else:
         stmts = ["VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"]
+        # outside any transaction: the engine's own BEGIN (IMMEDIATE) would refuse VACUUM
+        raw = engine.raw_connection()
+        try:
+            driver: Any = raw.driver_connection
+            driver.commit()
+            before, driver.isolation_level = driver.isolation_level, None
+            try:
+                for stmt in stmts:
+                    driver.execute(stmt).fetchall()
+            finally:
+                driver.isolation_level = before
+        finally:
+            raw.close()
+        return stmts
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         for stmt in stmts:
             result = conn.execute(text(stmt))
