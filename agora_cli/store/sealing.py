@@ -36,6 +36,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -81,16 +82,20 @@ __all__ = [
     "current_kek",
     "destroy_tenant_keys",
     "find_active_key",
+    "frame_row_id",
     "generate_kek",
     "is_sealed",
     "key_destroyed",
     "list_tenant_keys",
     "open_cells",
+    "open_columns",
     "open_values",
     "rotate_tenant_key",
     "seal_columns",
+    "seal_state_of",
     "seal_tenant",
     "sealer_for",
+    "tenants_of_threads",
     "using_kek",
     "vacuum_sealed_tables",
 ]
@@ -110,6 +115,13 @@ SEALED_COLUMNS: dict[str, tuple[str, ...]] = {
     "agent_thread": ("title", "summary"),
     "agent_message": ("content", "tool_calls", "tool_results", "attachments", "outcome"),
     "agent_queued_message": ("content",),
+    # what a tool was given and gave back (its name, status and times stay plain: stats)
+    "agent_tool_call": ("input", "output"),
+    # what a worker runs and what it returned (tool name, decision, states, times stay plain:
+    # the inbox and the worker's claim filter on them)
+    "agent_action_proposal": ("input", "card", "result"),
+    # a run's stream (answer text, tool inputs and results); its row id is ``<run_id>:<seq>``
+    "agent_stream_frame": ("frame",),
 }
 _NONCE = 12  # 96 bits, fresh per value (os.urandom)
 _FINGERPRINT_LABEL = b"agora:kek-fingerprint:v1"
@@ -486,6 +498,19 @@ def _claimed_key(value: str | None) -> str | None:
     return key_id if sep and key_id else None
 
 
+_GENERATED_KEY_ID = re.compile(r"tk_[0-9a-f]{20}")
+_BODY = re.compile(r"[A-Za-z0-9_-]{38,}")  # base64url of a nonce, a tag and at least 1 byte
+
+
+def _well_formed(value: str | None) -> bool:
+    """Whether a value is exactly what ``_seal`` writes under a generated key id (``tk_`` and 20
+    hex digits; the body base64url without padding, long enough for a nonce and a tag)."""
+    key_id = _claimed_key(value)
+    if value is None or key_id is None or not _GENERATED_KEY_ID.fullmatch(key_id):
+        return False
+    return _BODY.fullmatch(value[len(SEALED_PREFIX) + len(key_id) + 1 :]) is not None
+
+
 def _split(value: str) -> tuple[str, str]:
     key_id, sep, body = value[len(SEALED_PREFIX) :].partition(":")
     if not sep or not key_id:
@@ -625,7 +650,12 @@ def open_cells(
         table, column, row_id, tenant, value = cells[i]
         row = rows.get(key_id)
         if row is None:
-            continue  # text in the sealed form that no key of ours wrote: plaintext
+            # A key this session cannot see (another tenant's, under row-level security) or
+            # that is gone: a value exactly as ``_seal`` writes them was sealed, and does not
+            # open here; anything else is text that merely starts like one (plaintext).
+            if _well_formed(value):
+                out[i] = Opened(SEAL_BROKEN_MARKER, "broken")
+            continue
         if row["tenant_key"] != tenant:
             out[i] = Opened(SEAL_BROKEN_MARKER, "broken")
             continue
@@ -699,6 +729,66 @@ def seal_columns(
     return out
 
 
+def frame_row_id(run_id: str, seq: int) -> str:
+    """The row id a frame's payload is sealed for: ``<run_id>:<seq>`` (the last ``:`` splits
+    it, ``seq`` being a number)."""
+    return f"{run_id}:{int(seq)}"
+
+
+_SEAL_RANK = {"plain": 0, "opened": 1, "locked": 2, "shredded": 3, "broken": 4}
+
+
+def seal_state_of(states: Sequence[str]) -> str:
+    """The worst of some values' states (``plain`` < ``opened`` < ``locked`` < ``shredded`` <
+    ``broken``): how a row with those values reads."""
+    return max(states, key=_SEAL_RANK.__getitem__, default="plain")
+
+
+def open_columns(
+    conn: Connection,
+    table: str,
+    rows: Sequence[Mapping[str, Any]],
+    tenants: Sequence[str | None],
+    *,
+    row_ids: Sequence[str] | None = None,
+    kek: Kek | None = None,
+) -> list[tuple[dict[str, Any], str]]:
+    """Each row as a dict with its sealed columns (those of ``SEALED_COLUMNS[table]`` it holds)
+    opened, or a marker in place, and its seal state (``seal_state_of`` its columns'). The row
+    id is ``row["id"]`` unless ``row_ids`` are given. One key read for the lot, none when no
+    value is in the sealed form."""
+    columns = [c for c in SEALED_COLUMNS[table] if not rows or c in rows[0]]
+    out = [(dict(r), "plain") for r in rows]
+    if not any(_claimed_key(r[c]) is not None for r in rows for c in columns):
+        return out
+    ids = [r["id"] for r in rows] if row_ids is None else list(row_ids)
+    cells = [
+        (table, c, row_id, tenant, r[c])
+        for r, tenant, row_id in zip(rows, tenants, ids, strict=True)
+        for c in columns
+    ]
+    opened = iter(open_cells(conn, cells, kek=kek))
+    result = []
+    for values, _ in out:
+        found = [next(opened) for _ in columns]
+        values.update({c: o.text for c, o in zip(columns, found, strict=True)})
+        result.append((values, seal_state_of([o.state for o in found])))
+    return result
+
+
+def tenants_of_threads(conn: Connection, thread_ids: Sequence[str]) -> dict[str, str | None]:
+    """Each thread's tenant (one read; a missing thread is left out)."""
+    from sqlalchemy import select
+
+    from agora_cli.store.schema import thread
+
+    ids = sorted(set(thread_ids))
+    if not ids:
+        return {}
+    q = select(thread.c.id, thread.c.tenant_ref).where(thread.c.id.in_(ids))
+    return {i: t for i, t in conn.execute(q).all()}
+
+
 # --- sealing existing rows -------------------------------------------------------------------
 
 
@@ -722,10 +812,22 @@ class SealResult:
 
 
 def _sealed_tables() -> list[tuple[Table, Callable[[str], ColumnElement[bool]]]]:
-    """The sealed columns' tables, each with its "belongs to the tenant" condition."""
+    """The sealed columns' tables, each with its "belongs to the tenant" condition.
+
+    A message, a tool call (through its message) and a frame (through its run) belong to their
+    thread's tenant; a thread, a queued message and a proposal to their own ``tenant_ref``.
+    """
     from sqlalchemy import select
 
-    from agora_cli.store.schema import message, queued_message, thread
+    from agora_cli.store.schema import (
+        action_proposal,
+        message,
+        queued_message,
+        run,
+        stream_frame,
+        thread,
+        tool_call,
+    )
     from agora_cli.store.sqlexpr import exact_eq
 
     # A batch reads the primary key in order from where the last one ended, so that a whole run
@@ -736,17 +838,49 @@ def _sealed_tables() -> list[tuple[Table, Callable[[str], ColumnElement[bool]]]]
     # primary key drives (the plans are in tests/bench/RESULTS.md).
     thread_id = message.c.thread_id + ""
 
+    def threads_of(tenant: str) -> Any:
+        return select(thread.c.id).where(exact_eq(thread.c.tenant_ref, tenant))
+
     def thread_of(tenant: str) -> ColumnElement[bool]:
         return exact_eq(thread.c.tenant_ref, tenant)
 
     def message_of(tenant: str) -> ColumnElement[bool]:
-        threads = select(thread.c.id).where(exact_eq(thread.c.tenant_ref, tenant))
-        return thread_id.in_(threads)
+        return thread_id.in_(threads_of(tenant))
 
     def queued_of(tenant: str) -> ColumnElement[bool]:
         return exact_eq(queued_message.c.tenant_ref, tenant)
 
-    return [(message, message_of), (queued_message, queued_of), (thread, thread_of)]
+    def call_of(tenant: str) -> ColumnElement[bool]:
+        messages = select(message.c.id).where(message.c.thread_id.in_(threads_of(tenant)))
+        return (tool_call.c.message_id + "").in_(messages)
+
+    def proposal_of(tenant: str) -> ColumnElement[bool]:
+        return exact_eq(action_proposal.c.tenant_ref, tenant)
+
+    def frame_of(tenant: str) -> ColumnElement[bool]:
+        runs = select(run.c.id).where(run.c.thread_id.in_(threads_of(tenant)))
+        return (stream_frame.c.run_id + "").in_(runs)
+
+    return [
+        (message, message_of),
+        (queued_message, queued_of),
+        (thread, thread_of),
+        (tool_call, call_of),
+        (action_proposal, proposal_of),
+        (stream_frame, frame_of),
+    ]
+
+
+def _row_key(table: Table) -> list[Any]:
+    """The columns naming a row (the primary key), in order."""
+    return list(table.primary_key.columns)
+
+
+def _row_id(table: Table, key: Sequence[Any]) -> str:
+    """The row id a value of the row is sealed for (a frame's: ``frame_row_id``)."""
+    if table.name == "agent_stream_frame":
+        return frame_row_id(key[0], key[1])
+    return str(key[0])
 
 
 def _seal_targets() -> list[tuple[Table, str, Callable[[str], ColumnElement[bool]]]]:
@@ -848,7 +982,7 @@ def seal_tenant(
     twice. A value that names a key of the tenant but does not open is left as it is and
     counted in ``broken``. ``progress(n)`` is called with the values of each batch.
     """
-    from sqlalchemy import bindparam, select, update
+    from sqlalchemy import and_, bindparam, select, tuple_, update
 
     tenant = check_identity("tenant", tenant)
     check_int("batch", batch, low=1, high=MAX_SEAL_BATCH)
@@ -866,23 +1000,30 @@ def seal_tenant(
         for table, column, of in _seal_targets():
             name = f"{table.name}.{column}"
             col = table.c[column]
-            after: str | None = None
+            pk = _row_key(table)
+            width = len(pk)
+            after: tuple[Any, ...] | None = None
             while before[name] and (max_batches is None or batches < max_batches):
                 with engine.begin() as conn:
                     q = (
-                        select(table.c.id, col)
+                        select(*pk, col)
                         .where(
                             of(tenant),
                             _needs_sealing(conn, table, column, tenant, active.id, rotate),
                         )
-                        .order_by(table.c.id)
+                        .order_by(*pk)
                         .limit(batch)
                     )
                     if after is not None:
-                        q = q.where(table.c.id > after)
+                        q = q.where(
+                            pk[0] > after[0] if width == 1 else tuple_(*pk) > tuple_(*after)
+                        )
                     fence = (
                         update(table)
-                        .where(table.c.id == bindparam("b_id"), col == bindparam("b_old"))
+                        .where(
+                            and_(*(c == bindparam(f"b_k{n}") for n, c in enumerate(pk))),
+                            col == bindparam("b_old"),
+                        )
                         .values({column: bindparam("b_new")})
                     )
                     rows = conn.execute(q).all()
@@ -890,9 +1031,11 @@ def seal_tenant(
                         break
                     changes = []
                     # keys named here that are not the tenant's live ones: one read a batch
-                    claimed = {_claimed_key(value) for _, value in rows} - set(keys) - {None}
+                    claimed = {_claimed_key(r[width]) for r in rows} - set(keys) - {None}
                     foreign = _key_rows(conn, [str(c) for c in claimed])
-                    for row_id, value in rows:
+                    for r in rows:
+                        key, value = tuple(r[:width]), r[width]
+                        row_id = _row_id(table, key)
                         plain = value
                         key_id = _claimed_key(value)
                         if key_id in foreign:  # another tenant's key, or a destroyed one
@@ -907,13 +1050,14 @@ def seal_tenant(
                                 broken[name] += 1
                                 continue
                         new = _seal(active, table.name, column, row_id, plain)
-                        changes.append({"b_id": row_id, "b_old": value, "b_new": new})
+                        ident = {f"b_k{n}": k for n, k in enumerate(key)}
+                        changes.append({**ident, "b_old": value, "b_new": new})
                     done = conn.execute(fence, changes).rowcount if changes else 0
                 batches += 1
                 # A row whose fence lost was sealed by a concurrent run: not counted twice.
                 exact = conn.dialect.supports_sane_multi_rowcount and done >= 0
                 sealed[name] += done if exact else len(changes)
-                after = rows[-1][0]
+                after = tuple(rows[-1][:width])
                 if progress is not None:
                     progress(len(rows))
                 if len(rows) < batch:

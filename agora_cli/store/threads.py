@@ -48,11 +48,11 @@ from agora_cli.store.schema import (
 )
 from agora_cli.store.sealing import (
     SEALED_COLUMNS,
-    Opened,
     is_sealed,
-    open_cells,
+    open_columns,
     seal_columns,
     sealer_for,
+    tenants_of_threads,
 )
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.values import (
@@ -101,10 +101,12 @@ __all__ = [
     "list_threads",
     "load_thread_for_turn",
     "record_tool_call",
+    "seal_message_values",
     "set_tool_call_status",
     "soft_delete_thread",
     "start_run",
     "truncate_from",
+    "update_thread",
     "usage_by_thread",
 ]
 
@@ -204,6 +206,8 @@ class ToolCall:
     run_id: str | None
     created_at: int
     executed_at: int | None
+    # how input and output read: "plain", "opened", "locked", "broken" or "shredded"
+    seal_state: str = "plain"
 
     @property
     def latency_ms(self) -> int | None:
@@ -345,37 +349,14 @@ def _dump(value: Any, what: str = "a JSON payload") -> str | None:
     return None if value is None else dump_json(what, value)
 
 
-_SEAL_RANK = {"plain": 0, "opened": 1, "locked": 2, "shredded": 3, "broken": 4}
-
-
-def _worst(states: Sequence[str]) -> str:
-    return max(states, key=_SEAL_RANK.__getitem__, default="plain")
-
-
 def _open_rows(
     conn: Connection,
     table: str,
     rows: Sequence[Mapping[Any, Any]],
     tenants: Sequence[str | None],
 ) -> list[tuple[dict[str, Any], str]]:
-    """Each row as a dict with its sealed columns opened (or a marker in place), and its seal
-    state (the worst of its columns'). One key read for the lot, none when nothing is sealed."""
-    columns = [c for c in SEALED_COLUMNS[table] if not rows or c in rows[0]]
-    out = [(dict(r), "plain") for r in rows]
-    if not any(is_sealed(r[c]) for r in rows for c in columns):
-        return out
-    cells = [
-        (table, c, r["id"], tenant, r[c])
-        for r, tenant in zip(rows, tenants, strict=True)
-        for c in columns
-    ]
-    opened = iter(open_cells(conn, cells))
-    result = []
-    for values, _ in out:
-        found: list[Opened] = [next(opened) for _ in columns]
-        values.update({c: o.text for c, o in zip(columns, found, strict=True)})
-        result.append((values, _worst([o.state for o in found])))
-    return result
+    """Each row with its sealed columns opened (or a marker in place) and its seal state."""
+    return open_columns(conn, table, rows, tenants)
 
 
 def _threads(conn: Connection, rows: Sequence[Mapping[Any, Any]]) -> list[Thread]:
@@ -428,17 +409,53 @@ def _open_messages(
     if not any(is_sealed(r[c]) for r in rows for c in columns):
         return [(dict(r), "plain") for r in rows]
     if tenant is False:
-        ids = sorted({r["thread_id"] for r in rows})
-        q = select(thread.c.id, thread.c.tenant_ref).where(thread.c.id.in_(ids))
-        owners: dict[str, str | None] = {i: t for i, t in conn.execute(q).all()}
+        owners = tenants_of_threads(conn, [r["thread_id"] for r in rows])
         tenants = [owners.get(r["thread_id"]) for r in rows]
     else:
         tenants = [tenant if isinstance(tenant, str) else None] * len(rows)
     return _open_rows(conn, message.name, rows, tenants)
 
 
-def _tool_call(row: Mapping[Any, Any]) -> ToolCall:
-    return ToolCall(**{name: row[name] for name in ToolCall.__dataclass_fields__})
+def _tool_call_tenant(conn: Connection, message_id: str) -> str | None:
+    """The tenant a tool call's input and output are sealed for: its message's thread's."""
+    q = (
+        select(thread.c.tenant_ref)
+        .join(message, message.c.thread_id == thread.c.id)
+        .where(message.c.id == message_id)
+    )
+    return conn.execute(q).scalar()
+
+
+def _tool_calls(
+    conn: Connection, rows: Sequence[Mapping[Any, Any]], tenant: str | bool | None = False
+) -> list[ToolCall]:
+    """Tool calls from their rows, input and output opened (or a marker in place).
+
+    ``tenant`` is their thread's, or ``False``: then read (one query) only if one is sealed.
+    """
+    if not any(is_sealed(r[c]) for r in rows for c in SEALED_COLUMNS[tool_call.name]):
+        return [_tool_call(r) for r in rows]
+    if tenant is False:
+        q = (
+            select(message.c.id, thread.c.tenant_ref)
+            .join(thread, message.c.thread_id == thread.c.id)
+            .where(message.c.id.in_(sorted({r["message_id"] for r in rows})))
+        )
+        owners: dict[str, str | None] = {i: t for i, t in conn.execute(q).all()}
+        tenants = [owners.get(r["message_id"]) for r in rows]
+    else:
+        tenants = [tenant if isinstance(tenant, str) else None] * len(rows)
+    return [
+        _tool_call(values, state)
+        for values, state in open_columns(conn, tool_call.name, rows, tenants)
+    ]
+
+
+_TOOL_CALL_COLUMNS = tuple(name for name in ToolCall.__dataclass_fields__ if name != "seal_state")
+
+
+def _tool_call(row: Mapping[Any, Any], seal_state: str = "plain") -> ToolCall:
+    return ToolCall(**{name: row[name] for name in _TOOL_CALL_COLUMNS}, seal_state=seal_state)
 
 
 def _run(row: Mapping[Any, Any]) -> Run:
@@ -735,6 +752,47 @@ def append_message(
     )
 
 
+def seal_message_values(
+    conn: Connection, thread_id: str, message_id: str, values: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``values`` of a message of ``thread_id``, about to be written over its columns: sealed
+    for the thread's tenant when it has a key (``KeyUnavailable`` without the KEK; never
+    plaintext over a keyed tenant's values), else as they are."""
+    tenant = conn.execute(select(thread.c.tenant_ref).where(thread.c.id == thread_id)).scalar()
+    return seal_columns(sealer_for(conn, tenant), message.name, message_id, values)
+
+
+def update_thread(
+    conn: Connection,
+    thread_id: str,
+    *,
+    title: str | None = None,
+    summary: str | None = None,
+    summary_message_count: int | None = None,
+    clock: Clock | None = None,
+) -> Thread:
+    """Set a thread's ``title`` and/or ``summary`` (``None``: left as it is); for a keyed tenant
+    they are sealed, never written in plaintext (``KeyUnavailable`` without the KEK)."""
+    changes: dict[str, Any] = {}
+    if title is not None:
+        changes["title"] = check_text("title", title)
+    if summary is not None:
+        changes["summary"] = check_text("summary", summary)
+    if summary_message_count is not None:
+        changes["summary_message_count"] = check_int(
+            "summary_message_count", summary_message_count, low=0, high=2**31 - 1
+        )
+    if not changes:
+        raise InvalidInput("give a title, a summary or a summary_message_count to set")
+    found = _lock_thread(conn, check_identity("thread_id", thread_id))
+    sealed = seal_columns(sealer_for(conn, found.tenant_ref), thread.name, found.id, changes)
+    now = _clock(clock).now_ms()
+    conn.execute(
+        update(thread).where(thread.c.id == found.id).values({**sealed, "updated_at": now})
+    )
+    return get_thread(conn, found.id)
+
+
 def list_messages(conn: Connection, thread_id: str) -> list[Message]:
     """List a thread's messages in order: ``created_at``, ``seq``, ``id`` (sealed contents opened,
     or marked)."""
@@ -925,8 +983,8 @@ def get_transcript(conn: Connection, thread_id: str) -> Transcript:
         .order_by(tool_call.c.created_at, tool_call.c.id)
     )
     calls: dict[str, list[ToolCall]] = {}
-    for r in conn.execute(calls_q).mappings():
-        calls.setdefault(r["message_id"], []).append(_tool_call(r))
+    for call in _tool_calls(conn, conn.execute(calls_q).mappings().all(), found.tenant_ref):
+        calls.setdefault(call.message_id, []).append(call)
     usage_cols = [token_usage.c[name] for name in ThreadUsageRow.__dataclass_fields__]
     usage_q = (
         select(*usage_cols)
@@ -982,8 +1040,11 @@ def record_tool_call(
         "created_at": _clock(clock).now_ms(),
         "executed_at": None,
     }
-    conn.execute(insert(tool_call).values(values))
-    return _tool_call(values)
+    sealer = sealer_for(conn, _tool_call_tenant(conn, values["message_id"]))
+    conn.execute(
+        insert(tool_call).values(seal_columns(sealer, tool_call.name, values["id"], values))
+    )
+    return _tool_call(values, "plain" if sealer is None else "opened")
 
 
 def get_tool_call(conn: Connection, tool_call_id: str) -> ToolCall:
@@ -993,7 +1054,7 @@ def get_tool_call(conn: Connection, tool_call_id: str) -> ToolCall:
     row = conn.execute(q).mappings().first()
     if row is None:
         raise NotFound(f"no tool call {tool_call_id!r}")
-    return _tool_call(row)
+    return _tool_calls(conn, [row])[0]
 
 
 def complete_tool_call(
@@ -1007,14 +1068,23 @@ def complete_tool_call(
     clock: Clock | None = None,
 ) -> ToolCall:
     """Record a tool call's result (``executed`` or ``failed``, the runtime's words); the first
-    completion wins and a later one changes nothing."""
+    completion wins and a later one changes nothing. For a keyed tenant the output is sealed
+    (``KeyUnavailable`` without the KEK: never written in plaintext)."""
+    check_identity("tool_call_id", tool_call_id)
     now = _clock(clock).now_ms()
+    text = _dump(output)
+    if text is not None:
+        owner = select(tool_call.c.message_id).where(exact_eq(tool_call.c.id, tool_call_id))
+        message_id = conn.execute(owner).scalar()
+        if message_id is not None:
+            sealer = sealer_for(conn, _tool_call_tenant(conn, message_id))
+            text = seal_columns(sealer, tool_call.name, tool_call_id, {"output": text})["output"]
     stmt = (
         update(tool_call)
         .where(exact_eq(tool_call.c.id, tool_call_id), tool_call.c.executed_at.is_(None))
         .values(
             status=_ident(status, "status"),
-            output=_dump(output),
+            output=text,
             error=error,
             executed_by_ref=_ident(executed_by_ref, "executed_by_ref", optional=True),
             executed_at=now,

@@ -59,6 +59,9 @@ def test_from_plaintext_to_a_sealed_tenant(engine: Any, db_url: str, cli: Any) -
         "agent_message": 2,
         "agent_queued_message": 0,
         "agent_thread": 1,
+        "agent_tool_call": 0,
+        "agent_action_proposal": 0,
+        "agent_stream_frame": 0,
     }
     sealed = cli("db", "seal", "--tenant", "acme", "--batch", "1", "--db", db_url, env=WITH)
     assert sealed.exit_code == 0, sealed.stderr

@@ -51,11 +51,7 @@ def test_a_forged_sealed_prefix_is_text_and_db_seal_seals_it(
     assert sealed.exit_code == 0, sealed.stderr
     # both messages and the title: what it counts is what it changed
     assert sealed.json()["sealed"]["agent_message"] == 2
-    assert sealed.json()["remaining"] == {
-        "agent_message": 0,
-        "agent_queued_message": 0,
-        "agent_thread": 0,
-    }
+    assert set(sealed.json()["remaining"].values()) == {0}
     assert not any(forged in str(row) or SSN in str(row) for row in _raw(engine))
     again = cli("threads", "show", thread_id, "--db", db_url, "--json", env=WITH).json()
     assert [m["content"] for m in again["messages"]] == [forged, "plain text"]
