@@ -114,3 +114,52 @@ def test_db_seal_vacuum(engine: Any, db_url: str, cli: Any) -> None:
     result = cli("db", "seal", "--tenant", "acme", "--vacuum", "--db", db_url, "--json", env=WITH)
     assert result.exit_code == 0, result.stderr
     assert result.json()["vacuumed"] and result.json()["sealed"]["agent_message"] == 1
+
+
+def test_frames_tail_proposals_show_and_runs_show_open_with_the_kek_only(
+    engine: Any, db_url: str, cli: Any
+) -> None:
+    from agora_cli.store.frames import FrameWriter
+    from agora_cli.store.proposals import ActionProposalStore, NewProposal, Scope
+    from agora_cli.store.sealing import create_tenant_key
+    from agora_cli.store.threads import record_tool_call, start_run
+
+    kek = Kek.from_text(KEK_TEXT)
+    with using_kek(kek), engine.begin() as conn:
+        create_tenant_key(conn, tenant="acme")
+        create_thread(conn, actor_ref="alice", tenant_ref="acme", thread_id="t-acme")
+        m = append_message(conn, thread_id="t-acme", role="assistant", content="ok", run_id="r1")
+        start_run(conn, thread_id="t-acme", actor_ref="alice", tenant_ref="acme", run_id="r1")
+        record_tool_call(
+            conn, message_id=m.id, tool_call_id="c1", tool_name="lookup", input=SSN, run_id="r1"
+        )
+    with using_kek(kek):
+        with FrameWriter(engine, "r1", autoflush=False, auto_purge=False) as w:
+            w.append({"type": "text-delta", "delta": SSN})
+            w.end()
+        pid = (
+            ActionProposalStore(engine)
+            .create(
+                NewProposal(
+                    scope=Scope("acme", "alice", "t-acme"),
+                    tool_name="refund",
+                    run_id="r1",
+                    tool_call_id="c2",
+                    input={"ssn": SSN},
+                )
+            )
+            .proposal.id
+        )
+    scope = ["--tenant", "acme", "--actor", "alice", "--thread", "t-acme"]
+    commands = [
+        ["frames", "tail", "r1", "--json"],
+        ["proposals", "show", pid, *scope, "--json"],
+        ["runs", "show", "r1", "--json"],
+    ]
+    for command in commands:
+        opened = cli(*command, "--db", db_url, env=WITH)
+        assert opened.exit_code == 0, (command, opened.stderr)
+        assert SSN in opened.stdout, command
+        locked = cli(*command, "--db", db_url, env=WITHOUT)
+        assert locked.exit_code == 0, (command, locked.stderr)
+        assert SSN not in locked.stdout + locked.stderr and "[sealed]" in locked.stdout, command
