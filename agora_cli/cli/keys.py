@@ -29,7 +29,7 @@ __all__ = ["app", "seal"]
 
 app = typer.Typer(
     help=(
-        "Tenants' data keys for sealed message content (wrapped by the key-encryption key in "
+        "Tenants' data keys for sealed content (wrapped by the key-encryption key in "
         "AGORA_KEK or AGORA_KEK_FILE; never shown)."
     ),
     no_args_is_help=True,
@@ -70,7 +70,7 @@ KEY_COLUMNS = [
 
 @app.command("create")
 def create(tenant: TenantOpt, db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """Give a tenant its first data key: from then on its new messages are stored sealed.
+    """Give a tenant its first data key: from then on its new content is stored sealed.
 
     Needs the key-encryption key (AGORA_KEK or AGORA_KEK_FILE; missing or wrong: exit 3, nothing
     written). A tenant that already has an active key is exit 1 (use `keys rotate`). Existing
@@ -249,9 +249,11 @@ def seal(
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Seal a tenant's existing plaintext messages under its active key, in bounded batches.
+    """Seal a tenant's existing plaintext values under its active key, in bounded batches.
 
-    Covers agent_message (the tenant's threads) and agent_queued_message. Every key of the
+    Covers every sealed column: messages (content, tool parts, attachments, outcome), threads
+    (title, summary), queued messages, tool calls (input, output), proposals (input, card,
+    result) and stream frames (payload) of the tenant. Every key of the
     tenant is unwrapped first: a missing or wrong key-encryption key is exit 3 with nothing
     written. Each batch is its own transaction, so an interrupted run (even kill -9) is safe to
     run again: it resumes, and no row is sealed twice. With --rotate, rows sealed under retired

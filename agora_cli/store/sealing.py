@@ -604,11 +604,14 @@ class Opened:
     """A stored value as a reader gets it: ``text`` (``None`` for NULL) and ``state``:
 
     - ``plain``: stored in plaintext (including text that merely looks sealed: its key id names
-      no key, so it was never sealed);
+      no key, so it was never sealed — unless it is exactly in the form agora writes, see
+      ``broken``);
     - ``opened``: sealed, authenticated for its row, column and tenant, and opened;
     - ``locked``: sealed, and no KEK is set (``text`` is ``SEALED_MARKER``);
     - ``broken``: names a key but does not open where it is stored — copied from another row,
-      column or tenant, or altered (``text`` is ``SEAL_BROKEN_MARKER``);
+      column or tenant, or altered — or is exactly in agora's sealed form under a key this
+      session cannot see (another tenant's, under row-level security) (``text`` is
+      ``SEAL_BROKEN_MARKER``);
     - ``shredded``: sealed under a key ``keys destroy`` destroyed (``text`` is
       ``SHREDDED_MARKER``).
     """
