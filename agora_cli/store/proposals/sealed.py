@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select
+from sqlalchemy import exists, select
 
 from agora_cli.store.proposals.model import ClaimResult, Proposal
 from agora_cli.store.schema import action_proposal as p
+from agora_cli.store.schema import tenant_key as k
 from agora_cli.store.sealing import SEALED_COLUMNS, Sealer, is_sealed, open_columns, sealer_for
 
 if TYPE_CHECKING:
@@ -66,9 +67,13 @@ def seal_results(conn: Connection, results: Sequence[tuple[str, str | None]]) ->
     wanted = sorted({pid for pid, text in results if text is not None})
     if not wanted:
         return [text for _, text in results]
-    q = select(p.c.id, p.c.tenant_ref).where(p.c.id.in_(wanted))
-    tenants: dict[str, str | None] = {i: t for i, t in conn.execute(q).all()}
-    sealers: dict[str | None, Sealer | None] = {}
+    # whether the tenant ever had a key, in the same read: a worker settling an unkeyed
+    # tenant's jobs pays this one query and no key lookup
+    keyed = exists().where(k.c.tenant_key == p.c.tenant_ref)
+    q = select(p.c.id, p.c.tenant_ref, keyed).where(p.c.id.in_(wanted))
+    found = conn.execute(q).all()
+    tenants: dict[str, str | None] = {i: t for i, t, _ in found}
+    sealers: dict[str | None, Sealer | None] = {t: None for _, t, has in found if not has}
     out: list[str | None] = []
     for pid, text in results:
         tenant = tenants.get(pid)
