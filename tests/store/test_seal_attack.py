@@ -119,10 +119,10 @@ def test_globex_reads_no_byte_of_acmes_plaintext_and_a_copied_seal_is_broken(
         superuser = "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
         assert conn.execute(text(superuser)).scalar() is False
     with using_kek(KEK), globex.connect() as conn:
-        # every sealed column of every table, whatever the session can see
-        for name, columns in SEALED_COLUMNS.items():
-            table = TABLES[name]
-            for row in conn.execute(select(*(table.c[c] for c in columns))).all():
+        # every column of every table, whatever the session can see
+        assert set(SEALED_COLUMNS) <= set(TABLES)
+        for name, table in TABLES.items():
+            for row in conn.execute(select(table)).all():
                 assert not any(SECRET in str(v) for v in row), (name, row)
         # acme's ids in hand, through the library
         assert find_thread(conn, "t-acme") is None
@@ -138,3 +138,25 @@ def test_globex_reads_no_byte_of_acmes_plaintext_and_a_copied_seal_is_broken(
         conn.rollback()
     got = [(m.message.content, m.message.seal_state) for m in shown.messages]
     assert got == [("hi", "opened"), (SEAL_BROKEN_MARKER, "broken")]
+
+
+def test_frames_left_behind_by_a_deleted_run_hold_no_plaintext(attack: tuple[Any, Any]) -> None:
+    """Finding 5's path: frames have no foreign key, so deleting the run leaves them; whatever
+    session can still see them (row-level security permitting), their payload is sealed and
+    opens for nobody — the run's tenant is gone with it."""
+    owner, globex = attack
+    _acme_everywhere(owner)
+    with owner.begin() as conn:
+        conn.execute(TABLES["agent_action_proposal"].delete())
+        conn.execute(TABLES["agent_run"].delete().where(TABLES["agent_run"].c.id == "r-acme"))
+    untenanted = open_engine(globex.url.render_as_string(hide_password=False))
+    try:
+        for engine in (owner, globex, untenanted):
+            with using_kek(KEK), engine.connect() as conn:
+                raw = conn.execute(select(TABLES["agent_stream_frame"].c.frame)).scalars().all()
+                frames = read_frames(conn, "r-acme")
+                conn.rollback()
+            assert not any(SECRET in str(v) for v in raw)
+            assert all(f.frame is None or f.seal_state == "broken" for f in frames)
+    finally:
+        untenanted.dispose()
