@@ -12,6 +12,11 @@ With ``--batch K`` the loop claims up to K proposals at once (each with its own 
 one after the other, renewing the leases still waiting whenever half of their time is spent (long
 work must not let a lease run out under it), and records all their outcomes with one
 ``settle_many``. An item whose lease was lost meanwhile is ``lost`` there and blocks no other.
+
+A tenant with a data key has its proposals' input and result sealed: the worker then needs the
+key-encryption key (``AGORA_KEK_FILE`` or ``AGORA_KEK``) to read the input and to settle. Without
+it the claim hands back ``[sealed]`` as the input, and this worker stops rather than run a tool
+on it (the lease expires and a worker with the KEK recovers the job).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from sqlalchemy.engine import Engine
 
 from agora_cli.store import ActionProposalStore, ClaimResult, Settlement, open_engine
 from agora_cli.store.engine import dialect_name
+from agora_cli.store.sealing import SEALED_MARKER
 
 domain = MetaData()
 refunds = Table(
@@ -53,6 +59,15 @@ def execute_refund(engine: Engine, key: str, work_input: dict[str, Any]) -> dict
             )
             return {"refunded": True, "repeat": False}
     return {"refunded": True, "repeat": True}
+
+
+def refuse_sealed(claim: ClaimResult) -> None:
+    """Stop when a claimed job's input is sealed and this worker has no KEK to open it."""
+    if claim.work is not None and claim.work.input == SEALED_MARKER:
+        raise SystemExit(
+            f"{claim.work.id}: its input is sealed for tenant {claim.work.tenant_ref}: set "
+            "AGORA_KEK_FILE (the key-encryption key) for this worker; the job is left to its lease"
+        )
 
 
 def run_one(engine: Engine, claim: ClaimResult, work_seconds: float) -> Settlement:
@@ -95,6 +110,8 @@ def batched_loop(engine: Engine, store: ActionProposalStore, args: argparse.Name
             time.sleep(0.2)
             continue
         idle_since = time.monotonic()
+        for claim in waiting:
+            refuse_sealed(claim)
         kinds = {c.work.id: c.outcome for c in waiting if c.work}
         done: list[Settlement] = []
         while waiting:
@@ -133,6 +150,7 @@ def main() -> int:
             time.sleep(0.2)
             continue
         idle_since = time.monotonic()
+        refuse_sealed(claim)
         work, lease = claim.work, claim.lease
         try:
             result = execute_refund(engine, work.idempotency_key, work.input_value)

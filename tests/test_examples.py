@@ -20,6 +20,15 @@ pytestmark = pytest.mark.slow  # every example runs as its own process
 EXAMPLES = ROOT / "examples"
 
 
+def _kek(db_url: str) -> dict[str, str]:
+    """The KEK a SQLite demo wrote next to its database (it sealed tenant globex's proposals:
+    the worker needs it); a server demo seals nothing."""
+    from sqlalchemy.engine import make_url
+
+    database = make_url(db_url).database
+    return {"AGORA_KEK_FILE": f"{database}.kek"} if db_url.startswith("sqlite") else {}
+
+
 def _run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         list(argv),
@@ -40,13 +49,26 @@ def test_record_usage_example(db_url: str) -> None:
     assert lines[1] == "some-unpriced-model: cost_usd=None (None)"
 
 
+def test_worker_without_the_kek_stops_at_a_sealed_job(db_url: str, dialect: str) -> None:
+    if dialect != "sqlite":
+        pytest.skip("only a SQLite demo seals (its own KEK file)")
+    assert run_cli("demo", "--db", db_url).exit_code == 0
+    worker = str(EXAMPLES / "worker.py")
+    blind = _run(
+        sys.executable, worker, "--db", db_url, "--max-idle", "1", env={"AGORA_KEK_FILE": ""}
+    )
+    assert blind.returncode == 1 and "input is sealed for tenant globex" in blind.stderr
+    assert "[sealed]" not in blind.stdout
+
+
 def test_worker_example_executes_each_approved_proposal_once(db_url: str) -> None:
     assert run_cli("demo", "--db", db_url).exit_code == 0
-    first = _run(sys.executable, str(EXAMPLES / "worker.py"), "--db", db_url, "--max-idle", "1")
+    worker = str(EXAMPLES / "worker.py")
+    first = _run(sys.executable, worker, "--db", db_url, "--max-idle", "1", env=_kek(db_url))
     assert first.returncode == 0, first.stderr
     # the two approved, queued proposals, and the one whose worker died holding its lease
     assert "settled 3 proposal(s)" in first.stdout and "(recovered)" in first.stdout
-    again = _run(sys.executable, str(EXAMPLES / "worker.py"), "--db", db_url, "--max-idle", "0.5")
+    again = _run(sys.executable, worker, "--db", db_url, "--max-idle", "0.5", env=_kek(db_url))
     assert "settled 0 proposal(s)" in again.stdout
     engine = open_engine(db_url)
     with engine.connect() as conn:
@@ -69,11 +91,21 @@ def test_worker_example_batched_renews_long_work_and_settles_each_once(db_url: s
     worker = str(EXAMPLES / "worker.py")
     # Three jobs of 0.3 s under 1 s leases: the third is renewed before it runs.
     args = ("--batch", "3", "--lease-ms", "1000", "--work-seconds", "0.3", "--max-idle", "1")
-    first = _run(sys.executable, worker, "--db", db_url, *args)
+    first = _run(sys.executable, worker, "--db", db_url, *args, env=_kek(db_url))
     assert first.returncode == 0, first.stderr
     assert "settled 3 proposal(s)" in first.stdout and "(recovered) -> settled" in first.stdout
     assert "lease renewed" in first.stdout and "lease lost" not in first.stdout
-    again = _run(sys.executable, worker, "--db", db_url, "--batch", "10", "--max-idle", "0.5")
+    again = _run(
+        sys.executable,
+        worker,
+        "--db",
+        db_url,
+        "--batch",
+        "10",
+        "--max-idle",
+        "0.5",
+        env=_kek(db_url),
+    )
     assert again.returncode == 0, again.stderr
     assert "settled 0 proposal(s)" in again.stdout
     engine = open_engine(db_url)

@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db, scoped_tenant
-from agora_cli.cli.output import Col, finish, progress, render_table, table_time
+from agora_cli.cli.output import (
+    Col,
+    finish,
+    progress,
+    render_table,
+    safe_text,
+    say,
+    table_time,
+)
 
 if TYPE_CHECKING:
     from agora_cli.store.sealing import TenantKey
@@ -21,7 +29,7 @@ __all__ = ["app", "seal"]
 
 app = typer.Typer(
     help=(
-        "Tenants' data keys for sealed message content (wrapped by the key-encryption key in "
+        "Tenants' data keys for sealed content (wrapped by the key-encryption key in "
         "AGORA_KEK or AGORA_KEK_FILE; never shown)."
     ),
     no_args_is_help=True,
@@ -43,7 +51,7 @@ def _key_doc(key: TenantKey) -> dict[str, Any]:
     return {
         "id": key.id,
         "tenant": key.tenant,
-        "state": "active" if key.active else "retired",
+        "state": "destroyed" if key.destroyed else "active" if key.active else "retired",
         "kek_fingerprint": key.kek_fingerprint,
         "created_at": _iso(key.created_at),
         "retired_at": _iso(key.retired_at),
@@ -62,7 +70,7 @@ KEY_COLUMNS = [
 
 @app.command("create")
 def create(tenant: TenantOpt, db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """Give a tenant its first data key: from then on its new messages are stored sealed.
+    """Give a tenant its first data key: from then on its new content is stored sealed.
 
     Needs the key-encryption key (AGORA_KEK or AGORA_KEK_FILE; missing or wrong: exit 3, nothing
     written). A tenant that already has an active key is exit 1 (use `keys rotate`). Existing
@@ -106,6 +114,83 @@ def rotate(tenant: TenantOpt, db: DbOpt = None, as_json: JsonOpt = False) -> Non
         f"{', '.join(rotation.retired)}. Re-seal its rows with `agora db seal --tenant "
         f"{rotation.key.tenant} --rotate`.",
     )
+
+
+@app.command("destroy")
+def destroy(
+    tenant: TenantOpt,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Do not ask (required without a terminal).")
+    ] = False,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Crypto-shred a tenant: destroy every one of its data keys, for good.
+
+    Its sealed values can never be opened again, by anyone: they read as [shredded] (exit 0),
+    and writing the tenant's content is refused until `agora keys create` gives it a new key.
+    The key rows stay (marked destroyed) so that what they sealed is known for what it is.
+    Needs no key-encryption key. Asks first on a terminal; without one, needs --yes. Copies of
+    the database taken before (backups, replicas) still hold the wrapped keys: see the README.
+
+    Example: agora keys destroy --tenant acme --yes
+    """
+    import sys
+
+    from agora_cli.store.errors import InvalidInput
+    from agora_cli.store.sealing import destroy_tenant_keys
+
+    if not yes and not sys.stdin.isatty():
+        raise InvalidInput(
+            f"not destroying tenant {tenant!r}'s keys without --yes: there is no terminal to ask on"
+        )
+    if not yes and not typer.confirm(
+        safe_text(
+            f"Destroy every key of tenant {tenant}? Its sealed content becomes unreadable for good."
+        ),
+        default=False,
+        err=True,
+    ):
+        say("nothing destroyed.")
+        raise typer.Exit(1)
+    with open_db(db, tenant=tenant).begin() as conn:
+        destroyed = destroy_tenant_keys(conn, tenant=tenant)
+    finish(
+        {"tenant": tenant, "destroyed": destroyed},
+        as_json=as_json,
+        show=f"Tenant {tenant}: destroyed {len(destroyed)} key(s)"
+        + (f" ({', '.join(destroyed)})" if destroyed else " (already destroyed)")
+        + "; its sealed values now read as [shredded].",
+    )
+
+
+@app.command("status")
+def status(tenant: TenantOpt, db: DbOpt = None, as_json: JsonOpt = False) -> None:
+    """Say whether a tenant seals its content: active key, destroyed (crypto-shredded), or none.
+
+    Needs no key-encryption key.
+
+    Example: agora keys status --tenant acme --json
+    """
+    from agora_cli.store.sealing import list_tenant_keys
+
+    engine = open_db(db, readonly=True, tenant=tenant)
+    with engine.connect() as conn:
+        keys = list_tenant_keys(conn, tenant=tenant)
+        conn.rollback()
+    active = next((k.id for k in keys if k.active), None)
+    if active is not None:
+        state, text = "sealed", f"Tenant {tenant}: sealed under active key {active}."
+    elif keys and all(k.destroyed for k in keys):
+        state = "shredded"
+        text = (
+            f"Tenant {tenant}: keys destroyed (crypto-shredded); its sealed values read as "
+            "[shredded] and its content is not written until `agora keys create`."
+        )
+    else:
+        state, text = "plain", f"Tenant {tenant}: no key; its content is stored in plaintext."
+    doc = {"tenant": tenant, "state": state, "active_key": active, "keys": len(keys)}
+    finish(doc, as_json=as_json, show=text)
 
 
 @app.command("list")
@@ -156,20 +241,35 @@ def seal(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Count the rows it would seal; seal none.")
     ] = False,
+    vacuum: Annotated[
+        bool,
+        typer.Option(
+            "--vacuum",
+            help="Then rewrite the sealed tables so old row versions leave the table files "
+            "(PostgreSQL VACUUM FULL: each table locked in turn, reads and writes wait).",
+        ),
+    ] = False,
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Seal a tenant's existing plaintext messages under its active key, in bounded batches.
+    """Seal a tenant's existing plaintext values under its active key, in bounded batches.
 
-    Covers agent_message (the tenant's threads) and agent_queued_message. Every key of the
+    Covers every sealed column: messages (content, tool parts, attachments, outcome), threads
+    (title, summary), queued messages, tool calls (input, output), proposals (input, card,
+    result) and stream frames (payload) of the tenant. Every key of the
     tenant is unwrapped first: a missing or wrong key-encryption key is exit 3 with nothing
     written. Each batch is its own transaction, so an interrupted run (even kill -9) is safe to
     run again: it resumes, and no row is sealed twice. With --rotate, rows sealed under retired
     keys are re-sealed under the active one. A progress bar shows on a terminal.
 
-    Example: agora db seal --tenant acme --batch 1000
+    Old row versions still hold the plaintext until the database reuses their space: --vacuum
+    then runs PostgreSQL VACUUM FULL on each sealed table (ACCESS EXCLUSIVE lock on that table
+    for its duration), MySQL/MariaDB OPTIMIZE TABLE (an online rebuild) or SQLite VACUUM (the
+    whole file, exclusively). WAL, replicas and backups keep what they hold (README).
+
+    Example: agora db seal --tenant acme --batch 1000 --vacuum
     """
-    from agora_cli.store.sealing import count_to_seal, seal_tenant
+    from agora_cli.store.sealing import count_to_seal, seal_tenant, vacuum_sealed_tables
 
     scoped_tenant(tenant)  # another tenant than the session's is exit 2
     engine = open_db(db, tenant=tenant)
@@ -188,6 +288,7 @@ def seal(
             dry_run=dry_run,
             progress=advance,
         )
+    vacuumed = vacuum_sealed_tables(engine) if vacuum and not dry_run else []
     doc = {
         "tenant": result.tenant,
         "key_id": result.key_id,
@@ -197,14 +298,23 @@ def seal(
         "sealed": result.sealed,
         "remaining": result.remaining,
         "batches": result.batches,
+        "broken": result.broken,
+        "vacuumed": vacuumed,
     }
-    what = "row(s) not under the active key" if rotate else "plaintext row(s)"
+    what = "value(s) not under the active key" if rotate else "plaintext value(s)"
     if dry_run:
         text = f"Tenant {result.tenant}: {sum(result.to_seal.values()):,} {what} to seal."
     else:
         text = (
-            f"Tenant {result.tenant}: sealed {sum(result.sealed.values()):,} row(s) under key "
+            f"Tenant {result.tenant}: sealed {sum(result.sealed.values()):,} value(s) under key "
             f"{result.key_id} in {result.batches} batch(es); "
             f"{sum(result.remaining.values()):,} {what} remain."
         )
+        if sum(result.broken.values()):
+            text += (
+                f" {sum(result.broken.values()):,} value(s) name a key but do not open (copied, "
+                "altered or shredded): left as they are."
+            )
+        if vacuumed:
+            text += f" Old row versions removed ({len(vacuumed)} statement(s))."
     finish(doc, as_json=as_json, show=text)

@@ -229,6 +229,7 @@ def _thread_doc(thread: Thread, usage: list[ThreadUsageRow]) -> dict[str, Any]:
         "created_at": _iso(thread.created_at),
         "updated_at": _iso(thread.updated_at),
         "deleted_at": _iso(thread.deleted_at),
+        "sealed": thread.seal_state != "plain",
         "usage": {
             "turns": len(usage),
             "input_tokens": sum(u.input_tokens for u in usage),
@@ -293,6 +294,8 @@ def _transcript_doc(transcript: Transcript) -> dict[str, Any]:
                 "role": m.role,
                 "content": m.content,
                 "sealed": m.sealed,
+                "seal_broken": m.seal_broken,
+                "shredded": m.seal_state == "shredded",
                 "persona": m.persona,
                 "run_id": m.run_id,
                 "created_at": _iso(m.created_at),
@@ -308,7 +311,11 @@ def _transcript_doc(transcript: Transcript) -> dict[str, Any]:
                 },
             }
         )
-    return {"thread": _thread_doc(transcript.thread, usage), "messages": messages}
+    broken = [m["id"] for m in messages if m["seal_broken"]]
+    if transcript.thread.seal_state == "broken":
+        broken.insert(0, transcript.thread.id)
+    thread = _thread_doc(transcript.thread, usage)
+    return {"thread": thread, "messages": messages, "seal_broken": broken}
 
 
 @app.command("show")
@@ -332,6 +339,7 @@ def show(
 
     Example: agora threads show demo-thread-01 --json
     """
+    from agora_cli.store.sealing import SEAL_BROKEN_MARKER
     from agora_cli.store.short_ids import resolve_thread_id
     from agora_cli.store.tenant_scope import check_thread_tenant
     from agora_cli.store.threads import get_transcript
@@ -344,8 +352,17 @@ def show(
         transcript = get_transcript(conn, resolved)
         conn.rollback()
     doc = _transcript_doc(transcript)
+    if doc["seal_broken"]:
+        say(
+            f"error: {len(doc['seal_broken'])} sealed value(s) do not open where they are stored "
+            f"(copied or altered), shown as {SEAL_BROKEN_MARKER}: "
+            + ", ".join(doc["seal_broken"][:10])
+        )
     finish(
-        doc, as_json=as_json, show=lambda: page(lambda: _render_transcript(doc), no_pager=no_pager)
+        doc,
+        as_json=as_json,
+        show=lambda: page(lambda: _render_transcript(doc), no_pager=no_pager),
+        exit_code=1 if doc["seal_broken"] else 0,
     )
 
 

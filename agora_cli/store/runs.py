@@ -36,6 +36,7 @@ from agora_cli.store.engine import dialect_name
 from agora_cli.store.errors import InvalidInput
 from agora_cli.store.proposals.model import Proposal
 from agora_cli.store.proposals.queries import proposal_row, select_rows
+from agora_cli.store.proposals.sealed import open_proposals
 from agora_cli.store.schema import (
     action_proposal,
     message,
@@ -51,6 +52,7 @@ from agora_cli.store.threads import (
     ThreadUsageRow,
     ThreadUsageTotals,
     ToolCall,
+    _tool_calls,
     _usage_sums,
     _usage_totals,
     get_run,
@@ -254,10 +256,6 @@ def usage_by_run(conn: Connection, run_ids: Sequence[str]) -> dict[str, ThreadUs
 # --- detail -----------------------------------------------------------------------------------
 
 
-def _tool_call(row: RowMapping) -> ToolCall:
-    return ToolCall(**{name: row[name] for name in ToolCall.__dataclass_fields__})
-
-
 def _usage_row(row: RowMapping) -> ThreadUsageRow:
     values = {name: row[name] for name in ThreadUsageRow.__dataclass_fields__}
     values["input_tokens"] = int(values["input_tokens"])
@@ -291,7 +289,7 @@ def get_run_detail(conn: Connection, run_id: str) -> RunDetail:
         .order_by(tool_call.c.created_at, tool_call.c.id)
         .limit(MAX_DETAIL_ROWS)
     ).mappings()
-    tool_calls = [_tool_call(r) for r in calls]
+    tool_calls = _tool_calls(conn, calls.all())
     calls_total = len(tool_calls)
     if calls_total == MAX_DETAIL_ROWS:
         calls_total = _count(conn, tool_call.c.id, of_run)
@@ -311,15 +309,18 @@ def get_run_detail(conn: Connection, run_id: str) -> RunDetail:
     ledger = _usage_totals(conn.execute(select(*_usage_sums()).where(of_run)).mappings().one())
 
     p = action_proposal
-    proposals = [
-        proposal_row(r)
-        for r in conn.execute(
-            select_rows()
-            .where(p.c.thread_id == found.thread_id, exact_eq(p.c.run_id, found.id))
-            .order_by(p.c.created_at, p.c.id)
-            .limit(MAX_DETAIL_ROWS)
-        ).mappings()
-    ]
+    proposals = open_proposals(
+        conn,
+        [
+            proposal_row(r)
+            for r in conn.execute(
+                select_rows()
+                .where(p.c.thread_id == found.thread_id, exact_eq(p.c.run_id, found.id))
+                .order_by(p.c.created_at, p.c.id)
+                .limit(MAX_DETAIL_ROWS)
+            ).mappings()
+        ],
+    )
     return RunDetail(
         run=found,
         messages=messages,

@@ -36,6 +36,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -65,31 +66,63 @@ if TYPE_CHECKING:
 __all__ = [
     "KEK_ENV",
     "KEK_FILE_ENV",
+    "SEALED_COLUMNS",
     "SEALED_MARKER",
     "SEALED_PREFIX",
+    "SEAL_BROKEN_MARKER",
+    "SHREDDED_MARKER",
     "Kek",
     "KeyRotation",
+    "Opened",
     "SealResult",
     "Sealer",
     "TenantKey",
     "count_to_seal",
     "create_tenant_key",
     "current_kek",
+    "destroy_tenant_keys",
     "find_active_key",
+    "frame_row_id",
     "generate_kek",
     "is_sealed",
+    "key_destroyed",
     "list_tenant_keys",
+    "open_cells",
+    "open_columns",
     "open_values",
     "rotate_tenant_key",
+    "seal_columns",
+    "seal_state_of",
     "seal_tenant",
     "sealer_for",
+    "tenants_of_threads",
     "using_kek",
+    "vacuum_sealed_tables",
 ]
 
 KEK_ENV = "AGORA_KEK"
 KEK_FILE_ENV = "AGORA_KEK_FILE"
 SEALED_PREFIX = "agora:sealed:v1:"
 SEALED_MARKER = "[sealed]"
+SEAL_BROKEN_MARKER = "[seal broken]"
+SHREDDED_MARKER = "[shredded]"
+# What ``keys destroy`` leaves in ``wrapped_key``: the key row stays (so its values are known as
+# sealed, and read as shredded), the key is gone.
+_SHREDDED_KEY = "shredded"
+# Every column holding a tenant's bytes, per table; what reports filter on (ids, tool names,
+# states, times, models, counts) stays plain. The row id is the row's ``id``.
+SEALED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "agent_thread": ("title", "summary"),
+    "agent_message": ("content", "tool_calls", "tool_results", "attachments", "outcome"),
+    "agent_queued_message": ("content",),
+    # what a tool was given and gave back (its name, status and times stay plain: stats)
+    "agent_tool_call": ("input", "output"),
+    # what a worker runs and what it returned (tool name, decision, states, times stay plain:
+    # the inbox and the worker's claim filter on them)
+    "agent_action_proposal": ("input", "card", "result"),
+    # a run's stream (answer text, tool inputs and results); its row id is ``<run_id>:<seq>``
+    "agent_stream_frame": ("frame",),
+}
 _NONCE = 12  # 96 bits, fresh per value (os.urandom)
 _FINGERPRINT_LABEL = b"agora:kek-fingerprint:v1"
 MAX_SEAL_BATCH = 10_000
@@ -229,10 +262,11 @@ class TenantKey:
     kek_fingerprint: str
     created_at: int
     retired_at: int | None = None
+    destroyed: bool = False  # crypto-shredded by ``destroy_tenant_keys``
 
     @property
     def active(self) -> bool:
-        return self.retired_at is None
+        return self.retired_at is None and not self.destroyed
 
 
 @dataclass(frozen=True)
@@ -291,6 +325,7 @@ def _tenant_key(row: Mapping[Any, Any]) -> TenantKey:
         kek_fingerprint=row["kek_fingerprint"],
         created_at=int(row["created_at"]),
         retired_at=None if row["retired_at"] is None else int(row["retired_at"]),
+        destroyed=bool(row.get("destroyed", row.get("wrapped_key") == _SHREDDED_KEY)),
     )
 
 
@@ -324,7 +359,14 @@ def list_tenant_keys(conn: Connection, *, tenant: str | None = None) -> list[Ten
     from agora_cli.store.schema import tenant_key as k
     from agora_cli.store.sqlexpr import exact_eq
 
-    cols = [k.c.id, k.c.tenant_key, k.c.kek_fingerprint, k.c.created_at, k.c.retired_at]
+    cols = [
+        k.c.id,
+        k.c.tenant_key,
+        k.c.kek_fingerprint,
+        k.c.created_at,
+        k.c.retired_at,
+        (k.c.wrapped_key == _SHREDDED_KEY).label("destroyed"),
+    ]
     q = select(*cols).order_by(k.c.tenant_key, k.c.created_at.desc(), k.c.id.desc())
     if tenant is not None:
         q = q.where(exact_eq(k.c.tenant_key, check_identity("tenant", tenant)))
@@ -469,8 +511,34 @@ def _key_rows(conn: Connection, key_ids: Sequence[str]) -> dict[str, Mapping[Any
 
 
 def is_sealed(value: str | None) -> bool:
-    """Whether a stored value is a sealed value (``agora:sealed:v1:…``)."""
-    return value is not None and value.startswith(SEALED_PREFIX)
+    """Whether a stored value has the sealed form ``agora:sealed:v1:<key id>:…``.
+
+    The form alone is a claim any text can make (a user can type it): a value is taken for
+    sealed only when its key id names a key in ``agent_tenant_key``, and it is trusted only
+    once it authenticates for its row (``open_cells``). Anything else is plaintext.
+    """
+    return _claimed_key(value) is not None
+
+
+def _claimed_key(value: str | None) -> str | None:
+    """The key id a value in the sealed form names, else ``None``."""
+    if value is None or not value.startswith(SEALED_PREFIX):
+        return None
+    key_id, sep, _ = value[len(SEALED_PREFIX) :].partition(":")
+    return key_id if sep and key_id else None
+
+
+_GENERATED_KEY_ID = re.compile(r"tk_[0-9a-f]{20}")
+_BODY = re.compile(r"[A-Za-z0-9_-]{38,}")  # base64url of a nonce, a tag and at least 1 byte
+
+
+def _well_formed(value: str | None) -> bool:
+    """Whether a value is exactly what ``_seal`` writes under a generated key id (``tk_`` and 20
+    hex digits; the body base64url without padding, long enough for a nonce and a tag)."""
+    key_id = _claimed_key(value)
+    if value is None or key_id is None or not _GENERATED_KEY_ID.fullmatch(key_id):
+        return False
+    return _BODY.fullmatch(value[len(SEALED_PREFIX) + len(key_id) + 1 :]) is not None
 
 
 def _split(value: str) -> tuple[str, str]:
@@ -551,9 +619,106 @@ def sealer_for(conn: Connection, tenant: str | None, *, kek: Kek | None = None) 
         return None
     row = _active_row(conn, tenant)
     if row is None:
+        if key_destroyed(conn, tenant):
+            raise KeyUnavailable(
+                f"tenant {tenant!r}'s keys were destroyed: its content is not written in "
+                "plaintext (`agora keys create` gives it a new key)"
+            )
         return None
     found = _require_kek(kek, f"tenant {tenant!r} seals its messages")
     return Sealer(_unwrap(found, row))
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A stored value as a reader gets it: ``text`` (``None`` for NULL) and ``state``:
+
+    - ``plain``: stored in plaintext (including text that merely looks sealed: its key id names
+      no key, so it was never sealed — unless it is exactly in the form agora writes, see
+      ``broken``);
+    - ``opened``: sealed, authenticated for its row, column and tenant, and opened;
+    - ``locked``: sealed, and no KEK is set (``text`` is ``SEALED_MARKER``);
+    - ``broken``: names a key but does not open where it is stored — copied from another row,
+      column or tenant, or altered — or is exactly in agora's sealed form under a key this
+      session cannot see (another tenant's, under row-level security) (``text`` is
+      ``SEAL_BROKEN_MARKER``);
+    - ``shredded``: sealed under a key ``keys destroy`` destroyed (``text`` is
+      ``SHREDDED_MARKER``).
+    """
+
+    text: str | None
+    state: str = "plain"
+
+    @property
+    def sealed(self) -> bool:
+        return self.state != "plain"
+
+
+_PLAIN_NONE = Opened(None)
+
+
+def open_cells(
+    conn: Connection,
+    cells: Sequence[tuple[str, str, str, str | None, str | None]],
+    *,
+    kek: Kek | None = None,
+    without_kek: str = "marker",
+) -> list[Opened]:
+    """Each ``(table, column, row_id, tenant, stored value)`` as a reader gets it (``Opened``).
+
+    One query reads the keys the values name; a value whose key id names no key is plaintext,
+    one that names a key is opened (authenticated for its table, column, tenant and row) or
+    shown in its place as a marker: ``broken``, ``shredded``, or ``locked`` without a KEK
+    (``without_kek="raise"``: ``KeyUnavailable`` instead). A KEK that did not wrap a key is
+    ``WrongKek``: that is the caller's setting, not the row's.
+    """
+    claims = {i: k for i, cell in enumerate(cells) if (k := _claimed_key(cell[4])) is not None}
+    out = [_PLAIN_NONE if c[4] is None else Opened(c[4]) for c in cells]
+    if not claims:
+        return out
+    rows = _key_rows(conn, list(claims.values()))
+    found: Kek | bool | None = False  # read once, only if a value needs it
+    keys: dict[str, _DataKey | str] = {}
+    for i, key_id in claims.items():
+        table, column, row_id, tenant, value = cells[i]
+        row = rows.get(key_id)
+        if row is None:
+            # A key this session cannot see (another tenant's, under row-level security) or
+            # that is gone: a value exactly as ``_seal`` writes them was sealed, and does not
+            # open here; anything else is text that merely starts like one (plaintext).
+            if _well_formed(value):
+                out[i] = Opened(SEAL_BROKEN_MARKER, "broken")
+            continue
+        if row["tenant_key"] != tenant:
+            out[i] = Opened(SEAL_BROKEN_MARKER, "broken")
+            continue
+        if row["wrapped_key"] == _SHREDDED_KEY:
+            out[i] = Opened(SHREDDED_MARKER, "shredded")
+            continue
+        if found is False:
+            found = kek if kek is not None else current_kek()
+        if found is None:
+            if without_kek == "raise":
+                raise KeyUnavailable(
+                    f"{table}.{column} holds sealed values: set {KEK_ENV} or {KEK_FILE_ENV}"
+                )
+            out[i] = Opened(SEALED_MARKER, "locked")
+            continue
+        assert isinstance(found, Kek)
+        if key_id not in keys:
+            try:
+                keys[key_id] = _unwrap(found, row)
+            except SealBroken:
+                keys[key_id] = "broken"
+        key = keys[key_id]
+        if isinstance(key, str):
+            out[i] = Opened(SEAL_BROKEN_MARKER, "broken")
+            continue
+        try:
+            out[i] = Opened(_open(key, table, column, tenant, row_id, str(value)), "opened")
+        except SealBroken:
+            out[i] = Opened(SEAL_BROKEN_MARKER, "broken")
+    return out
 
 
 def open_values(
@@ -565,41 +730,96 @@ def open_values(
     kek: Kek | None = None,
     without_kek: str = "marker",
 ) -> list[str]:
-    """Each ``(row_id, tenant, stored value)`` as its text: plain values as they are, sealed ones
-    opened (one query for their keys).
-
-    Without a KEK, sealed values come back as ``SEALED_MARKER`` (``without_kek="marker"``) or
-    raise ``KeyUnavailable`` (``"raise"``). A value that does not open where it is stored is
-    ``SealBroken``; a KEK that did not wrap its key is ``WrongKek``.
-    """
-    values = [value for _, _, value in cells]
-    sealed = [i for i, value in enumerate(values) if value.startswith(SEALED_PREFIX)]
-    if not sealed:
-        return values
-    found = kek if kek is not None else current_kek()
-    if found is None:
-        if without_kek == "raise":
-            raise KeyUnavailable(
-                f"{table}.{column} holds sealed values: set {KEK_ENV} or {KEK_FILE_ENV}"
+    """Each ``(row_id, tenant, stored value)`` of one column as its text, strictly: as
+    ``open_cells``, except that a value that does not open (broken) is ``SealBroken`` naming
+    the row; a shredded one is ``SHREDDED_MARKER``."""
+    opened = open_cells(
+        conn,
+        [(table, column, row_id, tenant, value) for row_id, tenant, value in cells],
+        kek=kek,
+        without_kek=without_kek,
+    )
+    for (row_id, _, _), o in zip(cells, opened, strict=True):
+        if o.state == "broken":
+            raise SealBroken(
+                f"{table}.{column} of row {row_id!r} does not open: sealed for another row, "
+                "column or tenant, or altered"
             )
-        for i in sealed:
-            values[i] = SEALED_MARKER
-        return values
-    key_ids = {i: _split(values[i])[0] for i in sealed}
-    rows = _key_rows(conn, list(key_ids.values()))
-    keys: dict[str, _DataKey] = {}
-    for i, key_id in key_ids.items():
-        row_id, tenant, value = cells[i]
-        if key_id not in keys:
-            row = rows.get(key_id)
-            if row is None:
-                raise SealBroken(
-                    f"{table}.{column} of row {row_id!r} does not open: its key {key_id} is "
-                    "not in agent_tenant_key"
-                )
-            keys[key_id] = _unwrap(found, row)
-        values[i] = _open(keys[key_id], table, column, tenant, row_id, value)
-    return values
+    return [str(o.text) for o in opened]
+
+
+def seal_columns(
+    sealer: Sealer | None, table: str, row_id: str, values: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``values`` (a row about to be written) with its sealed columns sealed for ``row_id``;
+    unchanged without a sealer. NULLs stay NULL."""
+    if sealer is None:
+        return dict(values)
+    out = dict(values)
+    for column in SEALED_COLUMNS.get(table, ()):
+        if out.get(column) is not None:
+            out[column] = sealer.seal(table, column, row_id, out[column])
+    return out
+
+
+def frame_row_id(run_id: str, seq: int) -> str:
+    """The row id a frame's payload is sealed for: ``<run_id>:<seq>`` (the last ``:`` splits
+    it, ``seq`` being a number)."""
+    return f"{run_id}:{int(seq)}"
+
+
+_SEAL_RANK = {"plain": 0, "opened": 1, "locked": 2, "shredded": 3, "broken": 4}
+
+
+def seal_state_of(states: Sequence[str]) -> str:
+    """The worst of some values' states (``plain`` < ``opened`` < ``locked`` < ``shredded`` <
+    ``broken``): how a row with those values reads."""
+    return max(states, key=_SEAL_RANK.__getitem__, default="plain")
+
+
+def open_columns(
+    conn: Connection,
+    table: str,
+    rows: Sequence[Mapping[str, Any]],
+    tenants: Sequence[str | None],
+    *,
+    row_ids: Sequence[str] | None = None,
+    kek: Kek | None = None,
+) -> list[tuple[dict[str, Any], str]]:
+    """Each row as a dict with its sealed columns (those of ``SEALED_COLUMNS[table]`` it holds)
+    opened, or a marker in place, and its seal state (``seal_state_of`` its columns'). The row
+    id is ``row["id"]`` unless ``row_ids`` are given. One key read for the lot, none when no
+    value is in the sealed form."""
+    columns = [c for c in SEALED_COLUMNS[table] if not rows or c in rows[0]]
+    out = [(dict(r), "plain") for r in rows]
+    if not any(_claimed_key(r[c]) is not None for r in rows for c in columns):
+        return out
+    ids = [r["id"] for r in rows] if row_ids is None else list(row_ids)
+    cells = [
+        (table, c, row_id, tenant, r[c])
+        for r, tenant, row_id in zip(rows, tenants, ids, strict=True)
+        for c in columns
+    ]
+    opened = iter(open_cells(conn, cells, kek=kek))
+    result = []
+    for values, _ in out:
+        found = [next(opened) for _ in columns]
+        values.update({c: o.text for c, o in zip(columns, found, strict=True)})
+        result.append((values, seal_state_of([o.state for o in found])))
+    return result
+
+
+def tenants_of_threads(conn: Connection, thread_ids: Sequence[str]) -> dict[str, str | None]:
+    """Each thread's tenant (one read; a missing thread is left out)."""
+    from sqlalchemy import select
+
+    from agora_cli.store.schema import thread
+
+    ids = sorted(set(thread_ids))
+    if not ids:
+        return {}
+    q = select(thread.c.id, thread.c.tenant_ref).where(thread.c.id.in_(ids))
+    return {i: t for i, t in conn.execute(q).all()}
 
 
 # --- sealing existing rows -------------------------------------------------------------------
@@ -607,8 +827,11 @@ def open_values(
 
 @dataclass(frozen=True)
 class SealResult:
-    """What ``seal_tenant`` did (or, dry run, would do), per table: rows counted at the start
-    (``to_seal``), rows it sealed, and rows left (counted at the end)."""
+    """What ``seal_tenant`` did (or, dry run, would do), per table (its sealed columns' values
+    summed): values counted
+    at the start (``to_seal``), values it sealed, values left (counted at the end), and values
+    it left because they name a key but do not open (``broken``: copied, altered or shredded;
+    readers show them as markers)."""
 
     tenant: str
     key_id: str
@@ -618,13 +841,26 @@ class SealResult:
     sealed: dict[str, int]
     remaining: dict[str, int]
     batches: int
+    broken: dict[str, int] = field(default_factory=dict)
 
 
 def _sealed_tables() -> list[tuple[Table, Callable[[str], ColumnElement[bool]]]]:
-    """The sealed columns' tables, each with its "belongs to the tenant" condition."""
+    """The sealed columns' tables, each with its "belongs to the tenant" condition.
+
+    A message, a tool call (through its message) and a frame (through its run) belong to their
+    thread's tenant; a thread, a queued message and a proposal to their own ``tenant_ref``.
+    """
     from sqlalchemy import select
 
-    from agora_cli.store.schema import message, queued_message, thread
+    from agora_cli.store.schema import (
+        action_proposal,
+        message,
+        queued_message,
+        run,
+        stream_frame,
+        thread,
+        tool_call,
+    )
     from agora_cli.store.sqlexpr import exact_eq
 
     # A batch reads the primary key in order from where the last one ended, so that a whole run
@@ -635,43 +871,114 @@ def _sealed_tables() -> list[tuple[Table, Callable[[str], ColumnElement[bool]]]]
     # primary key drives (the plans are in tests/bench/RESULTS.md).
     thread_id = message.c.thread_id + ""
 
+    def threads_of(tenant: str) -> Any:
+        return select(thread.c.id).where(exact_eq(thread.c.tenant_ref, tenant))
+
+    def thread_of(tenant: str) -> ColumnElement[bool]:
+        return exact_eq(thread.c.tenant_ref, tenant)
+
     def message_of(tenant: str) -> ColumnElement[bool]:
-        threads = select(thread.c.id).where(exact_eq(thread.c.tenant_ref, tenant))
-        return thread_id.in_(threads)
+        return thread_id.in_(threads_of(tenant))
 
     def queued_of(tenant: str) -> ColumnElement[bool]:
         return exact_eq(queued_message.c.tenant_ref, tenant)
 
-    return [(message, message_of), (queued_message, queued_of)]
+    def call_of(tenant: str) -> ColumnElement[bool]:
+        messages = select(message.c.id).where(message.c.thread_id.in_(threads_of(tenant)))
+        return (tool_call.c.message_id + "").in_(messages)
+
+    def proposal_of(tenant: str) -> ColumnElement[bool]:
+        return exact_eq(action_proposal.c.tenant_ref, tenant)
+
+    def frame_of(tenant: str) -> ColumnElement[bool]:
+        runs = select(run.c.id).where(run.c.thread_id.in_(threads_of(tenant)))
+        return (stream_frame.c.run_id + "").in_(runs)
+
+    return [
+        (message, message_of),
+        (queued_message, queued_of),
+        (thread, thread_of),
+        (tool_call, call_of),
+        (action_proposal, proposal_of),
+        (stream_frame, frame_of),
+    ]
 
 
-def _needs_sealing(table: Table, active_id: str, rotate: bool) -> ColumnElement[bool]:
-    from sqlalchemy import func
+def _row_key(table: Table) -> list[Any]:
+    """The columns naming a row (the primary key), in order."""
+    return list(table.primary_key.columns)
 
-    prefix = f"{SEALED_PREFIX}{active_id}:" if rotate else SEALED_PREFIX
-    return func.substr(table.c.content, 1, len(prefix)) != prefix
+
+def _row_id(table: Table, key: Sequence[Any]) -> str:
+    """The row id a value of the row is sealed for (a frame's: ``frame_row_id``)."""
+    if table.name == "agent_stream_frame":
+        return frame_row_id(key[0], key[1])
+    return str(key[0])
+
+
+def _seal_targets() -> list[tuple[Table, str, Callable[[str], ColumnElement[bool]]]]:
+    return [
+        (table, column, of)
+        for table, of in _sealed_tables()
+        for column in SEALED_COLUMNS[table.name]
+    ]
+
+
+def _needs_sealing(
+    conn: Connection, table: Table, column: str, tenant: str, active_id: str, rotate: bool
+) -> ColumnElement[bool]:
+    """Not NULL and not in the sealed form under a key of the tenant (``rotate``: under its
+    active key). Text in the sealed form naming no key of the tenant is plaintext: sealed."""
+    from sqlalchemy import and_, func, not_, or_, select
+
+    from agora_cli.store.schema import tenant_key as k
+    from agora_cli.store.sqlexpr import exact_eq
+
+    col = table.c[column]
+    if rotate:
+        ids = [active_id]
+    else:
+        ids = list(conn.execute(select(k.c.id).where(exact_eq(k.c.tenant_key, tenant))).scalars())
+    under = [
+        func.substr(col, 1, len(f"{SEALED_PREFIX}{i}:")) == f"{SEALED_PREFIX}{i}:" for i in ids
+    ]
+    return and_(col.is_not(None), not_(or_(*under))) if under else col.is_not(None)
 
 
 def count_to_seal(conn: Connection, *, tenant: str, rotate: bool = False) -> dict[str, int]:
-    """Rows of the tenant not yet sealed (with ``rotate``: not sealed under the active key)."""
+    """Values of the tenant not yet sealed under one of its keys (with ``rotate``: not under the
+    active key), per table (every sealed column of the table counted)."""
+    return _by_table(_count_columns(conn, check_identity("tenant", tenant), rotate))
+
+
+def _by_table(counts: Mapping[str, int]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, n in counts.items():
+        table = name.partition(".")[0]
+        out[table] = out.get(table, 0) + n
+    return out
+
+
+def _count_columns(conn: Connection, tenant: str, rotate: bool) -> dict[str, int]:
     from sqlalchemy import func, select
 
-    tenant = check_identity("tenant", tenant)
     row = _active_row(conn, tenant)
     active_id = "" if row is None else row["id"]
     return {
-        table.name: int(
+        f"{table.name}.{column}": int(
             conn.execute(
-                select(func.count()).where(of(tenant), _needs_sealing(table, active_id, rotate))
+                select(func.count()).where(
+                    of(tenant), _needs_sealing(conn, table, column, tenant, active_id, rotate)
+                )
             ).scalar_one()
         )
-        for table, of in _sealed_tables()
+        for table, column, of in _seal_targets()
     }
 
 
 def _tenant_keys(conn: Connection, tenant: str, kek: Kek) -> tuple[_DataKey, dict[str, _DataKey]]:
-    """Every key of the tenant unwrapped (so a wrong KEK fails before any write), the active
-    one first."""
+    """Every live key of the tenant unwrapped (so a wrong KEK fails before any write), the
+    active one first; destroyed keys are left out (their values stay shredded)."""
     from sqlalchemy import select
 
     from agora_cli.store.schema import tenant_key as k
@@ -681,7 +988,7 @@ def _tenant_keys(conn: Connection, tenant: str, kek: Kek) -> tuple[_DataKey, dic
     if active is None:
         raise NotFound(f"tenant {tenant!r} has no active key: `agora keys create` first")
     rows = conn.execute(select(k).where(exact_eq(k.c.tenant_key, tenant))).mappings().all()
-    keys = {r["id"]: _unwrap(kek, r) for r in rows}
+    keys = {r["id"]: _unwrap(kek, r) for r in rows if r["wrapped_key"] != _SHREDDED_KEY}
     return keys[active["id"]], keys
 
 
@@ -696,83 +1003,192 @@ def seal_tenant(
     kek: Kek | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> SealResult:
-    """Seal the tenant's plaintext message content under its active key, in bounded batches.
+    """Seal the tenant's plaintext values (every column of ``SEALED_COLUMNS``) under its active
+    key, in bounded batches.
 
-    With ``rotate``, rows sealed under retired keys are opened and sealed again under the active
-    one. Every key of the tenant is unwrapped before anything is written (a wrong KEK is
-    ``WrongKek``, nothing written). Each batch — at most ``batch`` rows, read by id — is its own
-    transaction (the exception to "the caller owns the transaction"), and each row's update is
-    fenced by the value it read, so a batch killed half-way is rolled back whole, a rerun
-    resumes where the last committed batch ended, and no row is ever sealed twice.
-    ``progress(n)`` is called with the rows of each batch.
+    With ``rotate``, values sealed under retired keys are opened and sealed again under the
+    active one. Every key of the tenant is unwrapped before anything is written (a wrong KEK is
+    ``WrongKek``, nothing written). Each batch — at most ``batch`` rows of one column, read by
+    id — is its own transaction (the exception to "the caller owns the transaction"), and each
+    row's update is fenced by the value it read, so a batch killed half-way is rolled back
+    whole, a rerun resumes where the last committed batch ended, and no value is ever sealed
+    twice. A value that names a key of the tenant but does not open is left as it is and
+    counted in ``broken``. ``progress(n)`` is called with the values of each batch.
     """
-    from sqlalchemy import bindparam, select, update
+    from sqlalchemy import and_, bindparam, select, tuple_, update
 
     tenant = check_identity("tenant", tenant)
     check_int("batch", batch, low=1, high=MAX_SEAL_BATCH)
     if max_batches is not None:
         check_int("max_batches", max_batches, low=1, high=10**9)
-    found = _require_kek(kek, f"sealing tenant {tenant!r}'s messages")
+    found = _require_kek(kek, f"sealing tenant {tenant!r}'s rows")
     with engine.connect() as conn:
         active, keys = _tenant_keys(conn, tenant, found)
-        before = count_to_seal(conn, tenant=tenant, rotate=rotate)
+        before = _count_columns(conn, tenant, rotate)
         conn.rollback()
     sealed = {name: 0 for name in before}
+    broken = {name: 0 for name in before}
     batches = 0
     if not dry_run:
-        for table, of in _sealed_tables():
-            after: str | None = None
-            while before[table.name] and (max_batches is None or batches < max_batches):
-                q = (
-                    select(table.c.id, table.c.content)
-                    .where(of(tenant), _needs_sealing(table, active.id, rotate))
-                    .order_by(table.c.id)
-                    .limit(batch)
-                )
-                if after is not None:
-                    q = q.where(table.c.id > after)
-                fence = (
-                    update(table)
-                    .where(table.c.id == bindparam("b_id"), table.c.content == bindparam("b_old"))
-                    .values(content=bindparam("b_new"))
-                )
+        for table, column, of in _seal_targets():
+            name = f"{table.name}.{column}"
+            col = table.c[column]
+            pk = _row_key(table)
+            width = len(pk)
+            after: tuple[Any, ...] | None = None
+            while before[name] and (max_batches is None or batches < max_batches):
                 with engine.begin() as conn:
+                    q = (
+                        select(*pk, col)
+                        .where(
+                            of(tenant),
+                            _needs_sealing(conn, table, column, tenant, active.id, rotate),
+                        )
+                        .order_by(*pk)
+                        .limit(batch)
+                    )
+                    if after is not None:
+                        q = q.where(
+                            pk[0] > after[0] if width == 1 else tuple_(*pk) > tuple_(*after)
+                        )
+                    fence = (
+                        update(table)
+                        .where(
+                            and_(*(c == bindparam(f"b_k{n}") for n, c in enumerate(pk))),
+                            col == bindparam("b_old"),
+                        )
+                        .values({column: bindparam("b_new")})
+                    )
                     rows = conn.execute(q).all()
                     if not rows:
                         break
                     changes = []
-                    for row_id, content in rows:
-                        plain = content
-                        if content.startswith(SEALED_PREFIX):
-                            key = keys.get(_split(content)[0])
-                            if key is None:
-                                raise SealBroken(
-                                    f"{table.name}.content of row {row_id!r} is sealed under a "
-                                    f"key that is not tenant {tenant!r}'s"
+                    # keys named here that are not the tenant's live ones: one read a batch
+                    claimed = {_claimed_key(r[width]) for r in rows} - set(keys) - {None}
+                    foreign = _key_rows(conn, [str(c) for c in claimed])
+                    for r in rows:
+                        key, value = tuple(r[:width]), r[width]
+                        row_id = _row_id(table, key)
+                        plain = value
+                        key_id = _claimed_key(value)
+                        if key_id in foreign:  # another tenant's key, or a destroyed one
+                            broken[name] += 1
+                            continue
+                        if key_id is not None and key_id in keys:
+                            try:
+                                plain = _open(
+                                    keys[key_id], table.name, column, tenant, row_id, value
                                 )
-                            plain = _open(key, table.name, "content", tenant, row_id, content)
-                        new = _seal(active, table.name, "content", row_id, plain)
-                        changes.append({"b_id": row_id, "b_old": content, "b_new": new})
-                    done = conn.execute(fence, changes).rowcount
+                            except SealBroken:
+                                broken[name] += 1
+                                continue
+                        new = _seal(active, table.name, column, row_id, plain)
+                        ident = {f"b_k{n}": k for n, k in enumerate(key)}
+                        changes.append({**ident, "b_old": value, "b_new": new})
+                    done = conn.execute(fence, changes).rowcount if changes else 0
                 batches += 1
                 # A row whose fence lost was sealed by a concurrent run: not counted twice.
                 exact = conn.dialect.supports_sane_multi_rowcount and done >= 0
-                sealed[table.name] += done if exact else len(changes)
-                after = rows[-1][0]
+                sealed[name] += done if exact else len(changes)
+                after = tuple(rows[-1][:width])
                 if progress is not None:
-                    progress(len(changes))
+                    progress(len(rows))
                 if len(rows) < batch:
                     break
     with engine.connect() as conn:
-        remaining = count_to_seal(conn, tenant=tenant, rotate=rotate) if not dry_run else before
+        remaining = _count_columns(conn, tenant, rotate) if not dry_run else before
         conn.rollback()
     return SealResult(
         tenant=tenant,
         key_id=active.id,
         rotate=rotate,
         dry_run=dry_run,
-        to_seal=before,
-        sealed=sealed,
-        remaining=remaining,
+        to_seal=_by_table(before),
+        sealed=_by_table(sealed),
+        remaining=_by_table(remaining),
         batches=batches,
+        broken=_by_table(broken),
     )
+
+
+def destroy_tenant_keys(conn: Connection, *, tenant: str, clock: Clock | None = None) -> list[str]:
+    """Crypto-shred a tenant: overwrite every one of its data keys (the rows stay, retired, so
+    its sealed values read as ``shredded``). Needs no KEK; cannot be undone.
+
+    Returns the ids destroyed (none when already destroyed); ``NotFound`` for a tenant that
+    never had a key. Until ``create_tenant_key`` gives it a new key, writes of the tenant's
+    content are refused (``KeyUnavailable``) rather than stored in plaintext.
+    """
+    from sqlalchemy import func, select, update
+
+    from agora_cli.store.clock import SystemClock
+    from agora_cli.store.schema import tenant_key as k
+    from agora_cli.store.sqlexpr import exact_eq
+
+    tenant = check_identity("tenant", tenant)
+    mine = exact_eq(k.c.tenant_key, tenant)
+    ids = sorted(conn.execute(select(k.c.id).where(mine).with_for_update()).scalars())
+    if not ids:
+        raise NotFound(f"tenant {tenant!r} has no key to destroy")
+    live = sorted(
+        conn.execute(select(k.c.id).where(mine, k.c.wrapped_key != _SHREDDED_KEY)).scalars()
+    )
+    now = (clock or SystemClock()).now_ms()
+    conn.execute(
+        update(k)
+        .where(mine, k.c.wrapped_key != _SHREDDED_KEY)
+        .values(wrapped_key=_SHREDDED_KEY, retired_at=func.coalesce(k.c.retired_at, now))
+    )
+    return live
+
+
+def key_destroyed(conn: Connection, tenant: str) -> bool:
+    """Whether the tenant's keys were destroyed (it has keys, none of them live)."""
+    from sqlalchemy import select
+
+    from agora_cli.store.schema import tenant_key as k
+    from agora_cli.store.sqlexpr import exact_eq
+
+    q = select(k.c.wrapped_key).where(exact_eq(k.c.tenant_key, tenant)).limit(50)
+    states = [w == _SHREDDED_KEY for w in conn.execute(q).scalars()]
+    return bool(states) and all(states)
+
+
+def vacuum_sealed_tables(engine: Engine) -> list[str]:
+    """Rewrite the sealed tables so that old row versions (the plaintext ``db seal`` replaced)
+    leave the table files: PostgreSQL ``VACUUM FULL`` (an ACCESS EXCLUSIVE lock on each table
+    in turn: reads and writes of that table wait), MySQL/MariaDB ``OPTIMIZE TABLE`` (InnoDB
+    rebuilds the table online: brief exclusive locks at its start and end), SQLite ``VACUUM``
+    then a WAL checkpoint (the whole file rebuilt under an exclusive lock). Returns the
+    statements run. WAL already archived, replicas' own files and backups keep what they hold.
+    """
+    from sqlalchemy import text
+
+    dialect = engine.dialect.name
+    tables = list(SEALED_COLUMNS)
+    if dialect == "postgresql":
+        stmts = [f'VACUUM (FULL) "{t}"' for t in tables]
+    elif dialect == "mysql":
+        stmts = [f"OPTIMIZE TABLE `{t}`" for t in tables]
+    else:
+        stmts = ["VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"]
+        # outside any transaction: the engine's own BEGIN (IMMEDIATE) would refuse VACUUM
+        raw = engine.raw_connection()
+        try:
+            driver: Any = raw.driver_connection
+            driver.commit()
+            before, driver.isolation_level = driver.isolation_level, None
+            try:
+                for stmt in stmts:
+                    driver.execute(stmt).fetchall()
+            finally:
+                driver.isolation_level = before
+        finally:
+            raw.close()
+        return stmts
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        for stmt in stmts:
+            result = conn.execute(text(stmt))
+            if result.returns_rows:  # OPTIMIZE TABLE answers with a status row per table
+                result.fetchall()
+    return stmts

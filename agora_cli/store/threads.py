@@ -32,7 +32,7 @@ from sqlalchemy import LargeBinary, case, cast, delete, func, insert, or_, selec
 
 from agora_cli.store.clock import Clock, SystemClock
 from agora_cli.store.engine import dialect_name
-from agora_cli.store.errors import InvalidInput, KeyUnavailable, NotFound
+from agora_cli.store.errors import InvalidInput, KeyUnavailable, NotFound, SealBroken
 from agora_cli.store.fold import mark_days_dirty
 from agora_cli.store.ids import new_id
 from agora_cli.store.schema import (
@@ -47,7 +47,14 @@ from agora_cli.store.schema import (
     token_usage,
     tool_call,
 )
-from agora_cli.store.sealing import is_sealed, open_values, sealer_for
+from agora_cli.store.sealing import (
+    SEALED_COLUMNS,
+    is_sealed,
+    open_columns,
+    seal_columns,
+    sealer_for,
+    tenants_of_threads,
+)
 from agora_cli.store.sqlexpr import exact_eq, finite_cost, known_usd
 from agora_cli.store.tenant_guard import check_thread_tenant
 from agora_cli.store.values import (
@@ -96,10 +103,12 @@ __all__ = [
     "list_threads",
     "load_thread_for_turn",
     "record_tool_call",
+    "seal_message_values",
     "set_tool_call_status",
     "soft_delete_thread",
     "start_run",
     "truncate_from",
+    "update_thread",
     "usage_by_thread",
 ]
 
@@ -125,6 +134,9 @@ class Thread:
     created_at: int
     updated_at: int
     deleted_at: int | None
+    # how its sealed columns (title, summary) read: "plain", "opened", "locked", "broken",
+    # "shredded" (the worst of the two; a marker stands in for a value that does not open)
+    seal_state: str = "plain"
 
 
 @dataclass(frozen=True)
@@ -145,8 +157,15 @@ class Message:
     run_id: str | None
     outcome: str | None
     created_at: int
-    # stored sealed (content is then the opened text, or SEALED_MARKER without the KEK)
+    # stored sealed (its sealed columns are then the opened text, or a marker in their place)
     sealed: bool = False
+    # "plain", "opened", "locked" (no KEK), "broken" (a value does not open where it is
+    # stored: SEAL_BROKEN_MARKER in its place) or "shredded" (its key was destroyed)
+    seal_state: str = "plain"
+
+    @property
+    def seal_broken(self) -> bool:
+        return self.seal_state == "broken"
 
 
 @dataclass(frozen=True)
@@ -189,6 +208,8 @@ class ToolCall:
     run_id: str | None
     created_at: int
     executed_at: int | None
+    # how input and output read: "plain", "opened", "locked", "broken" or "shredded"
+    seal_state: str = "plain"
 
     @property
     def latency_ms(self) -> int | None:
@@ -330,7 +351,23 @@ def _dump(value: Any, what: str = "a JSON payload") -> str | None:
     return None if value is None else dump_json(what, value)
 
 
-def _thread(row: Mapping[Any, Any]) -> Thread:
+def _open_rows(
+    conn: Connection,
+    table: str,
+    rows: Sequence[Mapping[Any, Any]],
+    tenants: Sequence[str | None],
+) -> list[tuple[dict[str, Any], str]]:
+    """Each row with its sealed columns opened (or a marker in place) and its seal state."""
+    return open_columns(conn, table, rows, tenants)
+
+
+def _threads(conn: Connection, rows: Sequence[Mapping[Any, Any]]) -> list[Thread]:
+    """Threads from their rows, title and summary opened (or a marker in place)."""
+    opened = _open_rows(conn, thread.name, rows, [r["tenant_ref"] for r in rows])
+    return [_thread(values, state) for values, state in opened]
+
+
+def _thread(row: Mapping[Any, Any], seal_state: str = "plain") -> Thread:
     return Thread(
         id=row["id"],
         actor_ref=row["actor_ref"],
@@ -347,44 +384,80 @@ def _thread(row: Mapping[Any, Any]) -> Thread:
         created_at=int(row["created_at"]),
         updated_at=int(row["updated_at"]),
         deleted_at=row["deleted_at"],
+        seal_state=seal_state,
     )
 
 
-_MESSAGE_COLUMNS = tuple(name for name in Message.__dataclass_fields__ if name != "sealed")
-_CONTENT = (message.name, "content")
+_MESSAGE_COLUMNS = tuple(
+    name for name in Message.__dataclass_fields__ if name not in ("sealed", "seal_state")
+)
 
 
-def _message(row: Mapping[Any, Any], content: str | None = None) -> Message:
-    """A message from its row; ``content`` is the opened text when the row holds a sealed one."""
+def _message(row: Mapping[Any, Any], seal_state: str = "plain") -> Message:
+    """A message from its row (sealed columns already opened by ``_open_messages``)."""
     values = {name: row[name] for name in _MESSAGE_COLUMNS}
-    if content is not None:
-        values.update(content=content, sealed=is_sealed(row["content"]))
-    return Message(**values)
+    return Message(**values, sealed=seal_state != "plain", seal_state=seal_state)
 
 
-def _open_contents(
-    conn: Connection, thread_id: str, tenant: str | bool | None, rows: Sequence[Mapping[Any, Any]]
-) -> list[str]:
-    """The rows' contents as text: sealed ones opened (or the sealed marker without the KEK).
+def _open_messages(
+    conn: Connection, tenant: str | bool | None, rows: Sequence[Mapping[Any, Any]]
+) -> list[tuple[dict[str, Any], str]]:
+    """The rows with their sealed columns opened (or a marker in place) and their seal state.
 
-    ``tenant`` is the thread's, or ``False`` when the caller has not read the thread: it is
-    then read only if a row is sealed.
+    ``tenant`` is the thread's, or ``False`` when the caller has not read the threads: they
+    are then read (one query) only if a row holds a sealed value.
     """
-    contents = [r["content"] for r in rows]
-    if not any(is_sealed(c) for c in contents):
-        return contents
+    columns = [c for c in SEALED_COLUMNS[message.name] if not rows or c in rows[0]]
+    if not any(is_sealed(r[c]) for r in rows for c in columns):
+        return [(dict(r), "plain") for r in rows]
     if tenant is False:
-        tenant = conn.execute(select(thread.c.tenant_ref).where(thread.c.id == thread_id)).scalar()
-    return open_values(
-        conn,
-        table=message.name,
-        column="content",
-        cells=[(r["id"], tenant if isinstance(tenant, str) else None, r["content"]) for r in rows],
+        owners = tenants_of_threads(conn, [r["thread_id"] for r in rows])
+        tenants = [owners.get(r["thread_id"]) for r in rows]
+    else:
+        tenants = [tenant if isinstance(tenant, str) else None] * len(rows)
+    return _open_rows(conn, message.name, rows, tenants)
+
+
+def _tool_call_tenant(conn: Connection, message_id: str) -> str | None:
+    """The tenant a tool call's input and output are sealed for: its message's thread's."""
+    q = (
+        select(thread.c.tenant_ref)
+        .join(message, message.c.thread_id == thread.c.id)
+        .where(message.c.id == message_id)
     )
+    return conn.execute(q).scalar()
 
 
-def _tool_call(row: Mapping[Any, Any]) -> ToolCall:
-    return ToolCall(**{name: row[name] for name in ToolCall.__dataclass_fields__})
+def _tool_calls(
+    conn: Connection, rows: Sequence[Mapping[Any, Any]], tenant: str | bool | None = False
+) -> list[ToolCall]:
+    """Tool calls from their rows, input and output opened (or a marker in place).
+
+    ``tenant`` is their thread's, or ``False``: then read (one query) only if one is sealed.
+    """
+    if not any(is_sealed(r[c]) for r in rows for c in SEALED_COLUMNS[tool_call.name]):
+        return [_tool_call(r) for r in rows]
+    if tenant is False:
+        q = (
+            select(message.c.id, thread.c.tenant_ref)
+            .join(thread, message.c.thread_id == thread.c.id)
+            .where(message.c.id.in_(sorted({r["message_id"] for r in rows})))
+        )
+        owners: dict[str, str | None] = {i: t for i, t in conn.execute(q).all()}
+        tenants = [owners.get(r["message_id"]) for r in rows]
+    else:
+        tenants = [tenant if isinstance(tenant, str) else None] * len(rows)
+    return [
+        _tool_call(values, state)
+        for values, state in open_columns(conn, tool_call.name, rows, tenants)
+    ]
+
+
+_TOOL_CALL_COLUMNS = tuple(name for name in ToolCall.__dataclass_fields__ if name != "seal_state")
+
+
+def _tool_call(row: Mapping[Any, Any], seal_state: str = "plain") -> ToolCall:
+    return ToolCall(**{name: row[name] for name in _TOOL_CALL_COLUMNS}, seal_state=seal_state)
 
 
 def _run(row: Mapping[Any, Any]) -> Run:
@@ -416,7 +489,7 @@ def _lock_thread(conn: Connection, thread_id: str) -> Thread:
     row = conn.execute(q).mappings().first()
     if row is None:
         raise NotFound(f"no thread {thread_id!r}")
-    return _thread(row)
+    return _threads(conn, [row])[0]
 
 
 def _delete_tool_calls_of_messages(conn: Connection, where: ColumnElement[bool]) -> int:
@@ -467,7 +540,8 @@ def create_thread(
         "updated_at": now,
         "deleted_at": None,
     }
-    conn.execute(insert(thread).values(values))
+    sealer = sealer_for(conn, values["tenant_ref"])
+    conn.execute(insert(thread).values(seal_columns(sealer, thread.name, values["id"], values)))
     return _thread(values)
 
 
@@ -475,7 +549,7 @@ def find_thread(conn: Connection, thread_id: str) -> Thread | None:
     """Return the thread, or ``None``."""
     check_identity("thread_id", thread_id)
     row = conn.execute(select(thread).where(exact_eq(thread.c.id, thread_id))).mappings().first()
-    return None if row is None else _thread(row)
+    return None if row is None else _threads(conn, [row])[0]
 
 
 def get_thread(conn: Connection, thread_id: str) -> Thread:
@@ -528,8 +602,9 @@ def list_threads(
         # A foreign writer may have left NULL in the 0/1 column: that is not transient.
         q = q.where(or_(thread.c.transient.is_(None), thread.c.transient == 0))
     q = q.order_by(thread.c.updated_at.desc(), thread.c.id.desc()).limit(limit)
-    rows = conn.execute(q).mappings().all()
-    totals = usage_by_thread(conn, [r["id"] for r in rows])
+    found = conn.execute(q).mappings().all()
+    totals = usage_by_thread(conn, [r["id"] for r in found])
+    rows = [r for r, _ in _open_rows(conn, thread.name, found, [r["tenant_ref"] for r in found])]
     return [
         ThreadSummary(
             id=r["id"],
@@ -662,9 +737,9 @@ def append_message(
     now = _clock(clock).now_ms()
     if values["id"] is None:
         values["id"] = new_id(now)  # the same clock reading as created_at
-    sealer = sealer_for(conn, locked.tenant_ref)
-    if sealer is not None:  # sealed after the id is chosen: the value is bound to its row
-        values["content"] = sealer.seal(*_CONTENT, values["id"], content)
+    plain = dict(values)
+    # sealed after the id is chosen: each value is bound to its row
+    values = seal_columns(sealer_for(conn, locked.tenant_ref), message.name, values["id"], values)
     # A locking read sees the latest committed row even in a REPEATABLE READ transaction
     # (InnoDB's default) that has already taken its snapshot; the thread lock makes it exact.
     top = conn.execute(
@@ -678,7 +753,51 @@ def append_message(
     values["created_at"] = now
     conn.execute(insert(message).values(values))
     conn.execute(update(thread).where(thread.c.id == thread_id).values(updated_at=now))
-    return _message(values, content)
+    sealed = values["content"] != content
+    return _message(
+        {**plain, "seq": values["seq"], "created_at": now}, "opened" if sealed else "plain"
+    )
+
+
+def seal_message_values(
+    conn: Connection, thread_id: str, message_id: str, values: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``values`` of a message of ``thread_id``, about to be written over its columns: sealed
+    for the thread's tenant when it has a key (``KeyUnavailable`` without the KEK; never
+    plaintext over a keyed tenant's values), else as they are."""
+    tenant = conn.execute(select(thread.c.tenant_ref).where(thread.c.id == thread_id)).scalar()
+    return seal_columns(sealer_for(conn, tenant), message.name, message_id, values)
+
+
+def update_thread(
+    conn: Connection,
+    thread_id: str,
+    *,
+    title: str | None = None,
+    summary: str | None = None,
+    summary_message_count: int | None = None,
+    clock: Clock | None = None,
+) -> Thread:
+    """Set a thread's ``title`` and/or ``summary`` (``None``: left as it is); for a keyed tenant
+    they are sealed, never written in plaintext (``KeyUnavailable`` without the KEK)."""
+    changes: dict[str, Any] = {}
+    if title is not None:
+        changes["title"] = check_text("title", title)
+    if summary is not None:
+        changes["summary"] = check_text("summary", summary)
+    if summary_message_count is not None:
+        changes["summary_message_count"] = check_int(
+            "summary_message_count", summary_message_count, low=0, high=2**31 - 1
+        )
+    if not changes:
+        raise InvalidInput("give a title, a summary or a summary_message_count to set")
+    found = _lock_thread(conn, check_identity("thread_id", thread_id))
+    sealed = seal_columns(sealer_for(conn, found.tenant_ref), thread.name, found.id, changes)
+    now = _clock(clock).now_ms()
+    conn.execute(
+        update(thread).where(thread.c.id == found.id).values({**sealed, "updated_at": now})
+    )
+    return get_thread(conn, found.id)
 
 
 def list_messages(conn: Connection, thread_id: str) -> list[Message]:
@@ -690,8 +809,7 @@ def list_messages(conn: Connection, thread_id: str) -> list[Message]:
 def _list_messages(conn: Connection, thread_id: str, tenant: str | bool | None) -> list[Message]:
     q = select(message).where(message.c.thread_id == thread_id).order_by(*_message_order())
     rows = conn.execute(q).mappings().all()
-    contents = _open_contents(conn, thread_id, tenant, rows)
-    return [_message(r, c) for r, c in zip(rows, contents, strict=True)]
+    return [_message(r, state) for r, state in _open_messages(conn, tenant, rows)]
 
 
 def list_run_messages(conn: Connection, run: Run, *, limit: int = 1000) -> list[Message]:
@@ -710,14 +828,7 @@ def list_run_messages(conn: Connection, run: Run, *, limit: int = 1000) -> list[
     )
     rows = conn.execute(q).mappings().all()
     # A run's messages are its thread's; a foreign writer's stray one opens under its own.
-    by_thread: dict[str, list[Mapping[Any, Any]]] = {}
-    for r in rows:
-        by_thread.setdefault(r["thread_id"], []).append(r)
-    opened: dict[str, str] = {}
-    for thread_id, group in by_thread.items():
-        for row, text in zip(group, _open_contents(conn, thread_id, False, group), strict=True):
-            opened[row["id"]] = text
-    return [_message(r, opened[r["id"]]) for r in rows]
+    return [_message(r, state) for r, state in _open_messages(conn, False, rows)]
 
 
 def load_thread_for_turn(conn: Connection, thread_id: str, *, limit: int = 50) -> ThreadTurn:
@@ -733,10 +844,8 @@ def load_thread_for_turn(conn: Connection, thread_id: str, *, limit: int = 50) -
         .limit(limit)
     )
     found_rows = conn.execute(newest).mappings().all()
-    contents = _open_contents(conn, thread_id, found.tenant_ref, found_rows)
-    rows = [
-        TurnMessage(**{**dict(r), "content": c}) for r, c in zip(found_rows, contents, strict=True)
-    ]
+    opened = _open_messages(conn, found.tenant_ref, found_rows)
+    rows = [TurnMessage(**r) for r, _ in opened]
     rows.reverse()
     return ThreadTurn(thread=found, messages=rows)
 
@@ -782,27 +891,30 @@ def fork_thread(
         updated_at=now,
         deleted_at=None,
     )
+    opened = _open_messages(conn, source.tenant_ref, copied)
+    states = {source.seal_state} | {state for _, state in opened}
+    if "locked" in states:
+        raise KeyUnavailable(
+            f"thread {thread_id!r} holds sealed values: set AGORA_KEK or AGORA_KEK_FILE"
+        )
+    if states & {"broken", "shredded"}:
+        raise SealBroken(f"thread {thread_id!r} holds values that do not open: not copied")
+    sealer = sealer_for(conn, source.tenant_ref)
+    if sealer is None and states - {"plain"}:
+        raise KeyUnavailable(
+            f"thread {thread_id!r} holds sealed values but its tenant has no active key"
+        )
     values = {name: getattr(new, name) for name in Thread.__dataclass_fields__}
     values["transient"] = 1 if new.transient else 0
-    conn.execute(insert(thread).values(values))
-    if copied:
-        if any(is_sealed(row["content"]) for row in copied):
-            cells = [(row["id"], source.tenant_ref, row["content"]) for row in copied]
-            texts = open_values(
-                conn, table=message.name, column="content", cells=cells, without_kek="raise"
-            )
-        else:
-            texts = [row["content"] for row in copied]
-        sealer = sealer_for(conn, source.tenant_ref)
-        if sealer is None and any(is_sealed(r["content"]) for r in copied):
-            raise KeyUnavailable(
-                f"thread {thread_id!r} holds sealed messages but its tenant has no active key"
-            )
-        for row, plain in zip(copied, texts, strict=True):
-            row["id"] = new_id(now)
-            row["thread_id"] = new.id
-            row["content"] = plain if sealer is None else sealer.seal(*_CONTENT, row["id"], plain)
-        conn.execute(insert(message), copied)
+    del values["seal_state"]
+    conn.execute(insert(thread).values(seal_columns(sealer, thread.name, new.id, values)))
+    rows = []
+    for row, _ in opened:
+        row["id"] = new_id(now)
+        row["thread_id"] = new.id
+        rows.append(seal_columns(sealer, message.name, row["id"], row))
+    if rows:
+        conn.execute(insert(message), rows)
     return new
 
 
@@ -906,8 +1018,8 @@ def get_transcript(conn: Connection, thread_id: str) -> Transcript:
         .order_by(tool_call.c.created_at, tool_call.c.id)
     )
     calls: dict[str, list[ToolCall]] = {}
-    for r in conn.execute(calls_q).mappings():
-        calls.setdefault(r["message_id"], []).append(_tool_call(r))
+    for call in _tool_calls(conn, conn.execute(calls_q).mappings().all(), found.tenant_ref):
+        calls.setdefault(call.message_id, []).append(call)
     usage_cols = [token_usage.c[name] for name in ThreadUsageRow.__dataclass_fields__]
     usage_q = (
         select(*usage_cols)
@@ -963,8 +1075,11 @@ def record_tool_call(
         "created_at": _clock(clock).now_ms(),
         "executed_at": None,
     }
-    conn.execute(insert(tool_call).values(values))
-    return _tool_call(values)
+    sealer = sealer_for(conn, _tool_call_tenant(conn, values["message_id"]))
+    conn.execute(
+        insert(tool_call).values(seal_columns(sealer, tool_call.name, values["id"], values))
+    )
+    return _tool_call(values, "plain" if sealer is None else "opened")
 
 
 def get_tool_call(conn: Connection, tool_call_id: str) -> ToolCall:
@@ -974,7 +1089,7 @@ def get_tool_call(conn: Connection, tool_call_id: str) -> ToolCall:
     row = conn.execute(q).mappings().first()
     if row is None:
         raise NotFound(f"no tool call {tool_call_id!r}")
-    return _tool_call(row)
+    return _tool_calls(conn, [row])[0]
 
 
 def complete_tool_call(
@@ -988,14 +1103,23 @@ def complete_tool_call(
     clock: Clock | None = None,
 ) -> ToolCall:
     """Record a tool call's result (``executed`` or ``failed``, the runtime's words); the first
-    completion wins and a later one changes nothing."""
+    completion wins and a later one changes nothing. For a keyed tenant the output is sealed
+    (``KeyUnavailable`` without the KEK: never written in plaintext)."""
+    check_identity("tool_call_id", tool_call_id)
     now = _clock(clock).now_ms()
+    text = _dump(output)
+    if text is not None:
+        owner = select(tool_call.c.message_id).where(exact_eq(tool_call.c.id, tool_call_id))
+        message_id = conn.execute(owner).scalar()
+        if message_id is not None:
+            sealer = sealer_for(conn, _tool_call_tenant(conn, message_id))
+            text = seal_columns(sealer, tool_call.name, tool_call_id, {"output": text})["output"]
     stmt = (
         update(tool_call)
         .where(exact_eq(tool_call.c.id, tool_call_id), tool_call.c.executed_at.is_(None))
         .values(
             status=_ident(status, "status"),
-            output=_dump(output),
+            output=text,
             error=error,
             executed_by_ref=_ident(executed_by_ref, "executed_by_ref", optional=True),
             executed_at=now,

@@ -3,7 +3,10 @@
 For each dialect (local PostgreSQL and MariaDB, and a SQLite file):
 
 1. ``threads show`` of a 500-message thread whose messages are sealed (opened with the KEK) vs
-   the same thread in plaintext, both in one database and measured interleaved — the median of
+   the same thread in plaintext — every sealed column filled: the thread's title and summary,
+   each message's content and (assistant) tool calls and outcome or (user) attachments, and a
+   tool call record with input and output per assistant message (issue 24) — both in one
+   database and measured interleaved — the median (and range) of
    ``BENCH_SEAL_REPEAT`` runs (default 15) of the library read (``get_transcript``; also timed
    with the garbage collector off, as ``timeit`` does) and of the whole command in-process
    (``agora threads show ID --json``: engine, read, JSON). Goal: sealed/plaintext <= 1.5.
@@ -44,7 +47,14 @@ from agora_cli.store.sealing import (
     sealer_for,
     using_kek,
 )
-from agora_cli.store.threads import append_message, create_thread, get_transcript
+from agora_cli.store.threads import (
+    append_message,
+    complete_tool_call,
+    create_thread,
+    get_transcript,
+    record_tool_call,
+    update_thread,
+)
 
 ROWS = int(os.environ.get("BENCH_SEAL_ROWS", "200000"))
 REPEAT = int(os.environ.get("BENCH_SEAL_REPEAT", "15"))
@@ -61,9 +71,12 @@ def _text(rng: random.Random, chars: int = 400) -> str:
     return " ".join(out)
 
 
-def _interleaved(a: Any, b: Any, repeat: int, *, no_gc: bool = False) -> tuple[float, float]:
-    """The medians of ``a`` and ``b``, run alternately; ``no_gc`` times them as ``timeit``
-    does, with the cyclic garbage collector off (a collection triggered by one side's
+Span = tuple[float, float, float]  # median, min, max (seconds)
+
+
+def _interleaved(a: Any, b: Any, repeat: int, *, no_gc: bool = False) -> tuple[Span, Span]:
+    """The median, min and max of ``a`` and ``b``, run alternately; ``no_gc`` times them as
+    ``timeit`` does, with the cyclic garbage collector off (a collection triggered by one side's
     allocations otherwise lands, 20 ms at a time, on whichever call is running)."""
     a(), b()  # warm up
     ta, tb = [], []
@@ -78,7 +91,14 @@ def _interleaved(a: Any, b: Any, repeat: int, *, no_gc: bool = False) -> tuple[f
             finally:
                 times.append(time.perf_counter() - start)
                 gc.enable()
-    return statistics.median(ta), statistics.median(tb)
+    return (
+        (statistics.median(ta), min(ta), max(ta)),
+        (statistics.median(tb), min(tb), max(tb)),
+    )
+
+
+def _ms(span: Span) -> str:
+    return f"{span[0] * 1000:.1f} ms ({span[1] * 1000:.1f}–{span[2] * 1000:.1f})"
 
 
 def bench_show(dialect: str, url: str, kek: Kek) -> None:
@@ -90,16 +110,37 @@ def bench_show(dialect: str, url: str, kek: Kek) -> None:
     with using_kek(kek), engine.begin() as conn:
         create_tenant_key(conn, tenant="sealed-co")
         for tenant in ("plain-co", "sealed-co"):
-            create_thread(conn, actor_ref="alice", tenant_ref=tenant, thread_id=f"show-{tenant}")
+            create_thread(
+                conn,
+                actor_ref="alice",
+                tenant_ref=tenant,
+                thread_id=f"show-{tenant}",
+                title="Refund for order 7 and the card ending 4111",
+            )
+            update_thread(conn, f"show-{tenant}", summary=_text(rng, 600))
         for n in range(SHOW_MESSAGES):
             text = _text(rng)
+            user = bool(n % 2)
+            args = {"order_id": n, "note": _text(rng, 80)}
             for tenant in ("plain-co", "sealed-co"):
-                append_message(
+                m = append_message(
                     conn,
                     thread_id=f"show-{tenant}",
-                    role="user" if n % 2 else "assistant",
+                    role="user" if user else "assistant",
                     content=text,
+                    tool_calls=None if user else [{"id": f"c{n}", "name": "lookup", "args": args}],
+                    attachments=[{"name": f"scan-{n}.pdf", "size": 1024}] if user else None,
+                    outcome=None if user else {"result": args},
                 )
+                if not user:
+                    record_tool_call(
+                        conn,
+                        message_id=m.id,
+                        tool_call_id=f"{tenant}-c{n}",
+                        tool_name="lookup",
+                        input=args,
+                    )
+                    complete_tool_call(conn, f"{tenant}-c{n}", output={"found": args})
 
     def read(tenant: str) -> Any:
         def go() -> None:
@@ -122,8 +163,8 @@ def bench_show(dialect: str, url: str, kek: Kek) -> None:
         plain, sealed = _interleaved(read("plain-co"), read("sealed-co"), REPEAT, no_gc=no_gc)
         print(
             f"{dialect}: get_transcript of {SHOW_MESSAGES} messages"
-            f"{' (GC off, as timeit)' if no_gc else ''}: plaintext {plain * 1000:.1f} ms, "
-            f"sealed {sealed * 1000:.1f} ms, ratio {sealed / plain:.2f} (goal <= 1.5)"
+            f"{' (GC off, as timeit)' if no_gc else ''}: plaintext {_ms(plain)}, "
+            f"sealed {_ms(sealed)}, ratio {sealed[0] / plain[0]:.2f} (goal <= 1.5)"
         )
     os.environ[KEK_ENV] = _KEK_TEXT
     try:
@@ -132,8 +173,7 @@ def bench_show(dialect: str, url: str, kek: Kek) -> None:
         del os.environ[KEK_ENV]
     print(
         f"{dialect}: threads show --json of {SHOW_MESSAGES} messages: plaintext "
-        f"{plain * 1000:.1f} ms, sealed {sealed * 1000:.1f} ms, ratio {sealed / plain:.2f} "
-        "(goal <= 1.5)"
+        f"{_ms(plain)}, sealed {_ms(sealed)}, ratio {sealed[0] / plain[0]:.2f} (goal <= 1.5)"
     )
     engine.dispose()
 

@@ -55,10 +55,18 @@ def test_from_plaintext_to_a_sealed_tenant(engine: Any, db_url: str, cli: Any) -
     raw = _raw(engine)
     assert raw["new"].startswith(f"{SEALED_PREFIX}{key['id']}:") and raw[f"{tid}-0"] == "old one"
     dry = cli("db", "seal", "--tenant", "acme", "--dry-run", "--db", db_url, "--json", env=WITH)
-    assert dry.json()["to_seal"] == {"agent_message": 2, "agent_queued_message": 0}
+    assert dry.json()["to_seal"] == {
+        "agent_message": 2,
+        "agent_queued_message": 0,
+        "agent_thread": 1,
+        "agent_tool_call": 0,
+        "agent_action_proposal": 0,
+        "agent_stream_frame": 0,
+    }
     sealed = cli("db", "seal", "--tenant", "acme", "--batch", "1", "--db", db_url, env=WITH)
     assert sealed.exit_code == 0, sealed.stderr
-    assert "sealed 2 row(s)" in sealed.stdout and "0 plaintext row(s) remain" in sealed.stdout
+    # the two messages and the thread's title
+    assert "sealed 3 value(s)" in sealed.stdout and "0 plaintext value(s) remain" in sealed.stdout
     raw = _raw(engine)
     assert all(raw[i].startswith(SEALED_PREFIX) for i in (f"{tid}-0", f"{tid}-1", "new"))
     assert raw["t-globex-0"] == "globex stays plain"
@@ -67,7 +75,7 @@ def test_from_plaintext_to_a_sealed_tenant(engine: Any, db_url: str, cli: Any) -
     assert [m["content"] for m in shown["messages"]] == ["old one", "old two", "new"]
     assert all(m["sealed"] for m in shown["messages"])
     hidden = cli("threads", "show", tid, "--db", db_url, env=WITHOUT)
-    assert hidden.exit_code == 0 and hidden.stdout.count("[sealed]") == 3
+    assert hidden.exit_code == 0 and hidden.stdout.count("[sealed]") == 4  # the title too
     assert "old one" not in hidden.stdout and "(sealed)" in hidden.stdout
     plain = cli("threads", "show", "t-globex", "--db", db_url, "--json", env=WITHOUT).json()
     assert plain["messages"][0]["content"] == "globex stays plain"
@@ -140,7 +148,9 @@ def test_a_wrong_or_missing_kek_is_exit_3_and_writes_nothing(
     assert cli("db", "seal", "--tenant", "acme", "--batch", "0", "--db", db_url).exit_code == 2
 
 
-def test_a_copied_sealed_value_is_exit_1_naming_the_row(engine: Any, db_url: str, cli: Any) -> None:
+def test_a_copied_sealed_value_shows_in_place_and_is_exit_1_naming_the_row(
+    engine: Any, db_url: str, cli: Any
+) -> None:
     a = _messages(engine, "acme", ["acme's"])
     b = _messages(engine, "globex", ["globex's"])
     for tenant in ("acme", "globex"):
@@ -152,7 +162,11 @@ def test_a_copied_sealed_value_is_exit_1_naming_the_row(engine: Any, db_url: str
         value = conn.execute(select(message.c.content).where(message.c.id == f"{a}-0")).scalar()
         conn.execute(update(message).where(message.c.id == f"{b}-0").values(content=value))
     result = cli("threads", "show", b, "--db", db_url, env=WITH)
-    assert result.exit_code == 1 and f"{b}-0" in result.stderr and no_data(result)
+    assert result.exit_code == 1 and f"{b}-0" in result.stderr
+    assert "[seal broken]" in result.stdout and "acme's" not in result.stdout
+    doc = cli("threads", "show", b, "--db", db_url, "--json", env=WITH)
+    assert doc.exit_code == 1 and doc.json()["seal_broken"] == [f"{b}-0"]
+    assert doc.json()["messages"][0]["seal_broken"] is True
 
 
 @pytest.mark.slow

@@ -268,7 +268,13 @@ def test_commands_scoped_by_tenant_set_it_for_the_app_role(
     assert [k["tenant"] for k in theirs["keys"]] == ["acme"]  # never globex's wrapped key
     sealed = cli("db", "seal", "--tenant", "acme", "--db", as_app, "--json", env=kek)
     assert sealed.exit_code == 0, sealed.stderr
-    assert sum(sealed.json()["sealed"].values()) == 1
+    # the message, the thread's title and the proposal's input (every tenant byte, issue 24)
+    counts = sealed.json()["sealed"]
+    assert (counts["agent_message"], counts["agent_thread"], counts["agent_action_proposal"]) == (
+        1,
+        1,
+        1,
+    )
 
 
 def test_a_tenants_login_cannot_create_a_proposal_on_another_tenants_thread(

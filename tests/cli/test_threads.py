@@ -193,7 +193,7 @@ def test_show_json_transcript(cli: Any, db_url: str, convo: dict[str, str]) -> N
     r = cli("threads", "show", convo["alice"], "--db", db_url, "--json")
     assert r.exit_code == 0, r.stderr
     doc = r.json()
-    assert set(doc) == {"thread", "messages"}
+    assert set(doc) == {"thread", "messages", "seal_broken"} and doc["seal_broken"] == []
     t = doc["thread"]
     assert (t["id"], t["actor_ref"], t["tenant_ref"], t["title"]) == (
         convo["alice"],

@@ -256,9 +256,14 @@ def test_agora_writers_use_the_runtime_vocabulary(engine: Any) -> None:
 
 
 def test_the_demo_writes_the_runtime_vocabulary(db_url: str, engine: Any, cli: Any) -> None:
+    from contextlib import nullcontext
+
     from sqlalchemy import select
+    from sqlalchemy.engine import make_url
 
     from agora_cli.store.schema import message, tool_call
+    from agora_cli.store.sealing import current_kek, using_kek
+    from agora_cli.store.threads import list_messages
     from agora_cli.store.vocabulary import TOOL_STATUSES
 
     assert cli("demo", "--db", db_url, "--json").exit_code == 0
@@ -268,11 +273,19 @@ def test_the_demo_writes_the_runtime_vocabulary(db_url: str, engine: Any, cli: A
                 tool_call.c.id, tool_call.c.message_id, tool_call.c.tool_type, tool_call.c.status
             )
         ).all()
-        named = dict(
-            conn.execute(
-                select(message.c.id, message.c.tool_calls).where(message.c.role == "assistant")
-            ).all()
-        )
+        # tenant globex's messages are sealed (a SQLite demo keeps its KEK next to the database)
+        threads = conn.execute(
+            select(message.c.thread_id).where(message.c.role == "assistant").distinct()
+        ).scalars()
+        kek_file = f"{make_url(db_url).database}.kek" if db_url.startswith("sqlite") else ""
+        kek = current_kek({"AGORA_KEK_FILE": kek_file})
+        with using_kek(kek) if kek else nullcontext():
+            named = {
+                m.id: m.tool_calls
+                for thread_id in list(threads)
+                for m in list_messages(conn, thread_id)
+                if m.role == "assistant"
+            }
         usages = conn.execute(select(message.c.usage).where(message.c.usage.is_not(None))).all()
     assert {c.status for c in calls} <= set(TOOL_STATUSES)
     assert {c.status for c in calls} >= {"executed", "failed", "pending_approval", "rejected"}

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
 from agora_cli.store.errors import InvalidInput
-from agora_cli.store.schema import stream_frame
+from agora_cli.store.schema import run, stream_frame, thread
+from agora_cli.store.sealing import frame_row_id, is_sealed, open_cells
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.values import check_identity, load_json
 
@@ -23,6 +24,7 @@ __all__ = [
     "find_last_frame",
     "follow",
     "read_frames",
+    "run_tenant",
 ]
 
 sf = stream_frame
@@ -41,6 +43,9 @@ class StreamFrame:
     seq: int
     frame: str | None
     created_at: int
+    # how the payload reads (``sealing.Opened`` states): "plain", "opened", "locked" (no KEK:
+    # ``[sealed]`` in its place), "broken" or "shredded"
+    seal_state: str = "plain"
 
     @property
     def is_end(self) -> bool:
@@ -62,10 +67,33 @@ def check_run_id(run_id: str) -> str:
     return check_identity("run id", run_id)
 
 
+def run_tenant(conn: Connection, run_id: str) -> str | None:
+    """The tenant a run's frames are sealed for: its thread's (``None`` for a run that is not
+    there: frames have no foreign key)."""
+    q = select(thread.c.tenant_ref).join(run, run.c.thread_id == thread.c.id)
+    return conn.execute(q.where(run.c.id == run_id)).scalar()
+
+
+def _opened(conn: Connection, run_id: str, frames: list[StreamFrame]) -> list[StreamFrame]:
+    """The frames with sealed payloads opened for the run's tenant (a marker in place of one
+    that does not open, or without the KEK); one read of the run's tenant, only if needed."""
+    if not any(is_sealed(f.frame) for f in frames):
+        return frames
+    tenant = run_tenant(conn, run_id)
+    cells = [
+        (stream_frame.name, "frame", frame_row_id(f.run_id, f.seq), tenant, f.frame) for f in frames
+    ]
+    return [
+        replace(f, frame=o.text, seal_state=o.state)
+        for f, o in zip(frames, open_cells(conn, cells), strict=True)
+    ]
+
+
 def read_frames(
     conn: Connection, run_id: str, *, after: int = 0, limit: int | None = None
 ) -> list[StreamFrame]:
-    """Return a run's rows with ``seq > after``, in order (at most ``limit``)."""
+    """Return a run's rows with ``seq > after``, in order (at most ``limit``); sealed payloads
+    opened (a marker in place without the KEK)."""
     query = (
         select(sf.c.run_id, sf.c.seq, sf.c.frame, sf.c.created_at)
         .where(exact_eq(sf.c.run_id, check_run_id(run_id)), sf.c.seq > after)
@@ -73,18 +101,21 @@ def read_frames(
     )
     if limit is not None:
         query = query.limit(limit)
-    return [_frame(row) for row in conn.execute(query)]
+    return _opened(conn, run_id, [_frame(row) for row in conn.execute(query)])
 
 
-def find_last_frame(conn: Connection, run_id: str) -> StreamFrame | None:
-    """Return a run's newest row (highest ``seq``), or ``None`` when it has no rows."""
+def find_last_frame(conn: Connection, run_id: str, *, raw: bool = False) -> StreamFrame | None:
+    """Return a run's newest row (highest ``seq``), or ``None`` when it has no rows (``raw``:
+    its payload as stored, not opened)."""
     row = conn.execute(
         select(sf.c.run_id, sf.c.seq, sf.c.frame, sf.c.created_at)
         .where(exact_eq(sf.c.run_id, check_run_id(run_id)))
         .order_by(sf.c.seq.desc())
         .limit(1)
     ).first()
-    return None if row is None else _frame(row)
+    if row is None:
+        return None
+    return _frame(row) if raw else _opened(conn, run_id, [_frame(row)])[0]
 
 
 def _same_row(a: StreamFrame, b: StreamFrame) -> bool:

@@ -14,9 +14,10 @@ from agora_cli.store.clock import Clock, SystemClock
 from agora_cli.store.engine import translate_error
 from agora_cli.store.errors import AgoraError, Conflict, InvalidInput
 from agora_cli.store.frames.purge import DEFAULT_FRAME_TTL_S, purge_expired
-from agora_cli.store.frames.reader import check_run_id, find_last_frame
+from agora_cli.store.frames.reader import check_run_id, find_last_frame, run_tenant
 from agora_cli.store.rls import session_tenant
 from agora_cli.store.schema import run, stream_frame, thread
+from agora_cli.store.sealing import Sealer, frame_row_id, sealer_for
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.values import dump_json
 
@@ -144,6 +145,8 @@ class FrameWriter:
         self._pending_since = 0
         self._generation = 0
         self._timer: threading.Timer | None = None
+        # the run's tenant's sealer (``None``: plain), found once, at the first write
+        self._sealer: Sealer | None = None
 
     def __enter__(self) -> FrameWriter:
         return self
@@ -239,6 +242,11 @@ class FrameWriter:
             return []
         return [_dumps({**self._pending, "delta": "".join(self._parts)})]
 
+    def _seal(self, seq: int, text: str | None) -> str | None:
+        if text is None or self._sealer is None:
+            return text
+        return self._sealer.seal(sf.name, "frame", frame_row_id(self.run_id, seq), text)
+
     def _cancel_timer(self) -> None:
         self._generation += 1
         if self._timer is not None:
@@ -265,7 +273,10 @@ class FrameWriter:
         try:
             with self.engine.begin() as conn:
                 if self._next_seq is None:
-                    last = find_last_frame(conn, self.run_id)
+                    # A keyed tenant's payloads are sealed (``KeyUnavailable`` without the KEK:
+                    # never written in plaintext); the run's tenant is read once per writer.
+                    self._sealer = sealer_for(conn, run_tenant(conn, self.run_id))
+                    last = find_last_frame(conn, self.run_id, raw=True)
                     self._next_seq = 1 if last is None else last.seq + 1
                     self._tenant = _run_tenant(conn, self.run_id)
                 now = self.clock.now_ms()
@@ -275,7 +286,7 @@ class FrameWriter:
                         {
                             "run_id": self.run_id,
                             "seq": self._next_seq + i,
-                            "frame": text,
+                            "frame": self._seal(self._next_seq + i, text),
                             "created_at": now,
                             "tenant_ref": self._tenant,
                         }

@@ -37,7 +37,9 @@ from agora_cli.store.proposals.queries import (
     scope_filter,
     select_rows,
 )
+from agora_cli.store.proposals.sealed import open_proposals
 from agora_cli.store.schema import action_proposal as p
+from agora_cli.store.sealing import seal_columns, sealer_for
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.tenant_guard import check_thread_tenant
 from agora_cli.store.values import (
@@ -104,7 +106,7 @@ def _existing_or_conflict(rows: Sequence[Proposal], values: dict[str, Any]) -> C
 
 def _rows_by_id_or_key(conn: Connection, pid: str, key: str) -> list[Proposal]:
     stmt = select_rows().where(or_(p.c.id == pid, p.c.idempotency_key == key))
-    return [proposal_row(r) for r in conn.execute(stmt).mappings()]
+    return open_proposals(conn, [proposal_row(r) for r in conn.execute(stmt).mappings()])
 
 
 def _validate_new(new: NewProposal) -> dict[str, Any]:
@@ -131,9 +133,12 @@ def create_proposal(
     """Create a pending proposal, or return the one with the same key and content.
 
     The same id or key with different content is ``conflict`` and writes nothing. A thread that
-    does not exist raises ``NotFound``.
+    does not exist raises ``NotFound``. For a keyed tenant ``input`` and ``card`` are sealed
+    (``KeyUnavailable`` without the KEK), and an existing proposal is compared by its opened
+    values (each seal has a fresh nonce).
     """
     values = _validate_new(new)
+    sealer = sealer_for(conn, values["tenant_ref"])
     found = _rows_by_id_or_key(conn, values["id"], values["idempotency_key"])
     if found:
         return _existing_or_conflict(found, values)
@@ -164,13 +169,15 @@ def create_proposal(
     try:
         # A savepoint, so that losing an insert race leaves the caller's transaction usable.
         with conn.begin_nested():
-            conn.execute(p.insert().values(**row))
+            conn.execute(p.insert().values(**seal_columns(sealer, p.name, row["id"], row)))
     except IntegrityError:
         found = _rows_by_id_or_key(conn, values["id"], values["idempotency_key"])
         if not found:
             raise NotFound(f"thread {values['thread_id']!r} does not exist") from None
         return _existing_or_conflict(found, values)
-    return CreateResult("created", Proposal(**row))
+    return CreateResult(
+        "created", Proposal(**row, seal_state="plain" if sealer is None else "opened")
+    )
 
 
 # --- read -------------------------------------------------------------------------------------
@@ -184,7 +191,9 @@ def find_proposal(conn: Connection, proposal_id: str, *, scope: Scope) -> Propos
     if row is None:
         return None
     found = proposal_row(row)
-    return found if in_scope(found, proposal_id, scope) else None
+    if not in_scope(found, proposal_id, scope):
+        return None
+    return open_proposals(conn, [found])[0]
 
 
 def find_proposal_id(conn: Connection, text: str, *, scope: Scope) -> str | None:
@@ -221,7 +230,7 @@ def list_proposals(
         stmt = stmt.where(p.c.decision == decision)
     stmt = stmt.order_by(p.c.created_at.desc(), p.c.id.desc()).limit(limit)
     rows = [proposal_row(r) for r in conn.execute(stmt).mappings()]
-    return [r for r in rows if in_scope(r, r.id, scope)]
+    return open_proposals(conn, [r for r in rows if in_scope(r, r.id, scope)])
 
 
 # --- decide -----------------------------------------------------------------------------------

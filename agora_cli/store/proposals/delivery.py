@@ -17,10 +17,12 @@ from agora_cli.store.proposals.model import (
     raced_too_often,
 )
 from agora_cli.store.proposals.queries import fenced_update, proposal_row, select_rows
+from agora_cli.store.proposals.sealed import open_proposals
 from agora_cli.store.schema import action_proposal as p
 from agora_cli.store.schema import message as m
 from agora_cli.store.schema import thread as t
 from agora_cli.store.sqlexpr import exact_eq
+from agora_cli.store.threads import seal_message_values
 from agora_cli.store.values import check_identity, dump_json
 
 if TYPE_CHECKING:
@@ -38,7 +40,7 @@ def list_undelivered_outcomes(conn: Connection, *, limit: int = 100) -> list[Pro
         .order_by(p.c.settled_at, p.c.id)
         .limit(limit)
     )
-    return [proposal_row(r) for r in conn.execute(stmt).mappings()]
+    return open_proposals(conn, [proposal_row(r) for r in conn.execute(stmt).mappings()])
 
 
 def _outcome_document(row: Proposal) -> str:
@@ -73,7 +75,7 @@ def deliver_outcome(
         found = conn.execute(select_rows().where(exact_eq(p.c.id, proposal_id))).mappings().first()
         if found is None or found["id"] != proposal_id:
             return DeliveryResult("not_found", None)
-        row = proposal_row(found)
+        row = open_proposals(conn, [proposal_row(found)])[0]
         if row.outcome_delivered_at is not None:
             return DeliveryResult("already_delivered", row.outcome_message_id)
         if row.settled_at is None:
@@ -96,6 +98,10 @@ def deliver_outcome(
         changes = {"outcome_delivered_at": now, "outcome_message_id": message_id, "updated_at": now}
         if fenced_update(conn, row, changes) is None:
             continue
-        conn.execute(update(m).where(m.c.id == message_id).values(outcome=_outcome_document(row)))
+        # sealed for the thread's tenant when it has a key, as a message's own columns are
+        outcome = seal_message_values(
+            conn, row.thread_id, message_id, {"outcome": _outcome_document(row)}
+        )
+        conn.execute(update(m).where(m.c.id == message_id).values(outcome))
         return DeliveryResult("delivered", message_id)
     raise raced_too_often(proposal_id)

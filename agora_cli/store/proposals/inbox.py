@@ -38,6 +38,7 @@ from agora_cli.store.errors import InvalidInput
 from agora_cli.store.proposals.backfill import count_legacy_proposals
 from agora_cli.store.proposals.model import Proposal, check_limit, clock_or_system
 from agora_cli.store.proposals.queries import proposal_row, select_rows
+from agora_cli.store.proposals.sealed import open_proposals
 from agora_cli.store.proposals.tool_calls import ToolCallApproval, read_tool_call_approvals
 from agora_cli.store.schema import action_proposal as p
 from agora_cli.store.sqlexpr import exact_eq
@@ -102,7 +103,7 @@ def _filters(
 
 
 def _read(conn: Connection, q: Select[tuple[object, ...]], limit: int) -> list[Proposal]:
-    return [proposal_row(r) for r in conn.execute(q.limit(limit)).mappings()]
+    return open_proposals(conn, [proposal_row(r) for r in conn.execute(q.limit(limit)).mappings()])
 
 
 def list_inbox(

@@ -57,6 +57,7 @@ from agora_cli.store.proposals.queries import (
     take_leases_mysql,
     worker_sql,
 )
+from agora_cli.store.proposals.sealed import open_claims, seal_results
 from agora_cli.store.values import MAX_CLAIM_BATCH, check_identity, check_lease_ms, dump_json
 
 if TYPE_CHECKING:
@@ -101,7 +102,9 @@ def _take_lease(
     if run_on_driver(conn, sql, params).rowcount != 1:
         return None
     work = _work(row, row.attempts + 1)
-    return ClaimResult(kind, Lease(token, row.generation + 1, expires), work)
+    return open_claims(conn, [ClaimResult(kind, Lease(token, row.generation + 1, expires), work)])[
+        0
+    ]
 
 
 def claim_proposal(
@@ -170,6 +173,7 @@ def settle_proposal(
     check_lease(token, generation)
     check_settle(outcome, error)
     result_text = None if result is None else dump_json("result", result)
+    result_text = seal_results(conn, [(proposal_id, result_text)])[0]
     now = clock_or_system(clock).now_ms()
     sql = worker_sql(dialect_name(conn)).settle
     hashed = token_hash(token)
@@ -263,7 +267,7 @@ def _claim_next_in_one_statement(
         return None
     *work, generation, prior_state = rows[0]
     kind: ClaimOutcome = "recovered" if prior_state == "running" else "claimed"
-    return ClaimResult(kind, Lease(token, generation, expires), Work(*work))
+    return open_claims(conn, [ClaimResult(kind, Lease(token, generation, expires), Work(*work))])[0]
 
 
 # --- batches: k leases in one claim, n outcomes in one settle -----------------------------------
@@ -275,14 +279,14 @@ def _claim_many_args(worker_id: str, tokens: list[str], now: int, expires: int) 
 
 
 def _claims_from_rows(
-    rows: list[tuple[Any, ...]], tokens: list[str], expires: int
+    conn: Connection, rows: list[tuple[Any, ...]], tokens: list[str], expires: int
 ) -> list[ClaimResult]:
     """``claim_many_pg``'s rows as claims, oldest first (row ``n`` holds ``tokens[n - 1]``)."""
     claimed = []
     for *work, generation, prior_state, n in sorted(rows, key=lambda row: row[-1]):
         kind: ClaimOutcome = "recovered" if prior_state == "running" else "claimed"
         claimed.append(ClaimResult(kind, Lease(tokens[n - 1], generation, expires), Work(*work)))
-    return claimed
+    return open_claims(conn, claimed)
 
 
 def _work(row: Proposal | Due, attempts: int) -> Work:
@@ -324,7 +328,7 @@ def claim_next_proposals(
     if locked and dialect == "postgresql":
         pg_args = _claim_many_args(worker_id, tokens, now, expires)
         return _claims_from_rows(
-            run_on_driver(conn, claim_many_pg(limit), pg_args).rows, tokens, expires
+            conn, run_on_driver(conn, claim_many_pg(limit), pg_args).rows, tokens, expires
         )
     if locked:
         read = next_due_many(dialect, limit, locked=True)
@@ -345,7 +349,7 @@ def claim_next_proposals(
         args: tuple[Any, ...] = (worker_id, *pairs, expires, expires, now, *(r.id for r in rows))
         # These rows are locked by this transaction: the update cannot lose a fence.
         run_on_driver(conn, take_leases_mysql(len(rows)), args)
-        return [
+        taken = [
             ClaimResult(
                 "recovered" if row.discovery_state == "running" else "claimed",
                 Lease(token, row.generation + 1, expires),
@@ -353,6 +357,7 @@ def claim_next_proposals(
             )
             for row, token in zip(rows, tokens, strict=False)
         ]
+        return open_claims(conn, taken)
     results: list[ClaimResult] = []
     read = next_due_many(dialect, limit, locked=False)
     for _ in range(FENCE_ROUNDS):
@@ -412,6 +417,7 @@ def settle_proposals(
     ids = [item.proposal_id for item in settlements]
     if len(set(ids)) != len(ids):
         raise InvalidInput("a proposal appears twice in one batch of settlements")
+    results_text = seal_results(conn, list(zip(ids, results_text, strict=True)))
     now = clock_or_system(clock).now_ms()
     hashes = [token_hash(item.token) for item in settlements]
     dialect = dialect_name(conn)
@@ -504,6 +510,7 @@ def _settle_and_claim_pg(
     check_lease(item.token, item.generation)
     check_settle(item.outcome, item.error)
     result_text = None if item.result is None else dump_json("result", item.result)
+    result_text = seal_results(conn, [(item.proposal_id, result_text)])[0]
     now = clock_or_system(clock).now_ms()
     expires = now + lease_ms
     tokens = [secrets.token_urlsafe(32) for _ in range(limit)]
@@ -518,4 +525,4 @@ def _settle_and_claim_pg(
         ],
     )
     outcome = SettleResult("settled" if settled.rowcount == 1 else "lost")
-    return outcome, _claims_from_rows(claimed.rows, tokens, expires)
+    return outcome, _claims_from_rows(conn, claimed.rows, tokens, expires)

@@ -108,7 +108,8 @@ class NewProposal:
 
 @dataclass(frozen=True)
 class Proposal:
-    """One proposal as stored; ``input``, ``card`` and ``result`` are JSON text. No lease token."""
+    """One proposal as stored; ``input``, ``card`` and ``result`` are JSON text (opened when
+    sealed). No lease token."""
 
     id: str
     idempotency_key: str
@@ -140,6 +141,9 @@ class Proposal:
     discovery_at: int | None
     outcome_delivered_at: int | None
     outcome_message_id: str | None
+    # how input, card and result read (``sealing.Opened`` states): "plain", "opened", "locked"
+    # (no KEK: ``[sealed]`` in their place), "broken" or "shredded"; not a column
+    seal_state: str = "plain"
 
     @property
     def scope(self) -> Scope:
@@ -158,7 +162,7 @@ class Proposal:
         return load_json(self.result)
 
 
-PROPOSAL_FIELDS = tuple(f.name for f in fields(Proposal))
+PROPOSAL_FIELDS = tuple(f.name for f in fields(Proposal) if f.name != "seal_state")
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from agora_cli.store.errors import AmbiguousId, InvalidInput, NotFound
 from agora_cli.store.proposals.decisions import find_proposal_id
 from agora_cli.store.proposals.model import Scope, check_limit
 from agora_cli.store.schema import action_proposal, message, run, thread, tool_call
+from agora_cli.store.sealing import is_sealed, open_columns
 from agora_cli.store.short_ids import resolve_prefix
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.values import check_identity, check_optional_identity, load_json
@@ -139,6 +140,18 @@ def _row(row: Any) -> ToolCallApproval:
     return ToolCallApproval(**values)
 
 
+def _rows(conn: Connection, rows: Any) -> list[ToolCallApproval]:
+    """Approvals from their rows, a sealed input opened (its thread's tenant's; a marker
+    without the KEK)."""
+    found = [dict(row) for row in rows]
+    if any(is_sealed(row["input"]) for row in found):
+        cells = [{"id": row["id"], "input": row["input"]} for row in found]
+        opened = open_columns(conn, tc.name, cells, [row["tenant_ref"] for row in found])
+        for row, (values, _) in zip(found, opened, strict=True):
+            row["input"] = values["input"]
+    return [_row(row) for row in found]
+
+
 def _waiting() -> ColumnElement[bool]:
     return tc.c.status.in_(statuses_of(PENDING))
 
@@ -198,7 +211,7 @@ def read_tool_call_approvals(
         if check_optional_identity(name, value) is not None:
             where.append(exact_eq(column, value))
     q = _select().where(*where).order_by(tc.c.created_at, tc.c.id).limit(limit)
-    return [_row(row) for row in conn.execute(q).mappings()]
+    return _rows(conn, conn.execute(q).mappings().all())
 
 
 def find_tool_call_approval_id(conn: Connection, text: str, *, scope: Scope) -> str | None:
@@ -243,7 +256,7 @@ def find_tool_call_approval(
     check_identity("tool_call_id", tool_call_id)
     q = _select().where(exact_eq(tc.c.id, tool_call_id), _approval(), _in_scope(scope))
     row = conn.execute(q.limit(1)).mappings().first()
-    return None if row is None else _row(row)
+    return None if row is None else _rows(conn, [row])[0]
 
 
 def get_tool_call_approval(
