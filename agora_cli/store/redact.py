@@ -86,6 +86,7 @@ __all__ = [
     "TableCounts",
     "count_redactable_tool_io",
     "is_redacted",
+    "is_redacted_sql",
     "redact_cutoff",
     "redact_tool_io",
     "redact_tool_io_batch",
@@ -128,6 +129,12 @@ def is_redacted(value: str | None, *, frame: bool = False) -> bool:
     """Whether a stored value is exactly a redaction marker (a frame's form with ``frame``)."""
     form = _FRAME_FORM if frame else _VALUE_FORM
     return value is not None and _PY_FORMS[form].fullmatch(value) is not None
+
+
+def is_redacted_sql(column: Any, *, frame: bool = False) -> ColumnElement[bool]:
+    """``column`` is exactly a redaction marker, in SQL (``db seal`` leaves such values alone:
+    they hold an HMAC and nothing else, and sealing them would make ``db redact`` hash again)."""
+    return _IsRedacted(column, _FRAME_FORM if frame else _VALUE_FORM)
 
 
 # --- the strict form in SQL ------------------------------------------------------------------

@@ -927,14 +927,18 @@ def _seal_targets() -> list[tuple[Table, str, Callable[[str], ColumnElement[bool
 def _needs_sealing(
     conn: Connection, table: Table, column: str, tenant: str, active_id: str, rotate: bool
 ) -> ColumnElement[bool]:
-    """Not NULL and not in the sealed form under a key of the tenant (``rotate``: under its
-    active key). Text in the sealed form naming no key of the tenant is plaintext: sealed."""
+    """Not NULL, not in the sealed form under a key of the tenant (``rotate``: under its
+    active key) and not a redaction marker (``db redact``'s keyed hash: nothing left to seal,
+    and sealing it would have the next ``db redact`` hash it again). Text in the sealed form
+    naming no key of the tenant is plaintext: sealed."""
     from sqlalchemy import and_, func, not_, or_, select
 
+    from agora_cli.store.redact import is_redacted_sql
     from agora_cli.store.schema import tenant_key as k
     from agora_cli.store.sqlexpr import exact_eq
 
     col = table.c[column]
+    redacted = is_redacted_sql(col, frame=table.name == "agent_stream_frame")
     if rotate:
         ids = [active_id]
     else:
@@ -942,7 +946,9 @@ def _needs_sealing(
     under = [
         func.substr(col, 1, len(f"{SEALED_PREFIX}{i}:")) == f"{SEALED_PREFIX}{i}:" for i in ids
     ]
-    return and_(col.is_not(None), not_(or_(*under))) if under else col.is_not(None)
+    if under:
+        return and_(col.is_not(None), not_(redacted), not_(or_(*under)))
+    return and_(col.is_not(None), not_(redacted))
 
 
 def count_to_seal(conn: Connection, *, tenant: str, rotate: bool = False) -> dict[str, int]:

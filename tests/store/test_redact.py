@@ -524,3 +524,28 @@ def test_the_sql_check_and_is_redacted_agree_whatever_the_collation(engine: Any)
                 found = conn.execute(select(_IsRedacted(literal(text), form))).scalar()
                 assert bool(found) == is_redacted(text, frame=is_frame), (text, is_frame)
         conn.rollback()
+
+
+def test_db_seal_leaves_redacted_values_and_redaction_stays_done(engine: Any) -> None:
+    """A keyed hash holds nothing to seal: `db seal` after `db redact` leaves it, so a second
+    `db redact` finds nothing (sealing it would have the two undo each other forever)."""
+    from agora_cli.store.sealing import count_to_seal, create_tenant_key, seal_tenant
+
+    seed(engine)
+    redact_tool_io(engine, cutoff_ms=CUTOFF)
+    redacted = {k: v for k, v in rows(engine).items() if is_redacted(v["input"])}
+    assert set(redacted) == {"norun", "finished"}
+    with engine.begin() as conn:
+        create_tenant_key(conn, tenant="acme")
+        pending = count_to_seal(conn, tenant="acme")["agent_tool_call"]
+    # the three unredacted inputs and three outputs (running, young, late) still need sealing;
+    # the markers (two inputs, one output) do not
+    assert pending == 6
+    seal_tenant(engine, tenant="acme")
+    after = rows(engine)
+    for name, row in redacted.items():
+        assert after[name]["input"] == row["input"] and after[name]["output"] == row["output"]
+    again = redact_tool_io(engine, cutoff_ms=CUTOFF)
+    assert (again.matched, again.redacted) == (0, 0)
+    with engine.connect() as conn:
+        assert count_to_seal(conn, tenant="acme")["agent_tool_call"] == 0
