@@ -8,13 +8,13 @@ proposal outside it looks exactly like a missing one. Decisions are fenced by th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from sqlalchemy import bindparam, or_, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agora_cli.store.clock import Clock
-from agora_cli.store.errors import InvalidInput, NotFound
+from agora_cli.store.errors import Conflict, InvalidInput, NotFound
 from agora_cli.store.proposals.model import (
     FENCE_ROUNDS,
     CreateResult,
@@ -34,10 +34,13 @@ from agora_cli.store.proposals.queries import (
     fenced_update,
     in_scope,
     proposal_row,
+    rows_by_id_or_key,
     scope_filter,
     select_rows,
+    tenant_key_of,
 )
 from agora_cli.store.schema import action_proposal as p
+from agora_cli.store.schema import thread as t
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.tenant_guard import check_thread_tenant
 from agora_cli.store.values import (
@@ -102,11 +105,6 @@ def _existing_or_conflict(rows: Sequence[Proposal], values: dict[str, Any]) -> C
     return CreateResult("conflict", row)
 
 
-def _rows_by_id_or_key(conn: Connection, pid: str, key: str) -> list[Proposal]:
-    stmt = select_rows().where(or_(p.c.id == pid, p.c.idempotency_key == key))
-    return [proposal_row(r) for r in conn.execute(stmt).mappings()]
-
-
 def _validate_new(new: NewProposal) -> dict[str, Any]:
     """The identity and content columns of a new proposal, validated before any SQL."""
     pid, key = _resolve_identity(new)
@@ -134,7 +132,8 @@ def create_proposal(
     does not exist raises ``NotFound``.
     """
     values = _validate_new(new)
-    found = _rows_by_id_or_key(conn, values["id"], values["idempotency_key"])
+    pid, key, tenant = values["id"], values["idempotency_key"], values["tenant_ref"]
+    found = rows_by_id_or_key(conn, pid, key, tenant)  # in this tenant only
     if found:
         return _existing_or_conflict(found, values)
     check_thread_tenant(conn, values["thread_id"], values["tenant_ref"])  # never another's
@@ -164,13 +163,26 @@ def create_proposal(
     try:
         # A savepoint, so that losing an insert race leaves the caller's transaction usable.
         with conn.begin_nested():
-            conn.execute(p.insert().values(**row))
+            conn.execute(p.insert().values(**row, tenant_key=tenant_key_of(tenant)))
     except IntegrityError:
-        found = _rows_by_id_or_key(conn, values["id"], values["idempotency_key"])
-        if not found:
-            raise NotFound(f"thread {values['thread_id']!r} does not exist") from None
-        return _existing_or_conflict(found, values)
+        found = rows_by_id_or_key(conn, pid, key, tenant)
+        if found:
+            return _existing_or_conflict(found, values)
+        _refuse_failed_insert(conn, values)
     return CreateResult("created", Proposal(**row))
+
+
+def _refuse_failed_insert(conn: Connection, values: dict[str, Any]) -> NoReturn:
+    """An insert refused though the tenant has no such id or key: its thread is gone, or the id
+    is another tenant's proposal's (ids are global). ``Conflict`` names neither that tenant nor
+    anything of its row."""
+    thread_id = values["thread_id"]
+    if conn.execute(select(t.c.id).where(exact_eq(t.c.id, thread_id))).first() is None:
+        raise NotFound(f"thread {thread_id!r} does not exist") from None
+    raise Conflict(
+        f"proposal id {values['id']!r} cannot be used: give another id, or another "
+        "run_id/tool_call_id to derive it from"
+    ) from None
 
 
 # --- read -------------------------------------------------------------------------------------
