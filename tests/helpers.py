@@ -123,7 +123,7 @@ def insert_legacy(engine: Any, n: int) -> None:
             row = {
                 c.name: None
                 for c in action_proposal.columns
-                if not c.name.startswith(("discovery", "outcome"))
+                if not c.name.startswith(("discovery", "outcome", "tenant_key"))
             }
             row.update(
                 id=f"legacy-{i:05d}",

@@ -92,6 +92,7 @@ def provision(
                 "converted_tables": report.converted_tables,
                 "widened_columns": report.widened_columns,
                 "added_foreign_keys": report.added_foreign_keys,
+                "dropped_indexes": report.dropped_indexes,
                 "statements": report.statements,
                 "already_current": report.already_current,
                 "sql": report.sql,
@@ -115,6 +116,7 @@ def provision(
             (report.converted_tables, "table(s) converted"),
             (report.widened_columns, "column(s) widened"),
             (report.added_foreign_keys, "foreign key(s) added"),
+            (report.dropped_indexes, "retired index(es) dropped"),
         )
         if items
     ]

@@ -35,10 +35,12 @@ from agora_cli.store.errors import (
 )
 from agora_cli.store.live_schema import ColumnType, ForeignKeyShape, SchemaCatalog
 from agora_cli.store.schema import (
+    RETIRED_INDEXES,
     UPGRADE_COLUMNS,
     UPGRADE_INDEXES,
     UPGRADE_TABLES,
     LongText,
+    RetiredIndex,
     apply_mysql_options,
     metadata,
 )
@@ -51,7 +53,15 @@ __all__ = [
 
 
 StepKind = Literal[
-    "table", "column", "index", "widen", "foreign_key", "drop_foreign_key", "convert"
+    "table",
+    "column",
+    "index",
+    "widen",
+    "foreign_key",
+    "drop_foreign_key",
+    "convert",
+    "backfill",
+    "drop_index",
 ]
 
 
@@ -69,6 +79,7 @@ class Step:
     note: str | None = None
     fk: ForeignKeyShape | None = None
     doing: str | None = None
+    retired: RetiredIndex | None = None  # what a ``backfill``/``drop_index`` step retires
 
 
 def compile_dialect(name: str) -> Dialect:
@@ -146,7 +157,9 @@ def plan(
     ``utf8mb4_bin`` (``conversion_steps``). Then, table by table: create what is missing, add
     columns, widen columns, create indexes; then the missing foreign keys of existing tables
     (after every index, so that MySQL finds the index it needs). SQLite cannot add a foreign
-    key to an existing table, nor change a column's type: it plans neither.
+    key to an existing table, nor change a column's type: it plans neither. Last, each retired
+    index still standing (``RETIRED_INDEXES``, by name only) is dropped once its replacement
+    exists or is planned before it, after its backfill.
     """
     steps: list[Step] = []
     if convert and dialect.name == "mysql":
@@ -174,7 +187,70 @@ def plan(
                 if not any(same_shape(fk, s) for s in live_fks):
                     shape = expected_shape(fk)
                     fk_steps.append(_add_foreign_key(table, shape, shape.name, dialect))
-    return steps + fk_steps
+    return steps + fk_steps + _retire_steps(cat, dialect, meta, steps)
+
+
+def _retire_steps(
+    cat: SchemaCatalog, dialect: Dialect, meta: MetaData, planned: list[Step]
+) -> list[Step]:
+    """Backfill then drop each retired index of ``meta``'s tables that is still live."""
+    built = {s.name for s in planned if s.kind == "index"}
+    out: list[Step] = []
+    for retired in RETIRED_INDEXES:
+        if retired.table not in meta.tables or retired.name in built:
+            continue
+        if retired.name not in cat.indexes.get(retired.table, set()):
+            continue
+        live = cat.indexes.get(retired.table, set())
+        if retired.replaced_by not in live and retired.replaced_by not in built:
+            continue
+        if retired.backfill is not None:
+            out.append(backfill_step(retired, dialect))
+        out.append(drop_index_step(retired, dialect))
+    return out
+
+
+def backfill_step(retired: RetiredIndex, dialect: Dialect) -> Step:
+    """The backfill before ``retired`` is dropped, as one statement (offline SQL and dry runs
+    show it so; online, ``provision`` runs it in bounded batches)."""
+    assert retired.backfill is not None
+    column, source = retired.backfill
+    prep = dialect.identifier_preparer
+    col, src = prep.quote(column), prep.quote(source)
+    sql = (
+        f"UPDATE {prep.quote(retired.table)} SET {col} = {src} "
+        f"WHERE {col} = '' AND {src} IS NOT NULL AND {src} <> ''"
+    )
+    return Step(
+        "backfill",
+        retired.table,
+        column,
+        _raw(sql),
+        sql,
+        note=f"{retired.table}.{column} was filled from {source} (in batches) before "
+        f"{retired.name} was dropped",
+        doing=f"to fill {retired.table}.{column} from {source}",
+        retired=retired,
+    )
+
+
+def drop_index_step(retired: RetiredIndex, dialect: Dialect) -> Step:
+    prep = dialect.identifier_preparer
+    if dialect.name == "mysql":
+        sql = f"DROP INDEX {prep.quote(retired.name)} ON {prep.quote(retired.table)}"
+    else:
+        sql = f"DROP INDEX IF EXISTS {prep.quote(retired.name)}"
+    return Step(
+        "drop_index",
+        retired.table,
+        retired.name,
+        _raw(sql),
+        sql,
+        note=f"{retired.name} was dropped: {retired.replaced_by} replaces it "
+        f"(revision {retired.revision})",
+        doing=f"to drop the retired index {retired.name}",
+        retired=retired,
+    )
 
 
 def _raw(sql: str) -> ExecutableDDLElement:
@@ -472,6 +548,11 @@ def _base_metadata() -> MetaData:
             for i in table.indexes
             if (table.name, i.name) not in later_idx
         ]
+        idx += [
+            Index(r.name, *r.columns, unique=r.unique)
+            for r in RETIRED_INDEXES
+            if r.table == table.name
+        ]
         Table(table.name, base, *cols, *fks, *idx, **table.kwargs)
     return base
 
@@ -493,4 +574,9 @@ def revision_statements(revision: str, dialect: str) -> list[str]:
     for table_name, index_name in UPGRADE_INDEXES.get(revision, []):
         index = next(i for i in metadata.tables[table_name].indexes if i.name == index_name)
         steps.append(_create_index(index, d).sql)
+    for retired in RETIRED_INDEXES:
+        if retired.revision == revision:
+            if retired.backfill is not None:
+                steps.append(backfill_step(retired, d).sql)
+            steps.append(drop_index_step(retired, d).sql)
     return steps

@@ -29,11 +29,11 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Column, ForeignKeyConstraint, Table, text
+from sqlalchemy import Column, ForeignKeyConstraint, Table, select, text, update
 from sqlalchemy.engine import Connection, Dialect, Engine
 
 from agora_cli.store.ddl import (
@@ -76,7 +76,7 @@ from agora_cli.store.lock_waits import (
     lock_wait_error,
     table_lock_timeout,
 )
-from agora_cli.store.schema import metadata
+from agora_cli.store.schema import RETIRED_INDEXES, metadata
 
 __all__ = [
     "DEFAULT_TABLE_LOCK_TIMEOUT_S",
@@ -111,6 +111,7 @@ PROBLEM_KINDS = (
     "wrong_type",
     "no_primary_key",  # Galera cluster nodes only (see galera.galera_problems)
     "galera_setting",  # Galera cluster nodes only
+    "retired_index",  # an index a later revision replaced (schema.RETIRED_INDEXES)
 )
 
 
@@ -141,6 +142,7 @@ class ProvisionReport:
     converted_tables: list[str] = field(default_factory=list)
     widened_columns: list[str] = field(default_factory=list)
     added_foreign_keys: list[str] = field(default_factory=list)
+    dropped_indexes: list[str] = field(default_factory=list)
 
     @property
     def statements(self) -> int:
@@ -472,9 +474,9 @@ def _apply_on(conn: Connection, dialect: Dialect, *, nested: bool, convert: bool
         try:
             if nested:
                 with conn.begin_nested():
-                    conn.execute(step.element)
+                    _execute(conn, step)
             else:
-                conn.execute(step.element)
+                _execute(conn, step)
         except Exception as exc:
             # MySQL commits each DDL statement; elsewhere the caller's transaction undoes them.
             kept = i if dialect.name == "mysql" else 0
@@ -492,8 +494,11 @@ def _apply_each(conn: Connection, dialect: Dialect, *, convert: bool) -> list[St
     done: list[Step] = []
     for step in steps:
         try:
-            with conn.begin():
-                conn.execute(step.element)
+            if step.kind == "backfill":
+                _backfill(conn, step, commit=True)
+            else:
+                with conn.begin():
+                    conn.execute(step.element)
             done.append(step)
         except Exception as exc:
             if conn.in_transaction():
@@ -508,6 +513,59 @@ def _apply_each(conn: Connection, dialect: Dialect, *, convert: bool) -> list[St
                 err = translate_error(exc)
                 raise (err or DatabaseError(str(exc))) from exc
     return done
+
+
+BACKFILL_BATCH = 1000
+
+
+def _execute(conn: Connection, step: Step) -> None:
+    if step.kind == "backfill":
+        _backfill(conn, step, commit=False)
+    else:
+        conn.execute(step.element)
+
+
+def _backfill(conn: Connection, step: Step, *, commit: bool) -> int:
+    """Fill a retired index's ``backfill`` column in batches of ``BACKFILL_BATCH`` rows (ids
+    read first, then one ``UPDATE … WHERE id IN``: MySQL refuses an UPDATE whose subquery reads
+    its own table); ``commit``: each batch in its own transaction. Returns the rows filled.
+
+    On PostgreSQL, refuses (``SchemaDrift``, nothing filled) a role that row-level security
+    binds on the table: it would fill only the rows it sees, and the index dropped after it
+    would leave the others' keys in the untenanted namespace.
+    """
+    retired = step.retired
+    assert retired is not None and retired.backfill is not None
+    table = metadata.tables[retired.table]
+    column, source = (table.c[name] for name in retired.backfill)
+    if dialect_name(conn) == "postgresql":
+        bound = conn.execute(text("SELECT row_security_active(:t)"), {"t": table.name}).scalar()
+        if bound:
+            if commit and conn.in_transaction():
+                conn.rollback()
+            raise SchemaDrift(
+                f"cannot provision: {table.name}.{column.name} must be filled from "
+                f"{source.name} on every tenant's rows before {retired.name} is dropped, and "
+                "row-level security hides other tenants' rows from this role: run `agora db "
+                "upgrade` (or provision) as a superuser or a BYPASSRLS role"
+            )
+    if commit and conn.in_transaction():
+        conn.commit()
+    pending = (
+        select(table.c.id)
+        .where(column == "", source.is_not(None), source != "")
+        .order_by(table.c.id)
+        .limit(BACKFILL_BATCH)
+    )
+    filled = 0
+    while True:
+        with conn.begin() if commit else nullcontext():
+            ids = list(conn.execute(pending).scalars())
+            if ids:
+                conn.execute(update(table).where(table.c.id.in_(ids)).values({column: source}))
+        filled += len(ids)
+        if len(ids) < BACKFILL_BATCH:
+            return filled
 
 
 def _raise_orphans(
@@ -554,6 +612,7 @@ def _report(
             f"{s.table}.{c}" for s in steps if s.kind == "widen" for c in s.name.split(", ")
         ],
         added_foreign_keys=[s.name for s in steps if s.kind == "foreign_key"],
+        dropped_indexes=[s.name for s in steps if s.kind == "drop_index"],
     )
 
 
@@ -600,6 +659,17 @@ def check_agent_tables(bind: Engine | Connection) -> list[Problem]:
                         "then provision)"
                     )
                 problems.append(Problem("missing_index", t, detail))
+        for retired in RETIRED_INDEXES:
+            if retired.table == t and retired.name in cat.indexes.get(t, set()):
+                problems.append(
+                    Problem(
+                        "retired_index",
+                        t,
+                        f"index {retired.name} was retired by revision {retired.revision} "
+                        f"({retired.replaced_by} replaces it): agora db upgrade (or provision) "
+                        "drops it",
+                    )
+                )
         for fk in table.foreign_key_constraints:
             problems.extend(_check_fk(t, fk, cat.foreign_keys.get(t, [])))
         problems.extend(_check_types(cat, table, dialect))

@@ -8,6 +8,7 @@ table-level, named ``<table>_<column>_fk``, ``ON DELETE CASCADE``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -350,8 +351,13 @@ action_proposal = _table(
     # runtime upgrade (0003)
     Column("outcome_delivered_at", Millis, nullable=True),
     _id("outcome_message_id", nullable=True),
+    # 0008: the tenant the idempotency key belongs to (``tenant_ref``, or '' for none: a NULL
+    # would let two untenanted rows share a key), so that keys are unique per tenant
+    Column("tenant_key", Ident, nullable=False, server_default=text("''")),
     _fk("agent_action_proposal", "thread_id", "agent_thread"),
-    Index("agent_action_proposal_idempotency_uq", "idempotency_key", unique=True),
+    Index(
+        "agent_action_proposal_tenant_idempotency_uq", "tenant_key", "idempotency_key", unique=True
+    ),
     Index("agent_action_proposal_thread_idx", "thread_id"),
     Index("agent_action_proposal_scope_idx", "actor_ref", "thread_id", "created_at"),
     Index("agent_action_proposal_discovery_idx", "discovery_state", "discovery_at"),
@@ -472,9 +478,41 @@ UPGRADE_COLUMNS: dict[str, list[tuple[str, str]]] = {
         ("agent_queued_message", "ui_capabilities"),
     ],
     "0007": [("agent_stream_frame", "tenant_ref")],
+    "0008": [("agent_action_proposal", "tenant_key")],
 }
 UPGRADE_INDEXES: dict[str, list[tuple[str, str]]] = {
     "0002": [("agent_action_proposal", "agent_action_proposal_discovery_idx")],
     "0003": [],
     "0004": [("agent_token_usage", "agent_token_usage_tenant_created_idx")],
+    "0008": [("agent_action_proposal", "agent_action_proposal_tenant_idempotency_uq")],
 }
+
+
+@dataclass(frozen=True)
+class RetiredIndex:
+    """An index an earlier revision created and a later one replaced: provisioning drops it (by
+    name, only once ``replaced_by`` exists, after filling ``backfill``'s column) and ``db
+    check`` reports it as drift (``retired_index``) while it stands."""
+
+    revision: str  # the revision that retired it
+    table: str
+    name: str
+    columns: tuple[str, ...]
+    unique: bool
+    replaced_by: str
+    # (column, source): rows whose column is still '' take the source's value (not NULL, not '')
+    backfill: tuple[str, str] | None = None
+
+
+# Only these, by name: provisioning never drops an index it does not list here.
+RETIRED_INDEXES: tuple[RetiredIndex, ...] = (
+    RetiredIndex(
+        "0008",
+        "agent_action_proposal",
+        "agent_action_proposal_idempotency_uq",
+        ("idempotency_key",),
+        unique=True,
+        replaced_by="agent_action_proposal_tenant_idempotency_uq",
+        backfill=("tenant_key", "tenant_ref"),
+    ),
+)

@@ -714,7 +714,9 @@ def legacy_rows(thread_id: str = "t1", n: int = 1) -> list[dict[str, Any]]:
 
 
 def insert_legacy(engine: Any, rows: list[dict[str, Any]]) -> None:
-    full = [{c.name: None for c in action_proposal.columns} | r for r in rows]
+    full = [
+        {c.name: None for c in action_proposal.columns if c.name != "tenant_key"} | r for r in rows
+    ]
     for row in full:
         row["generation"] = row["generation"] or 0
         row["attempts"] = row["attempts"] or 0

@@ -149,7 +149,7 @@ def legacy_rows(n: int) -> list[dict[str, Any]]:
     rows = []
     for i in range(n):
         for j, state in enumerate(LEGACY_STATES):
-            row = {c.name: None for c in action_proposal.columns}
+            row = {c.name: None for c in action_proposal.columns if c.name != "tenant_key"}
             row.update(
                 id=f"legacy-{i:04d}-{j}",
                 idempotency_key=f"key-{i:04d}-{j}",

@@ -8,13 +8,13 @@ proposal outside it looks exactly like a missing one. Decisions are fenced by th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from sqlalchemy import bindparam, or_, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agora_cli.store.clock import Clock
-from agora_cli.store.errors import InvalidInput, NotFound
+from agora_cli.store.errors import Conflict, InvalidInput, NotFound
 from agora_cli.store.proposals.model import (
     FENCE_ROUNDS,
     CreateResult,
@@ -34,11 +34,14 @@ from agora_cli.store.proposals.queries import (
     fenced_update,
     in_scope,
     proposal_row,
+    rows_by_id_or_key,
     scope_filter,
     select_rows,
+    tenant_key_of,
 )
 from agora_cli.store.proposals.sealed import open_proposals
 from agora_cli.store.schema import action_proposal as p
+from agora_cli.store.schema import thread as t
 from agora_cli.store.sealing import seal_columns, sealer_for
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.tenant_guard import check_thread_tenant
@@ -104,9 +107,10 @@ def _existing_or_conflict(rows: Sequence[Proposal], values: dict[str, Any]) -> C
     return CreateResult("conflict", row)
 
 
-def _rows_by_id_or_key(conn: Connection, pid: str, key: str) -> list[Proposal]:
-    stmt = select_rows().where(or_(p.c.id == pid, p.c.idempotency_key == key))
-    return open_proposals(conn, [proposal_row(r) for r in conn.execute(stmt).mappings()])
+def _rows_by_id_or_key(conn: Connection, pid: str, key: str, tenant: str | None) -> list[Proposal]:
+    """The tenant's proposals with this id or key (``rows_by_id_or_key``), their sealed
+    values opened (an idempotent create compares what was meant, not ciphertext)."""
+    return open_proposals(conn, rows_by_id_or_key(conn, pid, key, tenant))
 
 
 def _validate_new(new: NewProposal) -> dict[str, Any]:
@@ -139,7 +143,8 @@ def create_proposal(
     """
     values = _validate_new(new)
     sealer = sealer_for(conn, values["tenant_ref"])
-    found = _rows_by_id_or_key(conn, values["id"], values["idempotency_key"])
+    pid, key, tenant = values["id"], values["idempotency_key"], values["tenant_ref"]
+    found = _rows_by_id_or_key(conn, pid, key, tenant)  # in this tenant only
     if found:
         return _existing_or_conflict(found, values)
     check_thread_tenant(conn, values["thread_id"], values["tenant_ref"])  # never another's
@@ -169,15 +174,29 @@ def create_proposal(
     try:
         # A savepoint, so that losing an insert race leaves the caller's transaction usable.
         with conn.begin_nested():
-            conn.execute(p.insert().values(**seal_columns(sealer, p.name, row["id"], row)))
+            sealed = seal_columns(sealer, p.name, row["id"], row)
+            conn.execute(p.insert().values(**sealed, tenant_key=tenant_key_of(tenant)))
     except IntegrityError:
-        found = _rows_by_id_or_key(conn, values["id"], values["idempotency_key"])
-        if not found:
-            raise NotFound(f"thread {values['thread_id']!r} does not exist") from None
-        return _existing_or_conflict(found, values)
+        found = _rows_by_id_or_key(conn, pid, key, tenant)
+        if found:
+            return _existing_or_conflict(found, values)
+        _refuse_failed_insert(conn, values)
     return CreateResult(
         "created", Proposal(**row, seal_state="plain" if sealer is None else "opened")
     )
+
+
+def _refuse_failed_insert(conn: Connection, values: dict[str, Any]) -> NoReturn:
+    """An insert refused though the tenant has no such id or key: its thread is gone, or the id
+    is another tenant's proposal's (ids are global). ``Conflict`` names neither that tenant nor
+    anything of its row."""
+    thread_id = values["thread_id"]
+    if conn.execute(select(t.c.id).where(exact_eq(t.c.id, thread_id))).first() is None:
+        raise NotFound(f"thread {thread_id!r} does not exist") from None
+    raise Conflict(
+        f"proposal id {values['id']!r} cannot be used: give another id, or another "
+        "run_id/tool_call_id to derive it from"
+    ) from None
 
 
 # --- read -------------------------------------------------------------------------------------

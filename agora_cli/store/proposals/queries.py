@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import and_, select, update
+from sqlalchemy import and_, or_, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from agora_cli.store.proposals.model import PROPOSAL_FIELDS, WORK_FIELDS, Proposal, Scope
@@ -50,8 +50,10 @@ __all__ = [
     "fenced_update",
     "in_scope",
     "proposal_row",
+    "rows_by_id_or_key",
     "scope_filter",
     "select_rows",
+    "tenant_key_of",
     "worker_sql",
 ]
 
@@ -82,6 +84,25 @@ def in_scope(proposal: Proposal, pid: str, scope: Scope) -> bool:
         and proposal.actor_ref == scope.actor_ref
         and proposal.thread_id == scope.thread_id
     )
+
+
+def tenant_key_of(tenant_ref: str | None) -> str:
+    """The tenant an idempotency key is unique in (revision 0008): the tenant, or '' for none
+    (a NULL would let two untenanted proposals share a key)."""
+    return "" if tenant_ref is None else tenant_ref
+
+
+def rows_by_id_or_key(
+    conn: Connection, pid: str, key: str, tenant_ref: str | None
+) -> list[Proposal]:
+    """The tenant's proposals with this id or idempotency key: another tenant's never, so that
+    neither an ``existing`` nor a ``conflict`` tells of its keys (issue 24, finding 10)."""
+    stmt = select_rows().where(
+        exact_eq(p.c.tenant_key, tenant_key_of(tenant_ref)),
+        or_(exact_eq(p.c.id, pid), exact_eq(p.c.idempotency_key, key)),
+    )
+    rows = [proposal_row(r) for r in conn.execute(stmt).mappings()]
+    return [r for r in rows if r.tenant_ref == tenant_ref]
 
 
 def scope_filter(scope: Scope) -> ColumnElement[bool]:
