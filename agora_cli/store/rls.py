@@ -165,7 +165,10 @@ POLICIES: dict[str, tuple[str, str]] = {
     ),
     "agent_action_proposal": (
         _own_or_threads("agent_action_proposal"),
-        _own_on_parent("agent_action_proposal"),
+        # The idempotency key is unique per tenant_key (revision 0008): a row must carry its own
+        # tenant's, or a raw insert under another tenant's would learn from the duplicate-key
+        # error whether that tenant uses a key. RLS checks run before unique indexes.
+        f"({_own_on_parent('agent_action_proposal')} AND tenant_key = coalesce(tenant_ref, ''))",
     ),
     "agent_usage_daily": (
         f"(tenant_key = coalesce({_SETTING}, ''))",

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select, text
+from sqlalchemy.exc import DBAPIError
 
 from agora_cli.store.engine import open_engine
 from agora_cli.store.errors import Conflict
@@ -201,6 +202,20 @@ def test_a_tenant_login_creating_another_tenants_key_learns_nothing(databases: A
         with acme.connect() as conn:
             seen = conn.execute(select(action_proposal.c.tenant_ref)).scalars().all()
         assert seen == ["acme"]
+        # Raw SQL under globex's tenant_key (acme's tenant_ref) is refused by the policy, the
+        # same way whether globex uses the key or not: no duplicate-key oracle.
+        errors = []
+        for key in ("globex-key", "never-used"):
+            with pytest.raises(DBAPIError) as raw, acme.begin() as conn:
+                conn.execute(
+                    action_proposal.insert().values(
+                        id=f"raw-{key}", idempotency_key=key, tenant_ref="acme",
+                        tenant_key="globex", actor_ref="a", thread_id="acme-t",
+                        tool_name="refund", input="{}", created_at=1, updated_at=1,
+                    )
+                )  # fmt: skip
+            errors.append(str(raw.value.orig).split("\n")[0].replace(key, "<key>"))
+        assert errors[0] == errors[1] and "row-level security" in errors[0]
     finally:
         acme.dispose()
         with owner.begin() as conn:

@@ -174,6 +174,7 @@ def _children(tenant: str, parents: dict[str, str], key: str) -> dict[str, Any]:
             id=f"p-{key}",
             idempotency_key=f"k-{key}",
             tenant_ref=tenant,
+            tenant_key=tenant or "",  # the key's namespace: its own tenant's (revision 0008)
             actor_ref="alice",
             thread_id=parents["thread"],
             tool_name="refund",
