@@ -140,6 +140,7 @@ def destroy(
     from agora_cli.store.errors import InvalidInput
     from agora_cli.store.sealing import destroy_tenant_keys
 
+    scoped_tenant(tenant)  # another tenant than the session's is exit 2, before any question
     if not yes and not sys.stdin.isatty():
         raise InvalidInput(
             f"not destroying tenant {tenant!r}'s keys without --yes: there is no terminal to ask on"
@@ -174,6 +175,7 @@ def status(tenant: TenantOpt, db: DbOpt = None, as_json: JsonOpt = False) -> Non
     """
     from agora_cli.store.sealing import list_tenant_keys
 
+    scoped_tenant(tenant)  # another tenant than the session's is exit 2
     engine = open_db(db, readonly=True, tenant=tenant)
     with engine.connect() as conn:
         keys = list_tenant_keys(conn, tenant=tenant)

@@ -67,8 +67,10 @@ TENANCY: dict[str, str] = {
     "frames stats": "cross",
     "frames tail": "cross",
     "keys create": "scoped",
+    "keys destroy": "scoped",  # its --tenant must be the session tenant
     "keys list": "scoped",
     "keys rotate": "scoped",
+    "keys status": "scoped",
     "prices list": "cross",  # prices are shared by every tenant
     "prices reprice": "cross",
     "prices resolve": "cross",
