@@ -245,7 +245,11 @@ def _print_batch_plan(conn: Any, dialect: str, key_id: str) -> None:
     table, of = _sealed_tables()[0]
     q = (
         select(table.c.id, table.c.content)
-        .where(of("acme"), _needs_sealing(table, key_id, False), table.c.id > f"m{ROWS // 2:07d}")
+        .where(
+            of("acme"),
+            _needs_sealing(conn, table, "content", "acme", key_id, False),
+            table.c.id > f"m{ROWS // 2:07d}",
+        )
         .order_by(table.c.id)
         .limit(BATCH)
     )
