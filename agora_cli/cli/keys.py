@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db, scoped_tenant
+from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, YesOpt, open_db, scoped_tenant
 from agora_cli.cli.output import (
     Col,
     finish,
@@ -119,9 +119,7 @@ def rotate(tenant: TenantOpt, db: DbOpt = None, as_json: JsonOpt = False) -> Non
 @app.command("destroy")
 def destroy(
     tenant: TenantOpt,
-    yes: Annotated[
-        bool, typer.Option("--yes", "-y", help="Do not ask (required without a terminal).")
-    ] = False,
+    yes: YesOpt = False,
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

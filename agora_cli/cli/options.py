@@ -207,6 +207,9 @@ DbOpt = Annotated[
         metavar="URL",
     ),
 ]
+YesOpt = Annotated[
+    bool, typer.Option("--yes", "-y", help="Do not ask (required without a terminal).")
+]
 JsonOpt = Annotated[
     bool,
     typer.Option(

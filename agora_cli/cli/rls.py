@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import DbOpt, JsonOpt, open_db, scoped_tenant
+from agora_cli.cli.options import DbOpt, JsonOpt, YesOpt, open_db, scoped_tenant
 from agora_cli.cli.output import Col, finish, out_console, progress, render_table, say
 from agora_cli.store.errors import InvalidInput
 
@@ -354,9 +354,7 @@ def redact(
         int, typer.Option("--batch", min=1, max=10_000, help="Rows per transaction (1-10000).")
     ] = 500,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count; change nothing.")] = False,
-    yes: Annotated[
-        bool, typer.Option("--yes", "-y", help="Do not ask (required without a terminal).")
-    ] = False,
+    yes: YesOpt = False,
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

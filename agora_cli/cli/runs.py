@@ -333,13 +333,13 @@ def show(
     """
     from agora_cli.store.runs import get_run_detail
     from agora_cli.store.short_ids import resolve_run_id
-    from agora_cli.store.tenant_scope import check_run_tenant
+    from agora_cli.store.tenant_guard import check_run_in_scope
 
     tenant = scoped_tenant(None)
     engine = open_db(db, readonly=True, tenant=tenant)
     with engine.connect() as conn:
         resolved = resolve_run_id(conn, run_id)
-        check_run_tenant(conn, resolved, tenant)
+        check_run_in_scope(conn, resolved, tenant)
         detail = get_run_detail(conn, resolved)
         conn.rollback()
     doc = _detail_document(detail)

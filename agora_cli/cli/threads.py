@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, NoPagerOpt, open_db, scoped_tenant
+from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, NoPagerOpt, YesOpt, open_db, scoped_tenant
 from agora_cli.cli.output import (
     Col,
     finish,
@@ -341,14 +341,14 @@ def show(
     """
     from agora_cli.store.sealing import SEAL_BROKEN_MARKER
     from agora_cli.store.short_ids import resolve_thread_id
-    from agora_cli.store.tenant_scope import check_thread_tenant
+    from agora_cli.store.tenant_guard import check_thread_in_scope
     from agora_cli.store.threads import get_transcript
 
     tenant = scoped_tenant(None)
     engine = open_db(db, readonly=True, tenant=tenant)
     with engine.connect() as conn:
         resolved = resolve_thread_id(conn, thread_id)
-        check_thread_tenant(conn, resolved, tenant)  # before any sealed value is opened
+        check_thread_in_scope(conn, resolved, tenant)  # before any sealed value is opened
         transcript = get_transcript(conn, resolved)
         conn.rollback()
     doc = _transcript_doc(transcript)
@@ -456,9 +456,7 @@ def _turn_usage_line(usage: dict[str, Any]) -> str:
 @app.command("delete")
 def delete(
     thread_id: IdArg,
-    yes: Annotated[
-        bool, typer.Option("--yes", "-y", help="Do not ask (required without a terminal).")
-    ] = False,
+    yes: YesOpt = False,
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -471,7 +469,7 @@ def delete(
     Example: agora threads delete demo-thread-12 --yes --json
     """
     from agora_cli.store.short_ids import resolve_thread_id
-    from agora_cli.store.tenant_scope import check_thread_tenant
+    from agora_cli.store.tenant_guard import check_thread_in_scope
     from agora_cli.store.threads import (
         ThreadUsageTotals,
         delete_thread,
@@ -488,7 +486,7 @@ def delete(
     if not yes:
         with engine.connect().execution_options(sqlite_deferred=True) as conn:
             resolved = resolve_thread_id(conn, thread_id)
-            check_thread_tenant(conn, resolved, tenant)
+            check_thread_in_scope(conn, resolved, tenant)
             found = get_thread(conn, resolved)
             ledger = usage_by_thread(conn, [found.id]).get(found.id, ThreadUsageTotals())
             conn.rollback()
@@ -502,7 +500,7 @@ def delete(
         thread_id = found.id
     with engine.begin() as conn:
         resolved = resolve_thread_id(conn, thread_id)
-        check_thread_tenant(conn, resolved, tenant)
+        check_thread_in_scope(conn, resolved, tenant)
         result = delete_thread(conn, resolved)
     removed = ", ".join(f"{n:,} {table}" for table, n in result.deleted.items() if n)
     finish(

@@ -26,8 +26,9 @@ from agora_cli.store.clock import Clock, SystemClock
 from agora_cli.store.engine import dialect_name, retry_transient
 from agora_cli.store.errors import InvalidInput
 from agora_cli.store.frames.reader import check_run_id
-from agora_cli.store.schema import run, stream_frame, thread
+from agora_cli.store.schema import run, stream_frame
 from agora_cli.store.sqlexpr import exact_eq
+from agora_cli.store.tenant_guard import run_tenant, runs_with_threads
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
@@ -207,11 +208,7 @@ def _newest_created(conn: Connection, run_ids: Sequence[str]) -> dict[str, int]:
 def _tenant_frames(tenant: str) -> ColumnElement[bool]:
     """The frames of ``tenant``: written under it, or (older frames, the runtime's) with no
     tenant of their own on a run of its (the run's tenant_ref, else its thread's)."""
-    owned = (
-        select(run.c.id)
-        .select_from(run.join(thread, thread.c.id == run.c.thread_id))
-        .where(exact_eq(func.coalesce(run.c.tenant_ref, thread.c.tenant_ref), tenant))
-    )
+    owned = select(run.c.id).select_from(runs_with_threads()).where(exact_eq(run_tenant(), tenant))
     return or_(
         exact_eq(sf.c.tenant_ref, tenant), and_(sf.c.tenant_ref.is_(None), sf.c.run_id.in_(owned))
     )

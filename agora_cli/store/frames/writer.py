@@ -7,18 +7,19 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from agora_cli.store.clock import Clock, SystemClock
 from agora_cli.store.engine import translate_error
 from agora_cli.store.errors import AgoraError, Conflict, InvalidInput
 from agora_cli.store.frames.purge import DEFAULT_FRAME_TTL_S, purge_expired
-from agora_cli.store.frames.reader import check_run_id, find_last_frame, run_tenant
+from agora_cli.store.frames.reader import check_run_id, find_last_frame
 from agora_cli.store.rls import session_tenant
 from agora_cli.store.schema import run, stream_frame, thread
 from agora_cli.store.sealing import Sealer, frame_row_id, sealer_for
 from agora_cli.store.sqlexpr import exact_eq
+from agora_cli.store.tenant_guard import run_tenant, runs_with_threads
 from agora_cli.store.values import dump_json
 
 if TYPE_CHECKING:
@@ -60,18 +61,22 @@ def _checked_frame(frame: Mapping[str, Any]) -> dict[str, Any]:
     return body
 
 
-def _run_tenant(conn: Connection, run_id: str) -> str | None:
-    """The tenant a run's frames are written under: the run's (its own tenant_ref, else its
-    thread's); for a run without a row (or one this session does not see), the session's
-    tenant (``agora.tenant``, PostgreSQL), else none."""
+def _run_tenants(conn: Connection, run_id: str) -> tuple[str | None, str | None]:
+    """One read of a run's tenants: (the tenant its frames are sealed for — its thread's, as
+    ``reader.run_tenant`` opens them; the tenant its frames are written under — its own
+    tenant_ref, else its thread's). For a run without a row (or one this session does not see):
+    no sealing, and the session's tenant (``agora.tenant``, PostgreSQL), else none."""
     found = conn.execute(
-        select(func.coalesce(run.c.tenant_ref, thread.c.tenant_ref))
-        .select_from(run.join(thread, thread.c.id == run.c.thread_id))
+        select(thread.c.tenant_ref, run_tenant())
+        .select_from(runs_with_threads())
         .where(exact_eq(run.c.id, run_id))
     ).first()
-    if found is not None and found[0] is not None:
-        return str(found[0])
-    return session_tenant(conn)
+    if found is None:
+        return None, session_tenant(conn)
+    sealed_for, written_under = found
+    if written_under is None:
+        written_under = session_tenant(conn)
+    return sealed_for, written_under
 
 
 def _loggable(exc: BaseException) -> str:
@@ -275,10 +280,10 @@ class FrameWriter:
                 if self._next_seq is None:
                     # A keyed tenant's payloads are sealed (``KeyUnavailable`` without the KEK:
                     # never written in plaintext); the run's tenant is read once per writer.
-                    self._sealer = sealer_for(conn, run_tenant(conn, self.run_id))
+                    sealed_for, self._tenant = _run_tenants(conn, self.run_id)
+                    self._sealer = sealer_for(conn, sealed_for)
                     last = find_last_frame(conn, self.run_id, raw=True)
                     self._next_seq = 1 if last is None else last.seq + 1
-                    self._tenant = _run_tenant(conn, self.run_id)
                 now = self.clock.now_ms()
                 conn.execute(
                     insert(sf),
