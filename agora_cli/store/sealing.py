@@ -924,25 +924,41 @@ def _seal_targets() -> list[tuple[Table, str, Callable[[str], ColumnElement[bool
     ]
 
 
+def _sealing_key_ids(conn: Connection, tenant: str, active_id: str, rotate: bool) -> list[str]:
+    """The key ids a value may already be sealed under: the tenant's (``rotate``: the active
+    one). Read once per count or batch, not once per column."""
+    from sqlalchemy import select
+
+    from agora_cli.store.schema import tenant_key as k
+    from agora_cli.store.sqlexpr import exact_eq
+
+    if rotate:
+        return [active_id]
+    return list(conn.execute(select(k.c.id).where(exact_eq(k.c.tenant_key, tenant))).scalars())
+
+
 def _needs_sealing(
-    conn: Connection, table: Table, column: str, tenant: str, active_id: str, rotate: bool
+    conn: Connection,
+    table: Table,
+    column: str,
+    tenant: str,
+    active_id: str,
+    rotate: bool,
+    *,
+    ids: list[str] | None = None,
 ) -> ColumnElement[bool]:
     """Not NULL, not in the sealed form under a key of the tenant (``rotate``: under its
     active key) and not a redaction marker (``db redact``'s keyed hash: nothing left to seal,
     and sealing it would have the next ``db redact`` hash it again). Text in the sealed form
     naming no key of the tenant is plaintext: sealed."""
-    from sqlalchemy import and_, func, not_, or_, select
+    from sqlalchemy import and_, func, not_, or_
 
     from agora_cli.store.redact import is_redacted_sql
-    from agora_cli.store.schema import tenant_key as k
-    from agora_cli.store.sqlexpr import exact_eq
 
     col = table.c[column]
     redacted = is_redacted_sql(col, frame=table.name == "agent_stream_frame")
-    if rotate:
-        ids = [active_id]
-    else:
-        ids = list(conn.execute(select(k.c.id).where(exact_eq(k.c.tenant_key, tenant))).scalars())
+    if ids is None:
+        ids = _sealing_key_ids(conn, tenant, active_id, rotate)
     under = [
         func.substr(col, 1, len(f"{SEALED_PREFIX}{i}:")) == f"{SEALED_PREFIX}{i}:" for i in ids
     ]
@@ -970,11 +986,13 @@ def _count_columns(conn: Connection, tenant: str, rotate: bool) -> dict[str, int
 
     row = _active_row(conn, tenant)
     active_id = "" if row is None else row["id"]
+    ids = _sealing_key_ids(conn, tenant, active_id, rotate)
     return {
         f"{table.name}.{column}": int(
             conn.execute(
                 select(func.count()).where(
-                    of(tenant), _needs_sealing(conn, table, column, tenant, active_id, rotate)
+                    of(tenant),
+                    _needs_sealing(conn, table, column, tenant, active_id, rotate, ids=ids),
                 )
             ).scalar_one()
         )
