@@ -82,7 +82,10 @@ def _acme(engine: Any, *, key: bool = True) -> None:
 
 def _raw(engine: Any, table: Any, column: str) -> list[Any]:
     with engine.connect() as conn:
-        return list(conn.execute(select(table.c[column])).scalars())
+        # in primary-key order: an unordered SELECT may return rows in any order (PostgreSQL
+        # does after an update), and callers take "the first" and "the second"
+        keys = list(table.primary_key.columns)
+        return list(conn.execute(select(table.c[column]).order_by(*keys)).scalars())
 
 
 def _no_plaintext(values: list[Any]) -> None:
