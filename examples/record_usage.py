@@ -11,10 +11,14 @@ from __future__ import annotations
 import argparse
 import os
 
-from agora_cli.store import ensure_agent_tables, open_engine
-from agora_cli.store.pricing import set_price
-from agora_cli.store.threads import append_message, create_thread
-from agora_cli.store.usage import record_usage
+from agora_cli.store import (
+    append_message,
+    create_thread,
+    ensure_agent_tables,
+    open_engine,
+    record_usage,
+    set_price,
+)
 
 
 def main() -> int:

@@ -31,9 +31,13 @@ from typing import Any
 from sqlalchemy import Column, Float, MetaData, String, Table, insert, select
 from sqlalchemy.engine import Engine
 
-from agora_cli.store import ActionProposalStore, ClaimResult, Settlement, open_engine
-from agora_cli.store.engine import dialect_name
-from agora_cli.store.sealing import SEALED_MARKER
+from agora_cli.store import (
+    SEALED_MARKER,
+    ActionProposalStore,
+    ClaimResult,
+    Settlement,
+    open_engine,
+)
 
 domain = MetaData()
 refunds = Table(
@@ -123,7 +127,7 @@ def batched_loop(engine: Engine, store: ActionProposalStore, args: argparse.Name
         for item, outcome in zip(done, store.settle_many(done), strict=True):
             print(f"{item.proposal_id} ({kinds[item.proposal_id]}) -> {outcome.outcome}")
             settled += outcome.outcome == "settled"
-    print(f"settled {settled} proposal(s) on {dialect_name(engine)}; idle, stopping")
+    print(f"settled {settled} proposal(s) on {engine.dialect.name}; idle, stopping")
     return 0
 
 
@@ -160,7 +164,7 @@ def main() -> int:
         # "lost" means our lease expired and another worker took over: nothing more to do.
         print(f"{work.id} {work.tool_name} ({claim.outcome}) -> {outcome.outcome}")
         settled += outcome.outcome == "settled"
-    print(f"settled {settled} proposal(s) on {dialect_name(engine)}; idle, stopping")
+    print(f"settled {settled} proposal(s) on {engine.dialect.name}; idle, stopping")
     return 0
 
 

@@ -13,11 +13,11 @@ import pytest
 from helpers import FIXTURE_CATALOG
 from sqlalchemy import func, select
 
-from agora_cli.store import schema
-from agora_cli.store.catalog import Catalog, fetch_catalog
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.errors import InvalidInput, ModelNotInCatalog
-from agora_cli.store.pricing import (
+from agora_cli.store import _schema as schema
+from agora_cli.store._catalog import ModelCatalog, fetch_catalog
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._errors import InvalidInput, ModelNotInCatalog
+from agora_cli.store._pricing import (
     MAX_PRICE_PER_1M,
     PriceTier,
     current_prices,
@@ -33,7 +33,7 @@ mp = schema.model_pricing
 
 
 @pytest.fixture(scope="module")
-def catalog() -> Catalog:
+def catalog() -> ModelCatalog:
     return fetch_catalog(str(FIXTURE_CATALOG))
 
 
@@ -43,12 +43,12 @@ def price_rows(engine: Any) -> list[dict[str, Any]]:
         return [dict(r) for r in conn.execute(q).mappings()]
 
 
-def seed(engine: Any, catalog: Catalog, *names: str, **kw: Any) -> Any:
+def seed(engine: Any, catalog: ModelCatalog, *names: str, **kw: Any) -> Any:
     with engine.begin() as conn:
         return seed_prices_from_models_dev(conn, list(names), catalog=catalog, **kw)
 
 
-def test_seed_gpt_4o_mini(engine: Any, catalog: Catalog) -> None:
+def test_seed_gpt_4o_mini(engine: Any, catalog: ModelCatalog) -> None:
     clock = ManualClock(1_767_225_600_000)
     result = seed(engine, catalog, "openai/gpt-4o-mini", clock=clock)
     (change,) = result.prices
@@ -73,7 +73,7 @@ def test_seed_gpt_4o_mini(engine: Any, catalog: Catalog) -> None:
     assert len(price_rows(engine)) == 1
 
 
-def test_seed_a_model_id_containing_a_slash(engine: Any, catalog: Catalog) -> None:
+def test_seed_a_model_id_containing_a_slash(engine: Any, catalog: ModelCatalog) -> None:
     result = seed(engine, catalog, "openrouter/anthropic/claude-sonnet-4")
     (change,) = result.prices
     assert (change.model, change.catalog_id) == (
@@ -85,7 +85,9 @@ def test_seed_a_model_id_containing_a_slash(engine: Any, catalog: Catalog) -> No
     assert (res.matched, res.rule) == ("anthropic/claude-sonnet-4", "prefix")
 
 
-def test_seed_a_tiered_model_stores_and_applies_the_tiers(engine: Any, catalog: Catalog) -> None:
+def test_seed_a_tiered_model_stores_and_applies_the_tiers(
+    engine: Any, catalog: ModelCatalog
+) -> None:
     seed(engine, catalog, "google/gemini-2.5-pro")
     (row,) = price_rows(engine)
     assert json.loads(row["tiers"]) == [
@@ -104,13 +106,15 @@ def test_seed_a_tiered_model_stores_and_applies_the_tiers(engine: Any, catalog: 
     assert estimate_cost(price, input_tokens=100_000, output_tokens=0) == pytest.approx(0.125)
 
 
-def test_a_model_without_cost_is_an_error_and_writes_nothing(engine: Any, catalog: Catalog) -> None:
+def test_a_model_without_cost_is_an_error_and_writes_nothing(
+    engine: Any, catalog: ModelCatalog
+) -> None:
     with pytest.raises(ModelNotInCatalog, match="openai/gpt-image-1 has no price in the catalog"):
         seed(engine, catalog, "openai/gpt-4o-mini", "openai/gpt-image-1")
     assert price_rows(engine) == []
 
 
-def test_a_batch_with_one_bad_name_writes_nothing(engine: Any, catalog: Catalog) -> None:
+def test_a_batch_with_one_bad_name_writes_nothing(engine: Any, catalog: ModelCatalog) -> None:
     with engine.begin() as conn:
         set_price(conn, "gpt-4o", input_per_1m=1.0, output_per_1m=2.0)
     before = price_rows(engine)
@@ -125,7 +129,7 @@ def test_a_batch_with_one_bad_name_writes_nothing(engine: Any, catalog: Catalog)
 
 
 def test_names_without_a_slash_or_conflicting_are_invalid_input(
-    engine: Any, catalog: Catalog
+    engine: Any, catalog: ModelCatalog
 ) -> None:
     with pytest.raises(InvalidInput):
         seed(engine, catalog, "gpt-4o-mini")
@@ -134,7 +138,7 @@ def test_names_without_a_slash_or_conflicting_are_invalid_input(
     assert price_rows(engine) == []
 
 
-def test_seed_dry_run_writes_nothing(engine: Any, catalog: Catalog) -> None:
+def test_seed_dry_run_writes_nothing(engine: Any, catalog: ModelCatalog) -> None:
     with engine.begin() as conn:
         set_price(conn, "gpt-4o-mini", input_per_1m=0.10, output_per_1m=0.40)
     before = price_rows(engine)
@@ -150,7 +154,7 @@ def test_seed_dry_run_writes_nothing(engine: Any, catalog: Catalog) -> None:
 
 
 def test_reseeding_after_a_manual_change_updates_and_keeps_history(
-    engine: Any, catalog: Catalog
+    engine: Any, catalog: ModelCatalog
 ) -> None:
     clock = ManualClock(1_000)
     seed(engine, catalog, "openai/gpt-4o-mini", clock=clock)
@@ -269,7 +273,7 @@ def test_model_ids_are_exact_even_with_trailing_spaces(engine: Any) -> None:
 # --- catalog entries agora cannot store -------------------------------------------------------
 
 LONG_ID = "m" * 300
-ODD = Catalog(
+ODD = ModelCatalog(
     source="odd.json",
     providers={
         "p": {
@@ -334,7 +338,7 @@ PROFILE = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
 
 
 def test_seed_missing_prices_the_ledger_and_skips_with_reasons(
-    engine: Any, catalog: Catalog
+    engine: Any, catalog: ModelCatalog
 ) -> None:
     add_ledger(
         engine,
@@ -389,7 +393,7 @@ def test_seed_missing_skips_an_out_of_range_catalog_price(engine: Any) -> None:
     assert [r["model_id"] for r in price_rows(engine)] == ["fine"]
 
 
-def test_seed_missing_keeps_trailing_space_ids_apart(engine: Any, catalog: Catalog) -> None:
+def test_seed_missing_keeps_trailing_space_ids_apart(engine: Any, catalog: ModelCatalog) -> None:
     add_ledger(engine, "gpt-4o-mini", "gpt-4o-mini ")
     with engine.begin() as conn:
         result = seed_missing_prices(conn, catalog=catalog)
@@ -397,7 +401,7 @@ def test_seed_missing_keeps_trailing_space_ids_apart(engine: Any, catalog: Catal
     assert [(s.model_id, s.reason) for s in result.skipped] == [("gpt-4o-mini ", "not_in_catalog")]
 
 
-def test_seed_missing_dry_run_writes_nothing(engine: Any, catalog: Catalog) -> None:
+def test_seed_missing_dry_run_writes_nothing(engine: Any, catalog: ModelCatalog) -> None:
     add_ledger(engine, "claude-3-5-sonnet-20241022", "openrouter/openai/gpt-4o-mini-2024-07-18")
     with engine.begin() as conn:
         result = seed_missing_prices(conn, catalog=catalog, dry_run=True)
@@ -412,8 +416,8 @@ def test_seed_missing_dry_run_writes_nothing(engine: Any, catalog: Catalog) -> N
 
 SETTER = """
 import sys, time
-from agora_cli.store.engine import open_engine
-from agora_cli.store.pricing import set_price
+from agora_cli.store._engine import open_engine
+from agora_cli.store._pricing import set_price
 
 url, who, rounds, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 models = [f"race-{i}" for i in range(int(sys.argv[5]))]

@@ -12,9 +12,9 @@ from helpers import FIXTURE_CATALOG
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agora_cli.store.catalog import Catalog, fetch_catalog
-from agora_cli.store.errors import InvalidInput
-from agora_cli.store.pricing import (
+from agora_cli.store._catalog import ModelCatalog, fetch_catalog
+from agora_cli.store._errors import InvalidInput
+from agora_cli.store._pricing import (
     HYPERSCALERS,
     MAX_PRICE_PER_1M,
     ROUTE_ALIASES,
@@ -185,7 +185,7 @@ def test_bedrock_ids() -> None:
         assert not is_bedrock_id(spelling), spelling
 
 
-def test_route_aliases_name_catalog_providers(catalog: Catalog) -> None:
+def test_route_aliases_name_catalog_providers(catalog: ModelCatalog) -> None:
     assert set(ROUTE_ALIASES.values()) <= set(catalog.providers)
     assert not set(ROUTE_ALIASES) & set(catalog.providers)  # an alias is never a provider id
     assert set(HYPERSCALERS) <= set(catalog.providers)
@@ -396,11 +396,11 @@ def test_stripping_a_route_prefix_never_changes_the_date_rules_outcome(
 
 
 @pytest.fixture(scope="module")
-def catalog() -> Catalog:
+def catalog() -> ModelCatalog:
     return fetch_catalog(str(FIXTURE_CATALOG))
 
 
-def test_price_from_catalog_reads_cache_spellings_and_tiers(catalog: Catalog) -> None:
+def test_price_from_catalog_reads_cache_spellings_and_tiers(catalog: ModelCatalog) -> None:
     mini = price_from_catalog(catalog.entry("openai", "gpt-4o-mini"), "gpt-4o-mini")
     assert mini is not None
     assert (mini.input_per_1m, mini.output_per_1m, mini.cache_read_per_1m) == (0.15, 0.6, 0.075)
@@ -482,13 +482,13 @@ def test_non_context_tiers_are_ignored() -> None:
 # --- seed --missing matching ------------------------------------------------------------------
 
 
-def _match(model_id: str, catalog: Catalog) -> tuple[str, str, float, float]:
+def _match(model_id: str, catalog: ModelCatalog) -> tuple[str, str, float, float]:
     m = match_catalog_price(model_id, catalog)
     assert isinstance(m, CatalogMatch), m
     return m.model_id, m.catalog_id, m.price.input_per_1m, m.price.output_per_1m
 
 
-def test_missing_matching_rules(catalog: Catalog) -> None:
+def test_missing_matching_rules(catalog: ModelCatalog) -> None:
     # providers disagree (abacus has no cache rate): the first party wins
     assert _match("gpt-4o-mini-2024-07-18", catalog) == (
         "gpt-4o-mini",
@@ -523,7 +523,7 @@ def test_missing_matching_rules(catalog: Catalog) -> None:
     )
 
 
-def test_missing_matching_skips(catalog: Catalog) -> None:
+def test_missing_matching_skips(catalog: ModelCatalog) -> None:
     gov = match_catalog_price("us-gov.anthropic.claude-3-5-sonnet-20240620-v1:0", catalog)
     assert gov == SkippedModel("us-gov.anthropic.claude-3-5-sonnet-20240620-v1:0", "govcloud")
     amb = match_catalog_price("MiniMax-M1", catalog)
@@ -539,11 +539,11 @@ def test_missing_matching_skips(catalog: Catalog) -> None:
 
 
 def test_agreement_is_to_one_part_in_a_billion() -> None:
-    def cat(*rates: float) -> Catalog:
+    def cat(*rates: float) -> ModelCatalog:
         providers = {
             f"p{i}": {"m": {"cost": {"input": r, "output": 1.0}}} for i, r in enumerate(rates)
         }
-        return Catalog(source="t", providers=providers, downloaded_at=0)
+        return ModelCatalog(source="t", providers=providers, downloaded_at=0)
 
     agreed = match_catalog_price("m", cat(3.0, 3.0 * (1 + 1e-12)))
     assert isinstance(agreed, CatalogMatch) and agreed.catalog_id == "p0/m"

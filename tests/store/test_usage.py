@@ -10,20 +10,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from agora_cli.store import schema
-from agora_cli.store.clock import ManualClock, day_window, parse_day
-from agora_cli.store.errors import InvalidInput, NotFound
-from agora_cli.store.pricing import (
+from agora_cli.store import _schema as schema
+from agora_cli.store._clock import ManualClock, day_window, parse_day
+from agora_cli.store._errors import InvalidInput, NotFound
+from agora_cli.store._pricing import (
     MAX_PRICE_PER_1M,
     PriceTier,
     current_prices,
     estimate_cost,
     set_price,
 )
-from agora_cli.store.usage import (
+from agora_cli.store._usage import (
     MAX_COST_USD,
     RepriceResult,
-    UnpricedModel,
+    UnpricedRows,
     record_usage,
     reprice,
 )
@@ -214,7 +214,7 @@ def test_reprice_fills_null_costs_in_the_window_and_reports_the_unpriced(
     assert dry == RepriceResult(
         repriced=2,
         still_unpriced=3,
-        unpriced_models=(UnpricedModel("gpt-4-0613", 2), UnpricedModel("o1-latest", 1)),
+        unpriced_models=(UnpricedRows("gpt-4-0613", 2), UnpricedRows("o1-latest", 1)),
         dry_run=True,
     )
     assert all(r["cost_usd"] is None or r["id"] == provider.id for r in ledger(engine).values())
@@ -325,7 +325,7 @@ def test_reprice_never_writes_a_cost_that_is_not_finite(engine: Any, thread: str
         with engine.begin() as conn:
             result = reprice(conn, dry_run=dry_run)
         assert result.repriced == 1
-        assert result.unpriced_models == (UnpricedModel("huge", 2), UnpricedModel("dear", 1))
+        assert result.unpriced_models == (UnpricedRows("huge", 2), UnpricedRows("dear", 1))
         assert result.still_unpriced == 3
     rows = ledger(engine)
     assert rows["sane-0"]["cost_usd"] == pytest.approx(5.0)
@@ -346,7 +346,7 @@ def test_reprice_tests_the_bound_in_sql(engine: Any, thread: str, dialect: str) 
     with engine.begin() as conn:
         result = reprice(conn)
     if dialect == "sqlite":
-        assert (result.repriced, result.unpriced_models) == (0, (UnpricedModel("m", 1),))
+        assert (result.repriced, result.unpriced_models) == (0, (UnpricedRows("m", 1),))
         assert ledger(engine)["r"]["cost_usd"] is None
     else:  # 2 × 9.2e18 tokens at $1 per 1M: 1.8e13 USD, finite and within the bound
         assert (result.repriced, result.unpriced_models) == (1, ())
@@ -360,7 +360,7 @@ def test_reprice_keeps_trailing_space_model_ids_apart(engine: Any, thread: str) 
     with engine.begin() as conn:
         result = reprice(conn)
     # 'a ' resolves to no price: it is not 'a' (MySQL's PAD SPACE collation says it is)
-    assert (result.repriced, result.unpriced_models) == (2, (UnpricedModel("a ", 3),))
+    assert (result.repriced, result.unpriced_models) == (2, (UnpricedRows("a ", 3),))
     rows = ledger(engine)
     assert [rows[f"a-{i}"]["cost_usd"] for i in range(2)] == [2.0, 2.0]
     assert all(rows[f"a -{i}"]["cost_usd"] is None for i in range(3))
