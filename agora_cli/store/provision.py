@@ -76,6 +76,7 @@ from agora_cli.store.lock_waits import (
     lock_wait_error,
     table_lock_timeout,
 )
+from agora_cli.store.problems import Problem
 from agora_cli.store.schema import RETIRED_INDEXES, metadata
 
 __all__ = [
@@ -83,7 +84,6 @@ __all__ = [
     "MAX_TABLE_LOCK_TIMEOUT_S",
     "PROBLEM_KINDS",
     "ForeignKeyShape",
-    "Problem",
     "ProvisionReport",
     "RowCount",
     "SchemaCatalog",
@@ -116,15 +116,6 @@ PROBLEM_KINDS = (
 
 
 _PG_LOCK_KEY = 0x61676F7261  # "agora"
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One difference between the live schema and the expected one."""
-
-    kind: str
-    table: str
-    detail: str
 
 
 @dataclass(frozen=True)

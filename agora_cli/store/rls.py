@@ -76,19 +76,19 @@ from typing import TYPE_CHECKING, Any
 
 from agora_cli.store.engine import dialect_name
 from agora_cli.store.errors import InvalidInput, SchemaDrift
+from agora_cli.store.problems import Problem
+from agora_cli.store.tenant_setting import TENANT_SETTING, install_tenant_hook
 from agora_cli.store.values import check_identity
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
     from sqlalchemy.sql.schema import Table
 
-    from agora_cli.store.provision import Problem
 
 __all__ = [
     "POLICY_NAME",
     "PROTECTED_TABLES",
     "SHARED_TABLES",
-    "TENANT_SETTING",
     "RlsPlan",
     "RlsStatus",
     "RlsTableCheck",
@@ -104,7 +104,6 @@ __all__ = [
     "verify_isolation",
 ]
 
-TENANT_SETTING = "agora.tenant"
 POLICY_NAME = "agent_tenant_isolation"
 
 _SETTING = f"current_setting('{TENANT_SETTING}', true)"
@@ -555,8 +554,6 @@ def policy_problems(bind: Engine | Connection) -> list[Problem]:
     """
     from sqlalchemy.engine import Engine
 
-    from agora_cli.store.provision import Problem
-
     if dialect_name(bind) != "postgresql":
         return []
     if isinstance(bind, Engine):
@@ -958,9 +955,7 @@ def session_tenant(conn: Connection) -> str | None:
 
 def install_tenant_setting(engine: Engine, tenant: str) -> None:
     """Make every transaction on ``engine`` begin with ``agora.tenant = tenant`` (SET LOCAL), and
-    every autocommit connection carry it (``engine.install_tenant_hook``; PostgreSQL only)."""
-    from agora_cli.store.engine import install_tenant_hook
-
+    every autocommit connection carry it (``install_tenant_hook``; PostgreSQL only)."""
     install_tenant_hook(engine, tenant)
 
 

@@ -953,7 +953,7 @@ def _needs_sealing(
     naming no key of the tenant is plaintext: sealed."""
     from sqlalchemy import and_, func, not_, or_
 
-    from agora_cli.store.redact import is_redacted_sql
+    from agora_cli.store.redaction_form import is_redacted_sql
 
     col = table.c[column]
     redacted = is_redacted_sql(col, frame=table.name == "agent_stream_frame")

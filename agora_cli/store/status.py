@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 from agora_cli.store.engine import dialect_name, server_version
 from agora_cli.store.galera import GaleraStatus, galera_status
 from agora_cli.store.migrate import applied_branches, current_revision, head_revision
-from agora_cli.store.provision import Problem, RowCount, check_agent_tables, table_row_counts
+from agora_cli.store.problems import Problem
+from agora_cli.store.provision import RowCount, check_agent_tables, table_row_counts
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine

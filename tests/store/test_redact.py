@@ -513,7 +513,9 @@ def test_the_sql_check_and_is_redacted_agree_whatever_the_collation(engine: Any)
     # database the upstream runtime made has: the check must not depend on the column's.
     from sqlalchemy import literal
 
-    from agora_cli.store.redact import _FRAME_FORM, _VALUE_FORM, _IsRedacted
+    from agora_cli.store.redaction_form import FRAME_FORM as _FRAME_FORM
+    from agora_cli.store.redaction_form import VALUE_FORM as _VALUE_FORM
+    from agora_cli.store.redaction_form import _IsRedacted
 
     value = redaction_marker("x", tenant="acme")
     frame = redaction_marker("x", tenant="acme", frame=True)
