@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
+from urllib.parse import unquote
 
 from agora_cli.store.errors import (
     AgoraError,
@@ -106,8 +107,7 @@ def normalize_url(url: str) -> URL:
     character that ends the password (``@``): SQLAlchemy would cut ``u:p@ss@host`` after ``p``
     and send the rest of the password to the server as a host name, into its error messages.
     """
-    from urllib.parse import unquote
-
+    # lazy: start-up — the engine module imports without SQLAlchemy (agora config)
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
@@ -187,6 +187,7 @@ def open_engine(
     Raises ``InvalidInput`` for a malformed URL or unknown dialect and ``DatabaseUnreachable``
     when the server cannot be reached or refuses the credentials.
     """
+    # lazy: start-up — the engine module imports without SQLAlchemy (agora config)
     from sqlalchemy import create_engine, event
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -355,6 +356,7 @@ def _unreachable(exc: BaseException, url: str, path: Path | None = None) -> Agor
 
 def translate_error(exc: BaseException, url: str | None = None) -> AgoraError | None:
     """Map a SQLAlchemy/driver exception to agora's tree, or ``None`` if it is not one."""
+    # lazy: start-up — the engine module imports without SQLAlchemy (agora config)
     from sqlalchemy import exc as sa_exc
 
     if isinstance(exc, AgoraError):
@@ -605,6 +607,7 @@ def _on_driver(
     *,
     pipeline: bool,
 ) -> list[DriverResult]:
+    # lazy: start-up — the engine module imports without SQLAlchemy (agora config)
     from sqlalchemy.exc import DBAPIError
 
     if not conn.in_transaction():

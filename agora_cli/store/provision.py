@@ -35,6 +35,7 @@ from typing import Any
 
 from sqlalchemy import Column, ForeignKeyConstraint, Table, select, text, update
 from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.exc import DBAPIError
 
 from agora_cli.store.ddl import (
     Step,
@@ -60,6 +61,7 @@ from agora_cli.store.errors import (
     LockTimeout,
     SchemaDrift,
 )
+from agora_cli.store.galera import galera_problems
 from agora_cli.store.live_schema import (
     ForeignKeyShape,
     RowCount,
@@ -77,6 +79,7 @@ from agora_cli.store.lock_waits import (
     table_lock_timeout,
 )
 from agora_cli.store.problems import Problem
+from agora_cli.store.rls import policy_problems
 from agora_cli.store.schema import RETIRED_INDEXES, metadata
 
 __all__ = [
@@ -444,8 +447,6 @@ def _apply_converging(conn: Connection, dialect: Dialect, *, convert: bool) -> l
 
 def _lost_race(exc: BaseException) -> bool:
     """A DDL or catalog failure that another node's concurrent provisioning explains."""
-    from sqlalchemy.exc import DBAPIError
-
     cause: BaseException | None = exc
     while cause is not None and not isinstance(cause, DBAPIError):
         cause = cause.__cause__
@@ -615,8 +616,6 @@ def check_agent_tables(bind: Engine | Connection) -> list[Problem]:
     database (``galera.galera_problems``: ``no_primary_key``, ``wrong_engine``,
     ``galera_setting``).
     """
-    from agora_cli.store.galera import galera_problems
-
     names = {t.name for t in metadata.sorted_tables}
     if isinstance(bind, Engine):
         with bind.connect().execution_options(sqlite_deferred=True) as conn:
@@ -677,8 +676,6 @@ def check_agent_tables(bind: Engine | Connection) -> list[Problem]:
                         "(agora db provision --convert-collation converts it)",
                     )
                 )
-    from agora_cli.store.rls import policy_problems  # PostgreSQL, once RLS is enabled
-
     problems.extend(policy_problems(bind))
     return problems + cluster
 

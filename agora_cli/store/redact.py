@@ -61,7 +61,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from agora_cli.store.clock import DAY_MS, Clock, SystemClock, parse_duration
 from agora_cli.store.engine import supports_skip_locked
-from agora_cli.store.errors import InvalidInput
+from agora_cli.store.errors import InvalidInput, KeyUnavailable
 from agora_cli.store.redaction_form import (
     FRAME_FORM,
     REDACTED_PREFIX,
@@ -70,6 +70,7 @@ from agora_cli.store.redaction_form import (
     is_redacted_sql,
 )
 from agora_cli.store.schema import action_proposal, message, run, stream_frame, thread, tool_call
+from agora_cli.store.sealing import KEK_ENV, KEK_FILE_ENV, current_kek, derive_key
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.values import check_int, check_optional_identity
 
@@ -110,8 +111,6 @@ class _RedactionKey:
     __slots__ = ("_key", "tag")
 
     def __init__(self, kek: Kek, tenant: str | None) -> None:
-        from agora_cli.store.sealing import derive_key
-
         self._key = derive_key(kek, "redact", tenant)
         self.tag = hmac.new(self._key, _KEY_TAG_LABEL, hashlib.sha256).hexdigest()[:TAG_HEX]
 
@@ -132,8 +131,6 @@ class _RedactionKey:
 def redaction_kek(kek: Kek | None = None) -> Kek:
     """The KEK redaction derives its keys from: ``kek``, else the environment's; else
     ``KeyUnavailable`` (exit 3)."""
-    from agora_cli.store.errors import KeyUnavailable
-    from agora_cli.store.sealing import KEK_ENV, KEK_FILE_ENV, current_kek
 
     found = kek if kek is not None else current_kek()
     if found is None:

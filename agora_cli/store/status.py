@@ -9,6 +9,7 @@ from agora_cli.store.engine import dialect_name, server_version
 from agora_cli.store.galera import GaleraStatus, galera_status
 from agora_cli.store.migrate import applied_branches, current_revision, head_revision
 from agora_cli.store.problems import Problem
+from agora_cli.store.proposals import count_legacy_proposals
 from agora_cli.store.provision import RowCount, check_agent_tables, table_row_counts
 
 if TYPE_CHECKING:
@@ -38,8 +39,6 @@ class SchemaStatus:
 
 def schema_status(engine: Engine) -> SchemaStatus:
     """Read the migration state, the drift, the legacy proposals left and the row counts."""
-    from agora_cli.store.proposals import count_legacy_proposals
-
     problems = check_agent_tables(engine)
     with engine.connect().execution_options(sqlite_deferred=True) as conn:
         tables = table_row_counts(conn)
