@@ -181,7 +181,6 @@ class DemoSummary:
 
 def demo_has_agent_data(conn: Connection) -> bool:
     """Whether any agent table the demo writes to already holds a row."""
-
     tables = (
         schema.thread,
         schema.token_usage,
@@ -193,7 +192,6 @@ def demo_has_agent_data(conn: Connection) -> bool:
 
 
 def _delete_previous_demo(engine: Engine) -> None:
-
     with engine.begin() as conn:
         ids = conn.execute(
             select(schema.thread.c.id).where(schema.thread.c.id.like(f"{PREFIX}%"))
@@ -220,7 +218,6 @@ def _delete_previous_demo(engine: Engine) -> None:
 def demo_kek(engine: Engine) -> tuple[Kek | None, str | None]:
     """The KEK the demo seals with, and the file it made or reused (``None`` when the KEK came
     from the environment, or when there is none: a server database without ``AGORA_KEK``)."""
-
     found = current_kek()
     if found is not None:
         return found, None
@@ -250,7 +247,6 @@ def write_demo_data(
     ``kek`` (or what the callable returns, asked only once the demo is sure to write), tenant
     ``globex`` gets a data key first and its messages are written sealed.
     """
-
     if not 1 <= days <= 365:
         raise InvalidInput(f"days must be between 1 and 365, not {days}", param="days")
     ensure_agent_tables(engine)
@@ -315,7 +311,6 @@ DEMO_BUDGET_BY = "demo"
 
 def _write_budgets(engine: Engine, now: int, summary: DemoSummary) -> None:
     """Saved budgets in each state; a budget the demo did not write is never changed."""
-
     with engine.begin() as conn:
         for kind, ref, period, unit, share in DEMO_BUDGETS:
             taken = list_budgets(conn, scope_kind=kind, scope_ref=ref, period=period)
@@ -743,7 +738,6 @@ def _write_background_usage(
     now: int,
     summary: DemoSummary,
 ) -> None:
-
     with engine.begin() as conn:
         clock.set(first)
         thread_id = f"{PREFIX}thread-summaries"

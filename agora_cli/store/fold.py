@@ -269,7 +269,6 @@ def check_fold_privilege(bind: Engine | Connection) -> None:
     role and its members: ``db rls enable`` grants them SELECT only), and a role subject to
     row-level security where it is enabled (it would fold only the rows it sees). One query.
     """
-
     if isinstance(bind, Engine):
         with bind.connect() as conn:
             try:

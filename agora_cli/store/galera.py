@@ -89,7 +89,6 @@ def galera_problems(conn: Connection, agent_tables: set[str]) -> list[Problem]:
     (Explicit ``LOCK TABLES`` and XA transactions, which Galera also refuses, agora never
     issues; its ``GET_LOCK`` is node-local, which provisioning allows for.)
     """
-
     if not is_galera(conn):
         return []
     problems: list[Problem] = []

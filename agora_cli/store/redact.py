@@ -131,7 +131,6 @@ class _RedactionKey:
 def redaction_kek(kek: Kek | None = None) -> Kek:
     """The KEK redaction derives its keys from: ``kek``, else the environment's; else
     ``KeyUnavailable`` (exit 3)."""
-
     found = kek if kek is not None else current_kek()
     if found is None:
         raise KeyUnavailable(

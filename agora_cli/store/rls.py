@@ -654,7 +654,6 @@ def _privileges(conn: Connection, role: str, tables: list[str]) -> dict[str, set
 
 
 def _grant_sql(conn: Connection, role: str, cat: _Catalog, *, revoke: bool) -> list[str]:
-
     agent = sorted(t.name for t in metadata.sorted_tables if cat.tables.get(t.name, None))
     agent = [t for t in agent if cat.tables[t].exists]
     held = _privileges(conn, role, agent)
@@ -1053,7 +1052,6 @@ def verify_isolation(engine: Engine, *, app_role: str | None = None) -> RlsVerif
     shared fail; so does an app role that may write the fold's tables. ``app_role`` is refused
     (``InvalidInput``) when it could switch the policies off: see ``enable_rls``.
     """
-
     _require_postgresql(engine)
     if app_role is not None:
         _check_role_name(app_role)
@@ -1225,7 +1223,6 @@ def _check_table(
     intruder: dict[str, Any],
 ) -> RlsTableCheck:
     """As tenant A under the app role: the five probes on one table, each in a savepoint."""
-
     count = select(func.count()).select_from(table)
     first = next(c for c in table.columns if not c.primary_key)
     probes: dict[str, Any] = {
@@ -1292,7 +1289,6 @@ def _check_threads_tenant(
     tenants: dict[str, str],
 ) -> RlsTableCheck:
     """As the app role: a row with no tenant_ref on A's thread is A's, and only A's."""
-
     details = [check.detail] if check.detail else []
     if isinstance(row, str):
         details.append(f"tenant A could not write a row with no tenant_ref on its thread: {row}")

@@ -347,7 +347,6 @@ def _tenant_key(row: Mapping[Any, Any]) -> TenantKey:
 
 
 def _active_row(conn: Connection, tenant: str, *, lock: bool = False) -> Mapping[Any, Any] | None:
-
     q = (
         select(k)
         .where(exact_eq(k.c.tenant_key, tenant), k.c.retired_at.is_(None))
@@ -367,7 +366,6 @@ def find_active_key(conn: Connection, tenant: str) -> TenantKey | None:
 
 def list_tenant_keys(conn: Connection, *, tenant: str | None = None) -> list[TenantKey]:
     """The keys (all, or one tenant's), by tenant then newest first; never key material."""
-
     cols = [
         k.c.id,
         k.c.tenant_key,
@@ -384,7 +382,6 @@ def list_tenant_keys(conn: Connection, *, tenant: str | None = None) -> list[Ten
 
 def _check_database_kek(conn: Connection, kek: Kek) -> None:
     """Refuse a KEK other than the one that wrapped the keys already stored (one per database)."""
-
     other = conn.execute(
         select(k.c.kek_fingerprint).where(k.c.kek_fingerprint != kek.fingerprint).limit(1)
     ).scalar()
@@ -400,7 +397,6 @@ def _new_key_id() -> str:
 
 
 def _insert_key(conn: Connection, kek: Kek, tenant: str, key_id: str | None, now: int) -> TenantKey:
-
     ident = check_identity("key_id", key_id or _new_key_id())
     if ":" in ident:
         raise InvalidInput("a key id cannot hold ':'", param="key_id")
@@ -474,13 +470,11 @@ _ROTATE_ROUNDS = 50
 
 
 def _has_keys(conn: Connection, tenant: str) -> bool:
-
     found = conn.execute(select(k.c.id).where(exact_eq(k.c.tenant_key, tenant)).limit(1))
     return found.first() is not None
 
 
 def _retire(conn: Connection, tenant: str, now: int) -> list[str]:
-
     live = exact_eq(k.c.tenant_key, tenant), k.c.retired_at.is_(None)
     ids = list(conn.execute(select(k.c.id).where(*live)).scalars())
     conn.execute(update(k).where(*live).values(retired_at=now))
@@ -488,7 +482,6 @@ def _retire(conn: Connection, tenant: str, now: int) -> list[str]:
 
 
 def _key_rows(conn: Connection, key_ids: Sequence[str]) -> dict[str, Mapping[Any, Any]]:
-
     if not key_ids:
         return {}
     rows = conn.execute(select(k).where(k.c.id.in_(sorted(set(key_ids))))).mappings()
@@ -799,7 +792,6 @@ def open_columns(
 
 def tenants_of_threads(conn: Connection, thread_ids: Sequence[str]) -> dict[str, str | None]:
     """Each thread's tenant (one read; a missing thread is left out)."""
-
     ids = sorted(set(thread_ids))
     if not ids:
         return {}
@@ -899,7 +891,6 @@ def _seal_targets() -> list[tuple[Table, str, Callable[[str], ColumnElement[bool
 def _sealing_key_ids(conn: Connection, tenant: str, active_id: str, rotate: bool) -> list[str]:
     """The key ids a value may already be sealed under: the tenant's (``rotate``: the active
     one). Read once per count or batch, not once per column."""
-
     if rotate:
         return [active_id]
     return list(conn.execute(select(k.c.id).where(exact_eq(k.c.tenant_key, tenant))).scalars())
@@ -919,7 +910,6 @@ def _needs_sealing(
     active key) and not a redaction marker (``db redact``'s keyed hash: nothing left to seal,
     and sealing it would have the next ``db redact`` hash it again). Text in the sealed form
     naming no key of the tenant is plaintext: sealed."""
-
     col = table.c[column]
     redacted = is_redacted_sql(col, frame=table.name == "agent_stream_frame")
     if ids is None:
@@ -966,7 +956,6 @@ def _count_columns(conn: Connection, tenant: str, rotate: bool) -> dict[str, int
 def _tenant_keys(conn: Connection, tenant: str, kek: Kek) -> tuple[_DataKey, dict[str, _DataKey]]:
     """Every live key of the tenant unwrapped (so a wrong KEK fails before any write), the
     active one first; destroyed keys are left out (their values stay shredded)."""
-
     active = _active_row(conn, tenant)
     if active is None:
         raise NotFound(f"tenant {tenant!r} has no active key: `agora keys create` first")
@@ -1100,7 +1089,6 @@ def destroy_tenant_keys(conn: Connection, *, tenant: str, clock: Clock | None = 
     never had a key. Until ``create_tenant_key`` gives it a new key, writes of the tenant's
     content are refused (``KeyUnavailable``) rather than stored in plaintext.
     """
-
     tenant = check_identity("tenant", tenant)
     mine = exact_eq(k.c.tenant_key, tenant)
     ids = sorted(conn.execute(select(k.c.id).where(mine).with_for_update()).scalars())
@@ -1120,7 +1108,6 @@ def destroy_tenant_keys(conn: Connection, *, tenant: str, clock: Clock | None = 
 
 def key_destroyed(conn: Connection, tenant: str) -> bool:
     """Whether the tenant's keys were destroyed (it has keys, none of them live)."""
-
     q = select(k.c.wrapped_key).where(exact_eq(k.c.tenant_key, tenant)).limit(50)
     states = [w == _SHREDDED_KEY for w in conn.execute(q).scalars()]
     return bool(states) and all(states)

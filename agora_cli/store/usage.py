@@ -165,7 +165,6 @@ def record_usage(
     ``created_at``. A thread that does not exist is ``NotFound`` (the caller's transaction is
     then unusable on PostgreSQL and must be rolled back, as ``engine.begin()`` does).
     """
-
     for name, value in (
         ("thread_id", thread_id),
         ("actor_ref", actor_ref),
@@ -261,7 +260,6 @@ def reprice(
     rates are out of range (written around the library) counts as no price. Both are reported
     with the still-unpriced rows.
     """
-
     for name, bound in (("from_ms", from_ms), ("to_ms", to_ms)):
         if bound is not None:
             check_instant(name, bound)
@@ -353,7 +351,6 @@ def recompute_estimates(
     until ``batch.done``. Repeating an interrupted run is safe: rows already recomputed are at
     the current price and count as unchanged.
     """
-
     for name, bound in (("from_ms", from_ms), ("to_ms", to_ms)):
         if bound is not None:
             check_instant(name, bound)
@@ -434,7 +431,6 @@ def _estimate_sql(price: ModelPrice) -> ColumnElement[Any]:
     The rates are ``applicable_rates``/``tier_rates``, computed once in Python and sent as
     literals, so a row costs the same here as in ``estimate_cost``.
     """
-
     expr = _rates_sql(applicable_rates(price, 0))
     for tier in sorted(price.tiers, key=lambda t: t.size):
         # Built lowest tier first so the highest exceeded tier is the outermost test.
@@ -443,7 +439,6 @@ def _estimate_sql(price: ModelPrice) -> ColumnElement[Any]:
 
 
 def _rates_sql(rates: ModelPrice | PriceTier) -> ColumnElement[Any]:
-
     def rate(value: float | None) -> ColumnElement[Any]:
         return literal(rates.input_per_1m if value is None else value, Double())
 

@@ -18,7 +18,8 @@ from sqlalchemy import select, text, update
 from agora_cli.store.clock import DAY_MS, ManualClock, SystemClock
 from agora_cli.store.engine import open_engine
 from agora_cli.store.provision import ensure_agent_tables
-from agora_cli.store.redact import is_redacted, redaction_marker
+from agora_cli.store.redact import redaction_marker
+from agora_cli.store.redaction_form import is_redacted
 from agora_cli.store.rls import enable_rls
 from agora_cli.store.schema import tool_call
 from agora_cli.store.sealing import Kek, generate_kek

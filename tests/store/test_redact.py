@@ -30,11 +30,11 @@ from agora_cli.store.proposals import (
 from agora_cli.store.redact import (
     REDACTED_TABLES,
     count_redactable_tool_io,
-    is_redacted,
     redact_tool_io,
     redact_tool_io_batch,
     redaction_marker,
 )
+from agora_cli.store.redaction_form import is_redacted
 from agora_cli.store.schema import action_proposal, message, stream_frame, tool_call
 from agora_cli.store.sealing import Kek, generate_kek, using_kek
 from agora_cli.store.threads import (

@@ -320,7 +320,6 @@ def seed_missing_prices(
     ``spelling_conflict``) and candidates. Estimates already written keep their cost until
     ``recompute_estimates``.
     """
-
     # DISTINCT on MySQL's PAD SPACE collation would merge 'a' and 'a '; their lengths keep them
     # apart (usage.reprice groups the same way).
     keys: list[Any] = [u.c.model_id]

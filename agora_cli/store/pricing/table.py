@@ -123,7 +123,6 @@ def _current_rows(
     those rows are dropped here. ``lock`` reads ``FOR UPDATE`` (on MySQL forced onto the
     ``(model_id, is_current)`` index, so that the read locks no other model's rows).
     """
-
     ids = sorted(set(model_ids))
     wanted = set(ids)
     out: dict[str, list[ModelPrice]] = {}
@@ -149,7 +148,6 @@ def list_prices(
     conn: Connection, *, model_id: str | None = None, history: bool = False
 ) -> list[ModelPrice]:
     """Current prices (with ``history``, every row), by model, newest first within a model."""
-
     q = select(mp).order_by(mp.c.model_id, mp.c.effective_from.desc(), mp.c.is_current.desc())
     if not history:
         q = q.where(mp.c.is_current == 1)
@@ -283,7 +281,6 @@ def _apply(
 
     ``new=False`` leaves out models that have no current row (the caller handles them).
     """
-
     current = _current_rows(conn, [price.model_id for _, price in wanted], lock=lock)
     changes: list[PriceChange] = []
     inserts: list[dict[str, Any]] = []
@@ -328,7 +325,6 @@ def _update_in_place(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
     one round trip per row). PostgreSQL (psycopg pipelines an executemany) and SQLite (in
     process): an executemany of UPDATEs.
     """
-
     columns = [name for name in rows[0] if name != "id"]
     if dialect_name(conn) == "mysql":
         # lazy: a dialect's module (MySQL's ~50 ms) loads only where that dialect is used
