@@ -65,7 +65,7 @@ from agora_cli.store.schema import (
     thread,
     tool_call,
 )
-from agora_cli.store.schema import tenant_key as k
+from agora_cli.store.schema import tenant_key as k  # the keys table, in every key query here
 from agora_cli.store.sqlexpr import exact_eq
 from agora_cli.store.values import check_identity, check_int
 

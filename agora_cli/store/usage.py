@@ -39,8 +39,7 @@ from agora_cli.store.pricing import (
     resolve_model_price,
     tier_rates,
 )
-from agora_cli.store.schema import token_usage
-from agora_cli.store.schema import token_usage as u
+from agora_cli.store.schema import token_usage as u  # the ledger table, in every query here
 from agora_cli.store.sqlexpr import exact_eq, known_usd
 from agora_cli.store.tenant_guard import check_thread_tenant
 from agora_cli.store.values import (
@@ -237,7 +236,7 @@ def record_usage(
     row = {k: v for k, v in asdict(record).items() if k not in ("priced_as", "price_rule")}
     check_thread_tenant(conn, thread_id, tenant_ref)  # never on another tenant's thread
     try:
-        conn.execute(insert(token_usage).values(**row))
+        conn.execute(insert(u).values(**row))
     except IntegrityError as exc:
         if "foreign key" in str(exc.orig).lower():
             raise NotFound(f"thread {thread_id!r} not found: usage needs its thread") from exc
