@@ -12,9 +12,9 @@ import argparse
 import os
 
 from agora_cli.store import ensure_agent_tables, open_engine
-from agora_cli.store.pricing import set_price
-from agora_cli.store.threads import append_message, create_thread
-from agora_cli.store.usage import record_usage
+from agora_cli.store._pricing import set_price
+from agora_cli.store._threads import append_message, create_thread
+from agora_cli.store._usage import record_usage
 
 
 def main() -> int:

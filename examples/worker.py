@@ -32,8 +32,8 @@ from sqlalchemy import Column, Float, MetaData, String, Table, insert, select
 from sqlalchemy.engine import Engine
 
 from agora_cli.store import ActionProposalStore, ClaimResult, Settlement, open_engine
-from agora_cli.store.engine import dialect_name
-from agora_cli.store.sealing import SEALED_MARKER
+from agora_cli.store._engine import dialect_name
+from agora_cli.store._sealing import SEALED_MARKER
 
 domain = MetaData()
 refunds = Table(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from alembic import context, op
 
-from agora_cli.store.errors import ForwardOnlyMigration
+from agora_cli.store._errors import ForwardOnlyMigration
 
 
 def apply_revision(revision: str) -> None:
@@ -23,12 +23,12 @@ def apply_revision(revision: str) -> None:
     (``provision.revision_statements``) and the script is valid from an empty database.
     """
     if context.is_offline_mode():
-        from agora_cli.store.provision import revision_statements
+        from agora_cli.store._provision import revision_statements
 
         for statement in revision_statements(revision, op.get_context().dialect.name):
             op.execute(statement)
         return
-    from agora_cli.store.provision import ensure_agent_tables
+    from agora_cli.store._provision import ensure_agent_tables
 
     ensure_agent_tables(op.get_bind(), lock=False)
 

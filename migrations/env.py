@@ -11,8 +11,8 @@ from typing import Any
 
 from alembic import context
 
-from agora_cli.store.migrate import VERSION_TABLE
-from agora_cli.store.schema import metadata
+from agora_cli.store._migrate import VERSION_TABLE
+from agora_cli.store._schema import metadata
 
 config = context.config
 applied: list[str] | None = config.attributes.get("applied")

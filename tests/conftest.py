@@ -43,7 +43,7 @@ class Server:
 
     def engine(self) -> Any:
         if self._engine is None:
-            from agora_cli.store.engine import open_engine
+            from agora_cli.store._engine import open_engine
 
             self._engine = open_engine(self.admin_url, isolation_level="AUTOCOMMIT")
         return self._engine
@@ -125,8 +125,8 @@ class Databases:
     def shared(self, dialect: str) -> str:
         self.require(dialect)
         if dialect not in self.provisioned:
-            from agora_cli.store.engine import open_engine
-            from agora_cli.store.provision import ensure_agent_tables
+            from agora_cli.store._engine import open_engine
+            from agora_cli.store._provision import ensure_agent_tables
 
             url = self.new(dialect)
             engine = open_engine(url)
@@ -153,9 +153,9 @@ def empty_url(dialect: str, databases: Databases) -> str:
 
 
 def clear_agent_tables(url: str) -> None:
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.fold import has_rollup
-    from agora_cli.store.schema import metadata, usage_model_daily
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._fold import has_rollup
+    from agora_cli.store._schema import metadata, usage_model_daily
 
     engine = open_engine(url)
     with engine.begin() as conn:
@@ -175,7 +175,7 @@ def db_url(dialect: str, databases: Databases) -> str:
 
 @pytest.fixture
 def engine(db_url: str) -> Iterator[Any]:
-    from agora_cli.store.engine import open_engine
+    from agora_cli.store._engine import open_engine
 
     eng = open_engine(db_url)
     yield eng

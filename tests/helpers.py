@@ -64,7 +64,7 @@ def with_database(admin_url: str, name: str) -> str:
     """The admin URL pointed at database ``name`` (no password ever printed by tests)."""
     from sqlalchemy.engine import make_url
 
-    from agora_cli.store.engine import normalize_url
+    from agora_cli.store._engine import normalize_url
 
     url = normalize_url(admin_url).set(database=name)
     return make_url(url).render_as_string(hide_password=False)
@@ -103,7 +103,7 @@ def insert_legacy(engine: Any, n: int) -> None:
     """Write ``n`` proposals as an older writer would: no discovery columns."""
     from sqlalchemy import select
 
-    from agora_cli.store.schema import action_proposal, thread
+    from agora_cli.store._schema import action_proposal, thread
 
     with engine.begin() as conn:
         if not conn.execute(select(thread.c.id).where(thread.c.id == "t1")).first():

@@ -12,8 +12,8 @@ import pytest
 from helpers import ROOT, run_cli
 from sqlalchemy import func, select
 
-from agora_cli.store.engine import open_engine
-from agora_cli.store.schema import action_proposal as proposal
+from agora_cli.store._engine import open_engine
+from agora_cli.store._schema import action_proposal as proposal
 
 pytestmark = pytest.mark.slow  # every example runs as its own process
 

@@ -23,7 +23,7 @@ def _modules_after(code: str) -> set[str]:
 def test_store_imports_neither_typer_nor_rich() -> None:
     mods = _modules_after(
         "import agora_cli.store as s\n"
-        "from agora_cli.store import provision, migrate, engine\n"
+        "from agora_cli.store import _provision as provision, _migrate as migrate, _engine as engine\n"
         "for m in ('threads', 'usage', 'pricing', 'catalog', 'ledger', 'frames', 'proposals'):\n"
         "    try:\n"
         "        __import__('agora_cli.store.' + m)\n"
@@ -177,7 +177,7 @@ def _store_graph() -> dict[str, set[str]]:
             inner = _public(target.removeprefix("agora_cli.store"))
             submodule = _public(f"{inner}.{name}") if name else ""
             if submodule in public:
-                deps.add(submodule)  # from agora_cli.store.pricing import rules
+                deps.add(submodule)  # from agora_cli.store._pricing import rules
             elif inner:
                 deps.add(inner)
             else:  # a name the lazy package re-exports: the module that defines it

@@ -10,12 +10,12 @@ import typer
 from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db
 from agora_cli.cli.output import Col, emit_csv, finish, money, render_table
 from agora_cli.cli.spend import usd
-from agora_cli.store.clock import iso_ms
-from agora_cli.store.errors import InvalidInput
-from agora_cli.store.windows import PERIODS
+from agora_cli.store._clock import iso_ms
+from agora_cli.store._errors import InvalidInput
+from agora_cli.store._windows import PERIODS
 
 if TYPE_CHECKING:
-    from agora_cli.store.budgets import Budget
+    from agora_cli.store._budgets import Budget
 
 __all__ = ["app"]
 
@@ -102,10 +102,10 @@ def set_(
 
     Example: agora budgets set --tenant acme --period month --usd 500 --warn-at 0.8 --by ops
     """
-    from agora_cli.store.budgets import set_budget
+    from agora_cli.store._budgets import set_budget
 
     scope_kind, scope_ref = _scope(actor, tenant, everyone)
-    from agora_cli.store.engine import retry_transient
+    from agora_cli.store._engine import retry_transient
 
     engine = open_db(db)
 
@@ -179,7 +179,7 @@ def list_(
 
     Example: agora budgets list --tenant acme --json
     """
-    from agora_cli.store.budgets import list_budgets
+    from agora_cli.store._budgets import list_budgets
 
     if as_json and csv:
         raise InvalidInput("choose one of --json and --csv")
@@ -232,7 +232,7 @@ def remove(
 
     Example: agora budgets remove --actor alice --period day
     """
-    from agora_cli.store.budgets import remove_budgets
+    from agora_cli.store._budgets import remove_budgets
 
     scope_kind, scope_ref = _scope(actor, tenant, everyone)
     engine = open_db(db)

@@ -41,9 +41,9 @@ def resolve() -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """
     from agora_cli.cli.pager import pager_command
     from agora_cli.cli.profiles import active, config_path
-    from agora_cli.store.catalog import DEFAULT_CATALOG_URL, catalog_cache_dir
-    from agora_cli.store.engine import DEFAULT_URL
-    from agora_cli.store.masking import mask_url
+    from agora_cli.store._catalog import DEFAULT_CATALOG_URL, catalog_cache_dir
+    from agora_cli.store._engine import DEFAULT_URL
+    from agora_cli.store._masking import mask_url
 
     profile, filled = active()
     path = config_path()

@@ -73,7 +73,7 @@ def provision(
 
     Example: agora db provision --db mysql://root@db.internal/app --convert-collation --dry-run
     """
-    from agora_cli.store.provision import ensure_agent_tables, table_lock_timeout
+    from agora_cli.store._provision import ensure_agent_tables, table_lock_timeout
 
     seconds = table_lock_timeout(lock_timeout)
     report = ensure_agent_tables(
@@ -132,7 +132,7 @@ def provision(
 def _upgrade_target(db: str | None) -> str | None:
     """``--sql`` only prints: a SQLite file that does not exist yet is never created for it;
     the SQL printed is what a new database would get (an in-memory one answers)."""
-    from agora_cli.store.engine import normalize_url, resolve_url, sqlite_path
+    from agora_cli.store._engine import normalize_url, resolve_url, sqlite_path
 
     path = sqlite_path(normalize_url(resolve_url(db)))
     if path is not None and not path.exists():
@@ -166,9 +166,9 @@ def upgrade(
 
     Example: agora db upgrade --db postgresql://app@db.internal/app && agora db upgrade rag@head
     """
-    from agora_cli.store.migrate import pending_notices
-    from agora_cli.store.migrate import upgrade as run_upgrade
-    from agora_cli.store.provision import table_lock_timeout
+    from agora_cli.store._migrate import pending_notices
+    from agora_cli.store._migrate import upgrade as run_upgrade
+    from agora_cli.store._provision import table_lock_timeout
 
     seconds = table_lock_timeout(lock_timeout)
     engine = open_db(_upgrade_target(db) if sql else db, create=True)
@@ -199,7 +199,7 @@ def upgrade(
     if not result.applied:
         out_console().print(f"Already at {result.to_revision}: nothing to apply.")
     else:
-        from agora_cli.store.migrate import MAIN_BRANCH, target_branch
+        from agora_cli.store._migrate import MAIN_BRANCH, target_branch
 
         applied = ", ".join(result.applied)
         branch = target_branch(revision)
@@ -218,8 +218,8 @@ def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
 
     Example: agora db status --json
     """
-    from agora_cli.store.engine import describe_url
-    from agora_cli.store.status import schema_status
+    from agora_cli.store._engine import describe_url
+    from agora_cli.store._status import schema_status
 
     st = schema_status(open_db(db, readonly=True))
     doc: dict[str, Any] = {
@@ -278,8 +278,8 @@ def check(db: DbOpt = None, as_json: JsonOpt = False) -> None:
 
     Example: agora db check --db mysql://root@127.0.0.1/app --json
     """
-    from agora_cli.store.engine import dialect_name
-    from agora_cli.store.provision import check_agent_tables
+    from agora_cli.store._engine import dialect_name
+    from agora_cli.store._provision import check_agent_tables
 
     engine = open_db(db, readonly=True)
     problems = check_agent_tables(engine)
@@ -325,7 +325,7 @@ def sql(
 
     Example: agora db sql --dialect mysql > agent-schema.sql
     """
-    from agora_cli.store.provision import create_table_statements
+    from agora_cli.store._provision import create_table_statements
 
     name = str(dialect.value)
     statements = create_table_statements(name)
@@ -360,7 +360,7 @@ def backfill(
 
     Example: agora db backfill --limit 500 --max-batches 100   # e.g. nightly from cron
     """
-    from agora_cli.store.proposals import backfill_discovery_index, count_legacy_proposals
+    from agora_cli.store._proposals import backfill_discovery_index, count_legacy_proposals
 
     engine = open_db(db)
     with engine.connect() as conn:

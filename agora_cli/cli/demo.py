@@ -8,7 +8,7 @@ import typer
 
 from agora_cli.cli.options import DbOpt, JsonOpt, open_db
 from agora_cli.cli.output import emit_json, out_console
-from agora_cli.store.masking import mask_url
+from agora_cli.store._masking import mask_url
 
 
 def demo(
@@ -41,7 +41,7 @@ def demo(
 
     Example: agora demo && agora spend --by model
     """
-    from agora_cli.store.demo import demo_kek, write_demo_data
+    from agora_cli.store._demo import demo_kek, write_demo_data
 
     engine = open_db(db, create=True)
     kek_file: list[str | None] = [None]

@@ -24,8 +24,8 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from agora_cli.store.errors import AgoraError
-from agora_cli.store.masking import scrub
+from agora_cli.store._errors import AgoraError
+from agora_cli.store._masking import scrub
 
 __all__ = [
     "OUTPUT_ERROR",
@@ -100,15 +100,15 @@ def _translate(exc: BaseException) -> AgoraError | None:
     if isinstance(exc, AgoraError):
         return exc
     if isinstance(exc, RecursionError):
-        from agora_cli.store.errors import InvalidInput
+        from agora_cli.store._errors import InvalidInput
 
         return InvalidInput("the input is nested too deeply")
     if isinstance(exc, ValueError) and "embedded null" in str(exc):  # os.fspath / open()
-        from agora_cli.store.errors import InvalidInput
+        from agora_cli.store._errors import InvalidInput
 
         return InvalidInput("a file name or path holds a NUL character (\\x00)")
     if "sqlalchemy" in sys.modules:
-        from agora_cli.store.engine import translate_error
+        from agora_cli.store._engine import translate_error
 
         return translate_error(exc)
     return None

@@ -22,14 +22,14 @@ from agora_cli.cli.output import (
     say,
     script_value,
 )
-from agora_cli.store.clock import iso_ms
-from agora_cli.store.errors import NotFound
-from agora_cli.store.values import BIGINT_MAX
+from agora_cli.store._clock import iso_ms
+from agora_cli.store._errors import NotFound
+from agora_cli.store._values import BIGINT_MAX
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from agora_cli.store.frames import StreamFrame
+    from agora_cli.store._frames import StreamFrame
 
 __all__ = ["app"]
 
@@ -75,7 +75,7 @@ def purge(
 
     Example: agora frames purge --ttl 3600 --db postgresql://app@db.internal/app --json
     """
-    from agora_cli.store.frames import purge_expired
+    from agora_cli.store._frames import purge_expired
 
     tenant = scoped_tenant(None)  # the session tenant: its frames only, on every dialect
     engine = open_db(db, tenant=tenant)
@@ -115,7 +115,7 @@ def close(run_id: RunIdArg, db: DbOpt = None, as_json: JsonOpt = False) -> None:
 
     Example: agora frames close run_01HF3Z --json
     """
-    from agora_cli.store.frames import close as close_run
+    from agora_cli.store._frames import close as close_run
 
     with open_db(db).begin() as conn:
         deleted = close_run(conn, run_id)
@@ -134,7 +134,7 @@ def stats(ttl: TtlOpt = 3600, db: DbOpt = None, as_json: JsonOpt = False) -> Non
 
     Example: agora frames stats --ttl 900 --json
     """
-    from agora_cli.store.frames import frame_stats
+    from agora_cli.store._frames import frame_stats
 
     with open_db(db, readonly=True).connect() as conn:
         st = frame_stats(conn, ttl_s=ttl)
@@ -190,8 +190,8 @@ def tail(
 
     Example: agora frames tail run_01HF3Z --follow --json | jq -r .frame.delta
     """
-    from agora_cli.store.frames import find_last_frame, read_frames
-    from agora_cli.store.frames import follow as follow_frames
+    from agora_cli.store._frames import find_last_frame, read_frames
+    from agora_cli.store._frames import follow as follow_frames
 
     engine = open_db(db, readonly=True)
     with engine.connect() as conn:

@@ -23,7 +23,7 @@ from agora_cli.cli.output import (
 )
 
 if TYPE_CHECKING:
-    from agora_cli.store.sealing import TenantKey
+    from agora_cli.store._sealing import TenantKey
 
 __all__ = ["app", "seal"]
 
@@ -42,7 +42,7 @@ TenantOpt = Annotated[
 
 
 def _iso(ms: int | None) -> str | None:
-    from agora_cli.store.clock import iso_ms
+    from agora_cli.store._clock import iso_ms
 
     return iso_ms(ms)
 
@@ -78,7 +78,7 @@ def create(tenant: TenantOpt, db: DbOpt = None, as_json: JsonOpt = False) -> Non
 
     Example: agora keys create --tenant acme   # with AGORA_KEK_FILE=/run/secrets/agora-kek
     """
-    from agora_cli.store.sealing import create_tenant_key
+    from agora_cli.store._sealing import create_tenant_key
 
     scoped_tenant(tenant)  # another tenant than the session's is exit 2
     with open_db(db, tenant=tenant).begin() as conn:
@@ -101,7 +101,7 @@ def rotate(tenant: TenantOpt, db: DbOpt = None, as_json: JsonOpt = False) -> Non
 
     Example: agora keys rotate --tenant acme && agora db seal --tenant acme --rotate
     """
-    from agora_cli.store.sealing import rotate_tenant_key
+    from agora_cli.store._sealing import rotate_tenant_key
 
     scoped_tenant(tenant)  # another tenant than the session's is exit 2
     with open_db(db, tenant=tenant).begin() as conn:
@@ -135,8 +135,8 @@ def destroy(
     """
     import sys
 
-    from agora_cli.store.errors import InvalidInput
-    from agora_cli.store.sealing import destroy_tenant_keys
+    from agora_cli.store._errors import InvalidInput
+    from agora_cli.store._sealing import destroy_tenant_keys
 
     scoped_tenant(tenant)  # another tenant than the session's is exit 2, before any question
     if not yes and not sys.stdin.isatty():
@@ -171,7 +171,7 @@ def status(tenant: TenantOpt, db: DbOpt = None, as_json: JsonOpt = False) -> Non
 
     Example: agora keys status --tenant acme --json
     """
-    from agora_cli.store.sealing import list_tenant_keys
+    from agora_cli.store._sealing import list_tenant_keys
 
     scoped_tenant(tenant)  # another tenant than the session's is exit 2
     engine = open_db(db, readonly=True, tenant=tenant)
@@ -209,7 +209,7 @@ def list_keys(
 
     Example: agora keys list --tenant acme --json
     """
-    from agora_cli.store.sealing import list_tenant_keys
+    from agora_cli.store._sealing import list_tenant_keys
 
     tenant = scoped_tenant(tenant)
     engine = open_db(db, readonly=True, tenant=tenant)
@@ -269,7 +269,7 @@ def seal(
 
     Example: agora db seal --tenant acme --batch 1000 --vacuum
     """
-    from agora_cli.store.sealing import count_to_seal, seal_tenant, vacuum_sealed_tables
+    from agora_cli.store._sealing import count_to_seal, seal_tenant, vacuum_sealed_tables
 
     scoped_tenant(tenant)  # another tenant than the session's is exit 2
     engine = open_db(db, tenant=tenant)

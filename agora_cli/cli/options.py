@@ -136,7 +136,7 @@ def scoped_tenant(given: str | None, *, what: str = "--tenant") -> str | None:
     A ``given`` tenant other than the session tenant is exit 2: a session tenant scopes every
     read and write of the command, so it cannot reach another tenant's rows.
     """
-    from agora_cli.store.errors import InvalidInput
+    from agora_cli.store._errors import InvalidInput
 
     session = session_tenant()
     if session is None or given is None:
@@ -157,7 +157,7 @@ _CROSS_HINTS = {
 
 def refuse_unscoped(what: str) -> None:
     """Refuse ``what`` (an option reaching past one tenant) while a session tenant is set."""
-    from agora_cli.store.errors import InvalidInput
+    from agora_cli.store._errors import InvalidInput
 
     session = session_tenant()
     if session is not None:
@@ -168,7 +168,7 @@ def refuse_unscoped(what: str) -> None:
 
 
 def _check_tenancy() -> None:
-    from agora_cli.store.errors import InvalidInput
+    from agora_cli.store._errors import InvalidInput
 
     decision = command_tenancy()
     session = session_tenant()
@@ -249,8 +249,8 @@ def days_window(
     """
     from datetime import timedelta
 
-    from agora_cli.store.clock import SystemClock, day_window, ms_to_date, parse_day
-    from agora_cli.store.errors import InvalidInput
+    from agora_cli.store._clock import SystemClock, day_window, ms_to_date, parse_day
+    from agora_cli.store._errors import InvalidInput
 
     start = parse_day(from_text, what="--from") if from_text is not None else None
     end = parse_day(to_text, what="--to") if to_text is not None else None
@@ -284,7 +284,7 @@ def open_db(
     tenant on a command that works across tenants is exit 2 (``TENANCY``), before any connection.
     """
     from agora_cli.cli import startup_done
-    from agora_cli.store.engine import open_engine
+    from agora_cli.store._engine import open_engine
 
     _check_tenancy()
     if tenant is None and command_tenancy() in ("scoped", None):

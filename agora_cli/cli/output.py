@@ -321,7 +321,7 @@ def render_table(
 def one_format(as_json: bool, csv: bool) -> None:
     """Refuse ``--json`` with ``--csv`` (exit 2), before anything runs."""
     if as_json and csv:
-        from agora_cli.store.errors import InvalidInput
+        from agora_cli.store._errors import InvalidInput
 
         raise InvalidInput("choose one of --json and --csv")
 

@@ -19,12 +19,12 @@ from agora_cli.cli.output import (
     safe_text,
     say,
 )
-from agora_cli.store.clock import SystemClock, day_window, iso_ms, ms_to_date, parse_day
-from agora_cli.store.errors import InvalidInput
+from agora_cli.store._clock import SystemClock, day_window, iso_ms, ms_to_date, parse_day
+from agora_cli.store._errors import InvalidInput
 
 if TYPE_CHECKING:
-    from agora_cli.store.catalog import ModelCatalog
-    from agora_cli.store.pricing import (
+    from agora_cli.store._catalog import ModelCatalog
+    from agora_cli.store._pricing import (
         CatalogMatch,
         ModelPrice,
         PriceChange,
@@ -70,7 +70,7 @@ _RATES = (
 
 
 def _price_doc(price: ModelPrice) -> dict[str, Any]:
-    from agora_cli.store.pricing import tiers_to_json
+    from agora_cli.store._pricing import tiers_to_json
 
     return {
         "model": price.model_id,
@@ -86,7 +86,7 @@ def _price_doc(price: ModelPrice) -> dict[str, Any]:
 
 
 def _seed_doc(change: PriceChange) -> dict[str, Any]:
-    from agora_cli.store.pricing import tiers_to_json
+    from agora_cli.store._pricing import tiers_to_json
 
     p = change.price
     return {
@@ -338,9 +338,9 @@ def seed(
 
     Example: agora prices seed openai/gpt-4o-mini anthropic/claude-sonnet-4-5 --dry-run
     """
-    from agora_cli.store.catalog import check_timeout, fetch_catalog
-    from agora_cli.store.engine import retry_transient
-    from agora_cli.store.pricing import (
+    from agora_cli.store._catalog import check_timeout, fetch_catalog
+    from agora_cli.store._engine import retry_transient
+    from agora_cli.store._pricing import (
         seed_missing_prices,
         seed_prices_from_models_dev,
         split_model_name,
@@ -408,8 +408,8 @@ def set_(
 
     Example: agora prices set gpt-4o-mini --input 0.15 --output 0.60 --cache-read 0.075
     """
-    from agora_cli.store.engine import retry_transient
-    from agora_cli.store.pricing import check_price, set_price
+    from agora_cli.store._engine import retry_transient
+    from agora_cli.store._pricing import check_price, set_price
 
     check_price("--input", input_)
     check_price("--output", output)
@@ -484,7 +484,7 @@ def list_(
 
     Example: agora prices list --model gpt-4o-mini --history
     """
-    from agora_cli.store.pricing import list_prices
+    from agora_cli.store._pricing import list_prices
 
     if as_json and csv:
         raise InvalidInput("choose one of --json and --csv")
@@ -534,7 +534,7 @@ def _resolution_doc(res: Resolution) -> dict[str, Any]:
 
 
 def _catalog_doc(outcome: CatalogMatch | SkippedModel, *, more_specific: bool) -> dict[str, Any]:
-    from agora_cli.store.pricing import CatalogMatch
+    from agora_cli.store._pricing import CatalogMatch
 
     if not isinstance(outcome, CatalogMatch):
         return {
@@ -558,7 +558,7 @@ def _catalog_doc(outcome: CatalogMatch | SkippedModel, *, more_specific: bool) -
 def _show_catalog(
     outcome: CatalogMatch | SkippedModel, *, more_specific: bool, priced: bool
 ) -> None:
-    from agora_cli.store.pricing import CatalogMatch
+    from agora_cli.store._pricing import CatalogMatch
 
     console = out_console()
     if not isinstance(outcome, CatalogMatch):
@@ -615,10 +615,10 @@ def resolve(
 
     Example: agora prices resolve openrouter/openai/gpt-4o-mini-2024-07-18
     """
-    from agora_cli.store.pricing import resolve_current_price
+    from agora_cli.store._pricing import resolve_current_price
 
     if catalog is not None:
-        from agora_cli.store.catalog import check_timeout
+        from agora_cli.store._catalog import check_timeout
 
         check_timeout(timeout, "--timeout")
     engine = open_db(db, readonly=True)
@@ -628,8 +628,8 @@ def resolve(
     outcome: CatalogMatch | SkippedModel | None = None
     more_specific = False
     if catalog is not None:
-        from agora_cli.store.catalog import fetch_catalog
-        from agora_cli.store.pricing import match_catalog_price, needs_catalog_price
+        from agora_cli.store._catalog import fetch_catalog
+        from agora_cli.store._pricing import match_catalog_price, needs_catalog_price
 
         cat = fetch_catalog(
             None if catalog == "default" else catalog, timeout=timeout, offline=offline
@@ -711,10 +711,10 @@ def reprice(
 
     Example: agora prices reprice --from 2026-11-01 --to 2026-11-30 --estimates --dry-run
     """
-    from agora_cli.store.engine import retry_transient
-    from agora_cli.store.usage import EstimateBatch, RepriceResult, recompute_estimates
-    from agora_cli.store.usage import reprice as run_reprice
-    from agora_cli.store.windows import report_window
+    from agora_cli.store._engine import retry_transient
+    from agora_cli.store._usage import EstimateBatch, RepriceResult, recompute_estimates
+    from agora_cli.store._usage import reprice as run_reprice
+    from agora_cli.store._windows import report_window
 
     start: int | None
     end: int | None

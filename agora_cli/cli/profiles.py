@@ -179,7 +179,7 @@ def _check_value(key: str, value: str, at: str) -> None:
     if "\x00" in value:
         raise ProfileError(f"{at}: {key} holds a NUL character")
     if key == "by":
-        from agora_cli.store.windows import SPEND_GROUPINGS
+        from agora_cli.store._windows import SPEND_GROUPINGS
 
         if value not in SPEND_GROUPINGS:
             raise ProfileError(f"{at}: by = {value!r} is not one of {', '.join(SPEND_GROUPINGS)}")
@@ -215,7 +215,7 @@ def exposed_secrets(profile: Profile | None) -> list[str]:
     """Warnings for secrets in files others can read: a ``config.toml`` holding a password
     that group or others may read, an ``AGORA_KEK_FILE`` that group or others may read or
     write (``0666``). Nothing is refused: the file may be meant so; the warning says how to fix."""
-    from agora_cli.store.masking import mask_url
+    from agora_cli.store._masking import mask_url
 
     found = []
     if profile is not None and any(

@@ -38,12 +38,12 @@ from agora_cli.cli.output import (
     short_ids,
     table_time,
 )
-from agora_cli.store.clock import iso_ms, parse_duration, parse_instant
-from agora_cli.store.errors import InvalidInput
-from agora_cli.store.values import BIGINT_MAX, MAX_CLAIM_BATCH, MAX_LEASE_MS, parse_json
+from agora_cli.store._clock import iso_ms, parse_duration, parse_instant
+from agora_cli.store._errors import InvalidInput
+from agora_cli.store._values import BIGINT_MAX, MAX_CLAIM_BATCH, MAX_LEASE_MS, parse_json
 
 if TYPE_CHECKING:
-    from agora_cli.store.proposals import (
+    from agora_cli.store._proposals import (
         ActionProposalStore,
         ClaimResult,
         Inbox,
@@ -126,7 +126,7 @@ MAX_DOCUMENT_BYTES = 16 * 2**20
 
 
 def _scope(actor: str | None, thread: str | None, tenant: str | None, no_tenant: bool) -> Scope:
-    from agora_cli.store.proposals import Scope
+    from agora_cli.store._proposals import Scope
 
     if actor is None or thread is None or (tenant is None) == (not no_tenant):
         raise InvalidInput(
@@ -212,7 +212,7 @@ _CREATE_KEYS = frozenset(
 
 def _new_proposal(doc: Any) -> NewProposal:
     """Turn the ``create`` JSON document into a ``NewProposal`` (``InvalidInput`` if malformed)."""
-    from agora_cli.store.proposals import NewProposal, Scope
+    from agora_cli.store._proposals import NewProposal, Scope
 
     if not isinstance(doc, dict):
         raise InvalidInput("the proposal document must be a JSON object")
@@ -253,7 +253,7 @@ def _parse_result(text: str | None) -> Any:
 
 def _store(db: str | None, tenant: str | None = None) -> ActionProposalStore:
     """The store; ``tenant`` (a scope's or ``--tenant``) sets ``agora.tenant`` for RLS."""
-    from agora_cli.store.proposals import ActionProposalStore
+    from agora_cli.store._proposals import ActionProposalStore
 
     return ActionProposalStore(open_db(db, tenant=tenant))
 
@@ -820,7 +820,7 @@ def decide(
     choice = _one_of("the decision", approve=approve, reject=reject)
     if by is None:
         raise InvalidInput("--by WHO is required: the person deciding")
-    from agora_cli.store.proposals import refuse_tool_call_decision
+    from agora_cli.store._proposals import refuse_tool_call_decision
 
     decision = "approved" if choice == "approve" else "rejected"
     store = _store(db, scope.tenant_ref)

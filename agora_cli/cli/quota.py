@@ -16,12 +16,12 @@ from agora_cli.cli.options import (
 )
 from agora_cli.cli.output import Col, emit_csv, finish, money, render_table, safe_text, say
 from agora_cli.cli.spend import usd
-from agora_cli.store.clock import SystemClock, iso_ms, parse_instant
-from agora_cli.store.errors import InvalidInput
-from agora_cli.store.values import check_count, check_finite, check_identity
+from agora_cli.store._clock import SystemClock, iso_ms, parse_instant
+from agora_cli.store._errors import InvalidInput
+from agora_cli.store._values import check_count, check_finite, check_identity
 
 if TYPE_CHECKING:
-    from agora_cli.store.budgets import BudgetStatus
+    from agora_cli.store._budgets import BudgetStatus
 
 __all__ = ["quota"]
 
@@ -101,7 +101,7 @@ def quota(
 
     Example: agora quota --all --fail-on-warning || echo "a budget needs attention"
     """
-    from agora_cli.store.budgets import (
+    from agora_cli.store._budgets import (
         evaluate_budgets,
         list_budgets,
         scope_has_usage,

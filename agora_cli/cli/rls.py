@@ -9,10 +9,10 @@ import typer
 
 from agora_cli.cli.options import DbOpt, JsonOpt, YesOpt, open_db, scoped_tenant
 from agora_cli.cli.output import Col, finish, out_console, progress, render_table, say
-from agora_cli.store.errors import InvalidInput
+from agora_cli.store._errors import InvalidInput
 
 if TYPE_CHECKING:
-    from agora_cli.store.rls import RlsPlan
+    from agora_cli.store._rls import RlsPlan
 
 __all__ = ["app", "redact"]
 
@@ -106,7 +106,7 @@ def enable(
 
     Example: agora db rls enable --app-role agora_app --dry-run
     """
-    from agora_cli.store.rls import enable_rls
+    from agora_cli.store._rls import enable_rls
 
     plan = enable_rls(open_db(db), app_role=app_role, dry_run=dry_run, lock_timeout_s=lock_timeout)
     finish(_plan_doc(plan), as_json=as_json, show=lambda: _show_plan(plan, "enabled"))
@@ -130,7 +130,7 @@ def disable(
 
     Example: agora db rls disable --app-role agora_app --drop-role
     """
-    from agora_cli.store.rls import disable_rls
+    from agora_cli.store._rls import disable_rls
 
     plan = disable_rls(
         open_db(db),
@@ -155,7 +155,7 @@ def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
 
     Example: agora db rls status --json
     """
-    from agora_cli.store.rls import rls_status
+    from agora_cli.store._rls import rls_status
 
     engine = open_db(db, readonly=True)
     with engine.connect() as conn:
@@ -260,7 +260,7 @@ def verify(app_role: AppRoleOpt = None, db: DbOpt = None, as_json: JsonOpt = Fal
 
     Example: agora db rls verify --app-role agora_app --json
     """
-    from agora_cli.store.rls import verify_isolation
+    from agora_cli.store._rls import verify_isolation
 
     report = verify_isolation(open_db(db), app_role=app_role)
     mark = {True: "ok", False: "FAIL"}
@@ -371,8 +371,8 @@ def redact(
 
     Example: agora db redact --tool-io --older-than 30d --yes --json
     """
-    from agora_cli.store.clock import iso_ms
-    from agora_cli.store.redact import redact_cutoff, redact_tool_io, redaction_kek
+    from agora_cli.store._clock import iso_ms
+    from agora_cli.store._redact import redact_cutoff, redact_tool_io, redaction_kek
 
     if not tool_io:
         raise InvalidInput("say what to redact: --tool-io (tool calls' input and output)")

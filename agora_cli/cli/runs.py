@@ -32,12 +32,12 @@ from agora_cli.cli.output import (
     table_time,
 )
 from agora_cli.cli.pager import page
-from agora_cli.store.clock import SystemClock, iso_ms
-from agora_cli.store.values import load_json
+from agora_cli.store._clock import SystemClock, iso_ms
+from agora_cli.store._values import load_json
 
 if TYPE_CHECKING:
-    from agora_cli.store.runs import RunDetail, RunFrames
-    from agora_cli.store.threads import Message, Run, ThreadUsageRow, ThreadUsageTotals, ToolCall
+    from agora_cli.store._runs import RunDetail, RunFrames
+    from agora_cli.store._threads import Message, Run, ThreadUsageRow, ThreadUsageTotals, ToolCall
 
 __all__ = ["app", "run_document"]
 
@@ -145,7 +145,7 @@ def list_(
 
     Example: agora runs list --status failed --from 2026-11-01 --limit 20
     """
-    from agora_cli.store.runs import list_runs
+    from agora_cli.store._runs import list_runs
 
     one_format(as_json, csv)
     from_ms, to_ms, _, _ = days_window(from_day, to_day)
@@ -331,9 +331,9 @@ def show(
 
     Example: agora runs show demo-run-03-1 --json
     """
-    from agora_cli.store.runs import get_run_detail
-    from agora_cli.store.short_ids import resolve_run_id
-    from agora_cli.store.tenant_guard import check_run_in_scope
+    from agora_cli.store._runs import get_run_detail
+    from agora_cli.store._short_ids import resolve_run_id
+    from agora_cli.store._tenant_guard import check_run_in_scope
 
     tenant = scoped_tenant(None)
     engine = open_db(db, readonly=True, tenant=tenant)

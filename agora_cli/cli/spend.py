@@ -22,12 +22,12 @@ from agora_cli.cli.output import (
     render_table,
     safe_text,
 )
-from agora_cli.store.clock import SystemClock, ms_to_date, parse_day
-from agora_cli.store.errors import InvalidInput
-from agora_cli.store.windows import SPEND_GROUPINGS, SPEND_ORDERS, parse_bound, report_window
+from agora_cli.store._clock import SystemClock, ms_to_date, parse_day
+from agora_cli.store._errors import InvalidInput
+from agora_cli.store._windows import SPEND_GROUPINGS, SPEND_ORDERS, parse_bound, report_window
 
 if TYPE_CHECKING:
-    from agora_cli.store.ledger import SpendReport, SpendRow
+    from agora_cli.store._ledger import SpendReport, SpendRow
 
 __all__ = ["app", "spend", "usd"]
 
@@ -175,9 +175,9 @@ def spend(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from agora_cli.store.ledger import list_unpriced_models
-    from agora_cli.store.ledger import spend as spend_report
-    from agora_cli.store.usage import models_priced_now
+    from agora_cli.store._ledger import list_unpriced_models
+    from agora_cli.store._ledger import spend as spend_report
+    from agora_cli.store._usage import models_priced_now
 
     if as_json and csv:
         raise InvalidInput("choose one of --json and --csv")
@@ -384,7 +384,7 @@ def _period_keys(report: SpendReport, time: str) -> list[str]:
 
 
 def _empty(key: str) -> SpendRow:
-    from agora_cli.store.ledger import SpendRow
+    from agora_cli.store._ledger import SpendRow
 
     return SpendRow(
         key=key,
@@ -637,7 +637,7 @@ def fold(
 
     Example: agora spend fold --grace 2h --json
     """
-    from agora_cli.store import fold as folding
+    from agora_cli.store import _fold as folding
 
     if window is not None and days is not None and window != days:
         raise InvalidInput("give the days to verify once (FROM..TO or --days)")

@@ -23,13 +23,13 @@ from agora_cli.cli.output import (
     table_time,
 )
 from agora_cli.cli.pager import page
-from agora_cli.store.clock import iso_ms
-from agora_cli.store.errors import InvalidInput
-from agora_cli.store.values import load_json
-from agora_cli.store.vocabulary import usage_from_json
+from agora_cli.store._clock import iso_ms
+from agora_cli.store._errors import InvalidInput
+from agora_cli.store._values import load_json
+from agora_cli.store._vocabulary import usage_from_json
 
 if TYPE_CHECKING:
-    from agora_cli.store.threads import (
+    from agora_cli.store._threads import (
         Thread,
         ThreadUsageRow,
         ThreadUsageTotals,
@@ -126,7 +126,7 @@ def list_(
 
     Example: agora threads list --actor carol --include-deleted
     """
-    from agora_cli.store.threads import list_threads
+    from agora_cli.store._threads import list_threads
 
     one_format(as_json, csv)
     tenant = scoped_tenant(None)
@@ -339,10 +339,10 @@ def show(
 
     Example: agora threads show demo-thread-01 --json
     """
-    from agora_cli.store.sealing import SEAL_BROKEN_MARKER
-    from agora_cli.store.short_ids import resolve_thread_id
-    from agora_cli.store.tenant_guard import check_thread_in_scope
-    from agora_cli.store.threads import get_transcript
+    from agora_cli.store._sealing import SEAL_BROKEN_MARKER
+    from agora_cli.store._short_ids import resolve_thread_id
+    from agora_cli.store._tenant_guard import check_thread_in_scope
+    from agora_cli.store._threads import get_transcript
 
     tenant = scoped_tenant(None)
     engine = open_db(db, readonly=True, tenant=tenant)
@@ -468,9 +468,9 @@ def delete(
 
     Example: agora threads delete demo-thread-12 --yes --json
     """
-    from agora_cli.store.short_ids import resolve_thread_id
-    from agora_cli.store.tenant_guard import check_thread_in_scope
-    from agora_cli.store.threads import (
+    from agora_cli.store._short_ids import resolve_thread_id
+    from agora_cli.store._tenant_guard import check_thread_in_scope
+    from agora_cli.store._threads import (
         ThreadUsageTotals,
         delete_thread,
         get_thread,

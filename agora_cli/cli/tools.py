@@ -26,10 +26,10 @@ from agora_cli.cli.output import (
     render_table,
     table_time,
 )
-from agora_cli.store.clock import iso_ms
+from agora_cli.store._clock import iso_ms
 
 if TYPE_CHECKING:
-    from agora_cli.store.tool_stats import AgentReliability, ToolStat
+    from agora_cli.store._tool_stats import AgentReliability, ToolStat
 
 __all__ = ["app"]
 
@@ -174,7 +174,7 @@ def stats(
 
     Example: agora tools stats --from 2026-11-01 --to 2026-11-30 --tenant acme
     """
-    from agora_cli.store.tool_stats import run_reliability, stats_by_tool
+    from agora_cli.store._tool_stats import run_reliability, stats_by_tool
 
     one_format(as_json, csv)
     from_ms, to_ms, start, end = days_window(from_day, to_day, default_days=DEFAULT_DAYS)

@@ -22,6 +22,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     # The only migration that may drop anything.
-    from agora_cli.store.schema import metadata
+    from agora_cli.store._schema import metadata
 
     metadata.drop_all(op.get_bind(), checkfirst=True)

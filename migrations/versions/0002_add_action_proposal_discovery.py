@@ -23,7 +23,7 @@ def upgrade() -> None:
     if context.is_offline_mode():
         say("then fill the discovery index of older rows: agora db backfill --limit 500")
         return
-    from agora_cli.store.proposals import backfill_discovery_index
+    from agora_cli.store._proposals import backfill_discovery_index
 
     # Bounded batches until no legacy row remains; re-running after an interruption is safe
     # because a batch only ever touches rows whose discovery_state is still NULL.

@@ -17,7 +17,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    from agora_cli.store.pg_extras import create_agent_document_tree, document_tree_statements
+    from agora_cli.store._pg_extras import create_agent_document_tree, document_tree_statements
 
     dialect = op.get_context().dialect.name
     if dialect != "postgresql":

@@ -23,7 +23,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    from agora_cli.store.fold import create_rollup, rollup_statements
+    from agora_cli.store._fold import create_rollup, rollup_statements
 
     if context.is_offline_mode():
         for statement in rollup_statements(op.get_context().dialect):

@@ -26,7 +26,7 @@ def create_database(dialect: str, prefix: str = "agora_bench") -> tuple[str, str
     """
     from sqlalchemy.engine import make_url
 
-    from agora_cli.store.engine import normalize_url, open_engine
+    from agora_cli.store._engine import normalize_url, open_engine
 
     if dialect == "sqlite":
         path = os.path.join(tempfile.mkdtemp(prefix=f"{prefix}_"), "agora.db")
@@ -47,7 +47,7 @@ def create_database(dialect: str, prefix: str = "agora_bench") -> tuple[str, str
 
 def drop_database(dialect: str, name: str) -> None:
     """Drop what ``create_database`` made."""
-    from agora_cli.store.engine import open_engine
+    from agora_cli.store._engine import open_engine
 
     if dialect == "sqlite":
         if os.path.exists(name):

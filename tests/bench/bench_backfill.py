@@ -71,8 +71,8 @@ def legacy_row(i: int) -> dict[str, object]:
 
 
 def load(url: str, n: int) -> None:
-    from agora_cli.store.engine import dialect_name, open_engine
-    from agora_cli.store.schema import action_proposal, thread
+    from agora_cli.store._engine import dialect_name, open_engine
+    from agora_cli.store._schema import action_proposal, thread
 
     engine = open_engine(url)
     with engine.begin() as conn:
@@ -103,8 +103,8 @@ def load(url: str, n: int) -> None:
 def run_library(url: str, *, count_each_batch: bool = False) -> tuple[float, int, int]:
     """Batches until one comes back short, then one exact count, as `agora db backfill` does
     (``count_each_batch``: the exact ``remaining`` after every batch instead)."""
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.proposals import backfill_discovery_index, count_legacy_proposals
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._proposals import backfill_discovery_index, count_legacy_proposals
 
     engine = open_engine(url)
     batches = filled = 0
@@ -124,7 +124,7 @@ def run_library(url: str, *, count_each_batch: bool = False) -> tuple[float, int
 
 
 def run_bare(url: str) -> tuple[float, int]:
-    from agora_cli.store.engine import open_engine
+    from agora_cli.store._engine import open_engine
 
     engine = open_engine(url)
     t0 = time.perf_counter()
@@ -136,8 +136,8 @@ def run_bare(url: str) -> tuple[float, int]:
 
 
 def check_done(url: str) -> int:
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.proposals import count_legacy_proposals
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._proposals import count_legacy_proposals
 
     engine = open_engine(url)
     with engine.connect() as conn:
@@ -149,8 +149,8 @@ def check_done(url: str) -> int:
 def measure(dialect: str) -> None:
     name, url = create_database(dialect, "agora_bench_backfill")
     try:
-        from agora_cli.store.engine import open_engine
-        from agora_cli.store.provision import ensure_agent_tables
+        from agora_cli.store._engine import open_engine
+        from agora_cli.store._provision import ensure_agent_tables
 
         engine = open_engine(url)
         ensure_agent_tables(engine)

@@ -25,11 +25,11 @@ from _common import create_database, drop_database
 from bench_ledger import FEB, FEB_HI, FEB_LO, QUOTA_AT, ROWS, interleaved, load
 from sqlalchemy import text
 
-from agora_cli.store.budgets import evaluate_budgets, list_budgets, set_budget
-from agora_cli.store.engine import open_engine
-from agora_cli.store.ledger import spend
-from agora_cli.store.provision import ensure_agent_tables
-from agora_cli.store.windows import PERIODS, period_window
+from agora_cli.store._budgets import evaluate_budgets, list_budgets, set_budget
+from agora_cli.store._engine import open_engine
+from agora_cli.store._ledger import spend
+from agora_cli.store._provision import ensure_agent_tables
+from agora_cli.store._windows import PERIODS, period_window
 
 ACTOR_BUDGETS = 850
 HAND_DAY_MODEL = (

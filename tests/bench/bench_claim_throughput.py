@@ -28,8 +28,8 @@ LEASE_MS = 600_000
 
 def load(url: str, n: int) -> None:
     """Empty the proposals and load ``n`` approved proposals whose work is queued."""
-    from agora_cli.store.engine import dialect_name, open_engine
-    from agora_cli.store.schema import action_proposal, thread
+    from agora_cli.store._engine import dialect_name, open_engine
+    from agora_cli.store._schema import action_proposal, thread
 
     engine = open_engine(url)
     with engine.begin() as conn:
@@ -75,8 +75,8 @@ def load(url: str, n: int) -> None:
 
 
 def library_worker(url: str, worker: str, start: Any, out: Any) -> None:
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.proposals import ActionProposalStore
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._proposals import ActionProposalStore
 
     store = ActionProposalStore(open_engine(url, pool_size=1))
     claimed: list[str] = []
@@ -126,7 +126,7 @@ def bare_same_work_worker(url: str, worker: str, start: Any, out: Any) -> None:
 
 
 def _bare_loop(url: str, worker: str, start: Any, out: Any, *, same_work: bool) -> None:
-    from agora_cli.store.engine import normalize_url
+    from agora_cli.store._engine import normalize_url
 
     parsed = normalize_url(url)
     if parsed.get_backend_name() == "postgresql":
@@ -210,7 +210,7 @@ def sqlalchemy_worker(url: str, worker: str, start: Any, out: Any) -> None:
     """The same hand-written loop as ``bare_worker``, through ``text()`` on agora's engine."""
     from sqlalchemy import text
 
-    from agora_cli.store.engine import open_engine
+    from agora_cli.store._engine import open_engine
 
     engine = open_engine(url, pool_size=1)
     claim, take, settle = text(_CLAIM_SQL), text(_TAKE_SQL), text(_SETTLE_SQL)
@@ -265,8 +265,8 @@ def run_workers(target: Any, url: str) -> tuple[float, list[str]]:
 def measure(dialect: str) -> None:
     name, url = create_database(dialect, "agora_bench_claim")
     try:
-        from agora_cli.store.engine import open_engine
-        from agora_cli.store.provision import ensure_agent_tables
+        from agora_cli.store._engine import open_engine
+        from agora_cli.store._provision import ensure_agent_tables
 
         engine = open_engine(url)
         ensure_agent_tables(engine)

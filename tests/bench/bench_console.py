@@ -35,14 +35,14 @@ from typing import Any
 from _common import create_database, dialects, drop_database
 from sqlalchemy import event
 
-from agora_cli.store.clock import DAY_MS, parse_instant
-from agora_cli.store.engine import open_engine
-from agora_cli.store.proposals import list_inbox
-from agora_cli.store.provision import ensure_agent_tables
-from agora_cli.store.runs import encode_run_cursor, list_runs
-from agora_cli.store.schema import action_proposal, message, run, thread, tool_call
-from agora_cli.store.short_ids import resolve_run_id
-from agora_cli.store.tool_stats import run_reliability, stats_by_tool, tool_call_statuses
+from agora_cli.store._clock import DAY_MS, parse_instant
+from agora_cli.store._engine import open_engine
+from agora_cli.store._proposals import list_inbox
+from agora_cli.store._provision import ensure_agent_tables
+from agora_cli.store._runs import encode_run_cursor, list_runs
+from agora_cli.store._schema import action_proposal, message, run, thread, tool_call
+from agora_cli.store._short_ids import resolve_run_id
+from agora_cli.store._tool_stats import run_reliability, stats_by_tool, tool_call_statuses
 
 RUNS = int(os.environ.get("BENCH_CONSOLE_RUNS", "2000000"))
 CALLS = int(os.environ.get("BENCH_CONSOLE_CALLS", "10000000"))
@@ -468,7 +468,7 @@ def figures(dialect: str, big: Any, small: Any) -> None:
         b.rollback()
 
         # the inbox
-        from agora_cli.store.clock import ManualClock
+        from agora_cli.store._clock import ManualClock
 
         clock = ManualClock(NOW)
         for state in ("pending", "queued", "running", "failed"):

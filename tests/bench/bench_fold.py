@@ -58,14 +58,14 @@ from _common import ADMIN, create_database, drop_database
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 
-from agora_cli.store import ledger
-from agora_cli.store.budgets import scope_quota, sum_scope_usage
-from agora_cli.store.clock import DAY_MS, day_window, month_window, parse_instant
-from agora_cli.store.engine import normalize_url, open_engine
-from agora_cli.store.fold import create_rollup, day_number, fold, fold_day, verify
-from agora_cli.store.ledger import SpendReport, spend
-from agora_cli.store.provision import ensure_agent_tables
-from agora_cli.store.schema import token_usage
+from agora_cli.store import _ledger as ledger
+from agora_cli.store._budgets import scope_quota, sum_scope_usage
+from agora_cli.store._clock import DAY_MS, day_window, month_window, parse_instant
+from agora_cli.store._engine import normalize_url, open_engine
+from agora_cli.store._fold import create_rollup, day_number, fold, fold_day, verify
+from agora_cli.store._ledger import SpendReport, spend
+from agora_cli.store._provision import ensure_agent_tables
+from agora_cli.store._schema import token_usage
 
 YEAR = (date(2025, 1, 1), date(2025, 12, 31))
 JUNE = (date(2025, 6, 1), date(2025, 6, 30))

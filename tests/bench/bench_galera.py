@@ -4,7 +4,7 @@ Six worker processes run the library's ``claim_next`` + ``settle`` loop over the
 loaded queue, in the same run: (a) on the standalone MariaDB server (port 3306, for reference),
 (b) all six on node 1 of the cluster, (c) two on each of the three nodes. Prints claims/s, the
 ratios, double claims (must be 0), the retries of transient errors per 1,000 claims (counted by
-``agora_cli.store.engine.retry_stats()`` in each worker) and calls that gave up (must be 0).
+``agora_cli.store._engine.retry_stats()`` in each worker) and calls that gave up (must be 0).
 
     python tests/bench/bench_galera.py                   # 4,000 proposals, 6 workers, 2 rounds
     BENCH_GALERA_N=1000 python tests/bench/bench_galera.py   # a quick run
@@ -37,7 +37,7 @@ STANDALONE = os.environ.get("AGORA_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306
 def with_db(admin_url: str, name: str) -> str:
     from sqlalchemy.engine import make_url
 
-    from agora_cli.store.engine import normalize_url
+    from agora_cli.store._engine import normalize_url
 
     return make_url(normalize_url(admin_url).set(database=name)).render_as_string(
         hide_password=False
@@ -48,8 +48,8 @@ def fresh(admin_url: str, n: int) -> str:
     """A new database on ``admin_url``'s server, provisioned, holding ``n`` queued proposals."""
     from bench_claim_throughput import load
 
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.provision import ensure_agent_tables
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._provision import ensure_agent_tables
 
     name = f"agora_bench_g_{os.getpid()}_{secrets.token_hex(3)}"
     admin = open_engine(admin_url, isolation_level="AUTOCOMMIT")
@@ -65,7 +65,7 @@ def fresh(admin_url: str, n: int) -> str:
 
 
 def drop(admin_url: str, name: str) -> None:
-    from agora_cli.store.engine import open_engine
+    from agora_cli.store._engine import open_engine
 
     admin = open_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -74,8 +74,8 @@ def drop(admin_url: str, name: str) -> None:
 
 
 def worker(url: str, name: str, start: Any, out: Any) -> None:
-    from agora_cli.store.engine import open_engine, retry_stats
-    from agora_cli.store.proposals import ActionProposalStore
+    from agora_cli.store._engine import open_engine, retry_stats
+    from agora_cli.store._proposals import ActionProposalStore
 
     store = ActionProposalStore(open_engine(url, pool_size=1))
     claimed: list[str] = []
@@ -131,7 +131,7 @@ def latencies(url: str, n: int = 1000) -> dict[str, float]:
 
     import pymysql
 
-    from agora_cli.store.engine import normalize_url
+    from agora_cli.store._engine import normalize_url
 
     u = normalize_url(url)
     conn = pymysql.connect(host=u.host, port=u.port or 3306, user=u.username, database=u.database)

@@ -34,11 +34,11 @@ from _common import create_database, drop_database
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from agora_cli.store.clock import parse_instant
-from agora_cli.store.engine import open_engine
-from agora_cli.store.ledger import quota, spend
-from agora_cli.store.provision import ensure_agent_tables
-from agora_cli.store.schema import token_usage
+from agora_cli.store._clock import parse_instant
+from agora_cli.store._engine import open_engine
+from agora_cli.store._ledger import quota, spend
+from agora_cli.store._provision import ensure_agent_tables
+from agora_cli.store._schema import token_usage
 
 ROWS = int(os.environ.get("BENCH_LEDGER_ROWS", "2000000"))
 REPEAT = int(os.environ.get("BENCH_LEDGER_REPEAT", "5"))

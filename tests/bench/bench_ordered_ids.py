@@ -54,12 +54,12 @@ from typing import Any
 
 from _common import create_database, drop_database
 
-from agora_cli.store.clock import DAY_MS, day_start_ms
-from agora_cli.store.engine import open_engine
-from agora_cli.store.ids import id_time_ms, new_hex_id
-from agora_cli.store.ledger import spend
-from agora_cli.store.provision import ensure_agent_tables
-from agora_cli.store.schema import token_usage
+from agora_cli.store._clock import DAY_MS, day_start_ms
+from agora_cli.store._engine import open_engine
+from agora_cli.store._ids import id_time_ms, new_hex_id
+from agora_cli.store._ledger import spend
+from agora_cli.store._provision import ensure_agent_tables
+from agora_cli.store._schema import token_usage
 
 BIG = int(os.environ.get("BENCH_IDS_ROWS", "1000000"))
 SMALL = int(os.environ.get("BENCH_IDS_SMALL", "10000"))

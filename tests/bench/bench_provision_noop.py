@@ -13,9 +13,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _common import dialects, median_seconds, scratch_database
 from sqlalchemy import event
 
-from agora_cli.store.engine import open_engine
-from agora_cli.store.migrate import upgrade
-from agora_cli.store.provision import ensure_agent_tables
+from agora_cli.store._engine import open_engine
+from agora_cli.store._migrate import upgrade
+from agora_cli.store._provision import ensure_agent_tables
 
 REPEAT = int(os.environ.get("AGORA_BENCH_REPEAT", "30"))
 

@@ -30,9 +30,9 @@ from _common import create_database, drop_database
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from agora_cli.store.engine import open_engine
-from agora_cli.store.frames import purge_expired
-from agora_cli.store.provision import ensure_agent_tables
+from agora_cli.store._engine import open_engine
+from agora_cli.store._frames import purge_expired
+from agora_cli.store._provision import ensure_agent_tables
 
 LIVE_ROWS = int(os.environ.get("BENCH_PURGE_LIVE_ROWS", "1980000"))
 RUNS = int(os.environ.get("BENCH_PURGE_RUNS", "1000"))

@@ -53,13 +53,13 @@ from typing import Any
 from _common import create_database, drop_database
 from sqlalchemy import text
 
-from agora_cli.store.clock import parse_instant
-from agora_cli.store.engine import open_engine
-from agora_cli.store.ledger import spend
-from agora_cli.store.provision import ensure_agent_tables
-from agora_cli.store.rls import THREAD_TENANT_INDEX, disable_rls, enable_rls
-from agora_cli.store.threads import append_message, get_transcript
-from agora_cli.store.usage import record_usage
+from agora_cli.store._clock import parse_instant
+from agora_cli.store._engine import open_engine
+from agora_cli.store._ledger import spend
+from agora_cli.store._provision import ensure_agent_tables
+from agora_cli.store._rls import THREAD_TENANT_INDEX, disable_rls, enable_rls
+from agora_cli.store._threads import append_message, get_transcript
+from agora_cli.store._usage import record_usage
 
 ROWS = int(os.environ.get("BENCH_RLS_ROWS", "2000000"))
 ROUNDS = int(os.environ.get("BENCH_RLS_ROUNDS", "20"))

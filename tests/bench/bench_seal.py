@@ -35,10 +35,10 @@ from typing import Any
 from _common import dialects, scratch_database
 from sqlalchemy import bindparam, insert, select, update
 
-from agora_cli.store.engine import open_engine
-from agora_cli.store.provision import ensure_agent_tables
-from agora_cli.store.schema import message, thread
-from agora_cli.store.sealing import (
+from agora_cli.store._engine import open_engine
+from agora_cli.store._provision import ensure_agent_tables
+from agora_cli.store._schema import message, thread
+from agora_cli.store._sealing import (
     KEK_ENV,
     Kek,
     create_tenant_key,
@@ -47,7 +47,7 @@ from agora_cli.store.sealing import (
     sealer_for,
     using_kek,
 )
-from agora_cli.store.threads import (
+from agora_cli.store._threads import (
     append_message,
     complete_tool_call,
     create_thread,
@@ -240,7 +240,7 @@ def _restore(engine: Any, dialect: str, texts: dict[str, str]) -> None:
 
 def _print_batch_plan(conn: Any, dialect: str, key_id: str) -> None:
     """The plan of one ``db seal`` batch read (a middle one: ``id >`` the halfway row)."""
-    from agora_cli.store.sealing import _needs_sealing, _sealed_tables
+    from agora_cli.store._sealing import _needs_sealing, _sealed_tables
 
     table, of = _sealed_tables()[0]
     q = (

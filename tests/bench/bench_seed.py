@@ -78,7 +78,7 @@ def timed(fn: Callable[[], Any], *, setup: Callable[[], Any] | None = None) -> f
 
 def pick_names(catalog: Any, n: int) -> list[str]:
     """N ``provider/model`` names with a usable price and distinct stored model ids."""
-    from agora_cli.store.pricing import price_from_catalog
+    from agora_cli.store._pricing import price_from_catalog
 
     names, taken = [], set()
     for provider in sorted(catalog.providers):
@@ -106,11 +106,11 @@ def databases() -> list[tuple[str, str, Callable[[], None]]]:
 
 
 def main() -> None:
-    from agora_cli.store.catalog import fetch_catalog, parse_catalog
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.pricing import seed_prices_from_models_dev
-    from agora_cli.store.provision import ensure_agent_tables
-    from agora_cli.store.schema import model_pricing
+    from agora_cli.store._catalog import fetch_catalog, parse_catalog
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._pricing import seed_prices_from_models_dev
+    from agora_cli.store._provision import ensure_agent_tables
+    from agora_cli.store._schema import model_pricing
 
     snapshot = SNAPSHOT_PATH.read_bytes()
     httpd = serve(snapshot)

@@ -22,11 +22,11 @@ from _common import dialects, scratch_database
 
 
 def main() -> None:
-    from agora_cli.store import tenant_guard, threads
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.provision import ensure_agent_tables
-    from agora_cli.store.threads import create_thread, start_run
-    from agora_cli.store.usage import record_usage
+    from agora_cli.store import _tenant_guard as tenant_guard, _threads as threads
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._provision import ensure_agent_tables
+    from agora_cli.store._threads import create_thread, start_run
+    from agora_cli.store._usage import record_usage
 
     rounds = int(os.environ.get("BENCH_GUARD_ROUNDS", "10"))
     calls = int(os.environ.get("BENCH_GUARD_CALLS", "100"))

@@ -61,8 +61,8 @@ def _report(ran: list[Any]) -> None:
 
 
 def agora_worker(url: str, name: str, k: int, mode: str) -> None:
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.proposals import ActionProposalStore, Settlement
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._proposals import ActionProposalStore, Settlement
 
     store = ActionProposalStore(open_engine(url, pool_size=1))
     ran: list[str] = []
@@ -317,8 +317,8 @@ def load_agora(url: str, n: int) -> None:
     sys.path.insert(0, str(HERE))
     from bench_claim_throughput import load
 
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.provision import ensure_agent_tables
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._provision import ensure_agent_tables
 
     engine = open_engine(url)
     ensure_agent_tables(engine)
@@ -340,7 +340,7 @@ def drained_at(url: str, system: str, procs: list[Any]) -> float:
     finish line for all, whatever a worker does after (a peer's shutdown, a final flush)."""
     from sqlalchemy import text
 
-    from agora_cli.store.engine import open_engine
+    from agora_cli.store._engine import open_engine
 
     engine = open_engine(url, pool_size=1)
     sql = text(REMAINING[system])

@@ -187,8 +187,8 @@ class CrossCheckRow:
 def crosscheck(engine: Any, catalog: Any) -> list[CrossCheckRow]:
     """Write one ledger row per id into ``engine``'s (provisioned, empty) database, run ``seed
     --missing`` with ``catalog``, and resolve each id."""
-    from agora_cli.store import schema
-    from agora_cli.store.pricing import (
+    from agora_cli.store import _schema as schema
+    from agora_cli.store._pricing import (
         CatalogMatch,
         estimate_cost,
         match_catalog_price,
@@ -327,9 +327,9 @@ def markdown(rows: list[CrossCheckRow]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from agora_cli.store.catalog import fetch_catalog
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.provision import ensure_agent_tables
+    from agora_cli.store._catalog import fetch_catalog
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._provision import ensure_agent_tables
 
     with tempfile.TemporaryDirectory(prefix="agora_crosscheck_") as tmp:
         engine = open_engine(f"sqlite:///{tmp}/agora.db", create=True)

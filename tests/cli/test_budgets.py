@@ -11,12 +11,12 @@ from helpers import no_data
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy import text
 
-from agora_cli.store.clock import parse_instant
-from agora_cli.store.ddl import revision_statements
-from agora_cli.store.engine import open_engine
-from agora_cli.store.migrate import VERSION_TABLE, upgrade
-from agora_cli.store.provision import check_agent_tables
-from agora_cli.store.schema import thread, token_usage
+from agora_cli.store._clock import parse_instant
+from agora_cli.store._ddl import revision_statements
+from agora_cli.store._engine import open_engine
+from agora_cli.store._migrate import VERSION_TABLE, upgrade
+from agora_cli.store._provision import check_agent_tables
+from agora_cli.store._schema import thread, token_usage
 
 AT = "2026-11-15T12:00:00Z"
 T = parse_instant(AT)

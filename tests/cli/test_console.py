@@ -14,9 +14,9 @@ from helpers import CliResult, insert_legacy, no_data
 from typer.main import get_command
 
 from agora_cli.cli import app
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.proposals import NewProposal, Scope, create_proposal
-from agora_cli.store.threads import create_thread
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._proposals import NewProposal, Scope, create_proposal
+from agora_cli.store._threads import create_thread
 
 AMBIGUOUS_RUN = "demo-run-0"  # demo-run-01-1, demo-run-01-2, …
 

@@ -182,7 +182,7 @@ def test_every_environment_variable_is_in_help(cli: Any) -> None:
 
 def test_closed_sets_are_choices_equal_to_the_store() -> None:
     from agora_cli.cli.proposals import DECISION_CHOICES, INBOX_STATE_CHOICES
-    from agora_cli.store.proposals import DECISIONS, INBOX_STATES
+    from agora_cli.store._proposals import DECISIONS, INBOX_STATES
 
     assert INBOX_STATE_CHOICES == INBOX_STATES
     assert DECISION_CHOICES == DECISIONS
@@ -322,13 +322,13 @@ def test_the_collector_is_back_on_before_a_command_works(tmp_path: Path, cli: An
     assert cli("db", "provision", "--db", url).exit_code == 0
     probe = (
         "import gc, sys\n"
-        "from agora_cli.store import engine\n"
+        "from agora_cli.store import _engine as engine\n"
         "opened = engine.open_engine\n"
         "def spy(*a, **k):\n"
         "    print('during start-up:', gc.isenabled(), file=sys.stderr)\n"
         "    return opened(*a, **k)\n"
         "engine.open_engine = spy\n"
-        "from agora_cli.store import ledger\n"
+        "from agora_cli.store import _ledger as ledger\n"
         "summarize = ledger.spend\n"
         "def work(*a, **k):\n"
         "    print('at work:', gc.isenabled(), gc.get_freeze_count() > 0, file=sys.stderr)\n"

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from helpers import no_data, run_agora
 
-from agora_cli.store.migrate import head_revision
-from agora_cli.store.schema import AGENT_TABLES
+from agora_cli.store._migrate import head_revision
+from agora_cli.store._schema import AGENT_TABLES
 
 HEAD = head_revision()  # the main chain's head
 CHAIN = [f"{n:04d}" for n in range(1, int(HEAD) + 1)]
@@ -180,7 +180,7 @@ def test_version_and_usage_errors(cli: Any) -> None:
 
 
 def _exec(url: str, *statements: str) -> None:
-    from agora_cli.store.engine import open_engine
+    from agora_cli.store._engine import open_engine
 
     engine = open_engine(url)
     with engine.begin() as conn:
@@ -190,8 +190,8 @@ def _exec(url: str, *statements: str) -> None:
 
 
 def _agent_tables(url: str) -> set[str]:
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.provision import read_catalog
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._provision import read_catalog
 
     engine = open_engine(url)
     with engine.connect() as conn:
@@ -301,7 +301,7 @@ class _Blocker:
     def __init__(self, url: str, dialect: str) -> None:
         import threading
 
-        from agora_cli.store.engine import open_engine
+        from agora_cli.store._engine import open_engine
 
         self.engine = open_engine(url)
         self.conn = self.engine.connect()  # SQLite: our engine begins with BEGIN IMMEDIATE

@@ -8,10 +8,10 @@ from typing import Any
 from helpers import no_data
 from sqlalchemy import select, text
 
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.demo import write_demo_data
-from agora_cli.store.engine import open_engine
-from agora_cli.store.schema import AGENT_TABLES, action_proposal, token_usage
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._demo import write_demo_data
+from agora_cli.store._engine import open_engine
+from agora_cli.store._schema import AGENT_TABLES, action_proposal, token_usage
 
 
 def _snapshot(engine: Any) -> dict[str, Any]:

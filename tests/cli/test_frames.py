@@ -17,9 +17,9 @@ import pytest
 from helpers import no_data
 from sqlalchemy import func, insert, select
 
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.frames import FrameWriter
-from agora_cli.store.schema import stream_frame
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._frames import FrameWriter
+from agora_cli.store._schema import stream_frame
 
 HOUR = 3_600_000
 AGORA = str(Path(sys.executable).with_name("agora"))
@@ -224,8 +224,8 @@ def test_every_frames_command_has_help_with_an_example(cli: Any) -> None:
 WRITER = textwrap.dedent(
     """
     import os, sys, time
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.frames import FrameWriter
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._frames import FrameWriter
 
     url, run_id, words, end = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "end"
     go = sys.argv[5]

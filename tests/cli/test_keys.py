@@ -14,10 +14,10 @@ import pytest
 from helpers import no_data
 from sqlalchemy import func, insert, select
 
-from agora_cli.store.engine import open_engine
-from agora_cli.store.schema import message, tenant_key, thread
-from agora_cli.store.sealing import SEALED_PREFIX, Kek, generate_kek, open_values, using_kek
-from agora_cli.store.threads import append_message, create_thread
+from agora_cli.store._engine import open_engine
+from agora_cli.store._schema import message, tenant_key, thread
+from agora_cli.store._sealing import SEALED_PREFIX, Kek, generate_kek, open_values, using_kek
+from agora_cli.store._threads import append_message, create_thread
 
 KEK_TEXT = generate_kek()
 OTHER_TEXT = generate_kek()

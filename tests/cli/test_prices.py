@@ -20,8 +20,8 @@ import pytest
 from helpers import FIXTURE_CATALOG, no_data, run_agora
 from sqlalchemy import func, select
 
-from agora_cli.store import schema
-from agora_cli.store.engine import open_engine
+from agora_cli.store import _schema as schema
+from agora_cli.store._engine import open_engine
 
 SNAPSHOT = FIXTURE_CATALOG.read_bytes()
 ISO_MS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
@@ -942,7 +942,7 @@ def test_reprice_bad_dates_are_exit_2(cli: Any, db_url: str, args: list[str]) ->
 
 @pytest.mark.slow
 def test_installed_agora_seeds_from_the_env_catalog(server: Server, tmp_path: Path) -> None:
-    from agora_cli.store.provision import ensure_agent_tables
+    from agora_cli.store._provision import ensure_agent_tables
 
     db_url = f"sqlite:///{tmp_path / 'agora.db'}"
     engine = open_engine(db_url)

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from helpers import no_data, run_agora
 
-from agora_cli.store.proposals import proposal_id
-from agora_cli.store.schema import thread
+from agora_cli.store._proposals import proposal_id
+from agora_cli.store._schema import thread
 
 P_KEYS = [
     "id",

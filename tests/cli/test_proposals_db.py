@@ -8,10 +8,10 @@ import pytest
 from helpers import EXPECTED, STATES, insert_legacy, no_data
 from sqlalchemy import select
 
-from agora_cli.store.engine import open_engine
-from agora_cli.store.migrate import current_revision, head_revision, upgrade
-from agora_cli.store.proposals import count_legacy_proposals
-from agora_cli.store.schema import action_proposal
+from agora_cli.store._engine import open_engine
+from agora_cli.store._migrate import current_revision, head_revision, upgrade
+from agora_cli.store._proposals import count_legacy_proposals
+from agora_cli.store._schema import action_proposal
 
 HEAD = head_revision()  # the main chain's head
 CHAIN = [f"{n:04d}" for n in range(1, int(HEAD) + 1)]

@@ -16,7 +16,7 @@ from helpers import no_data
 from sqlalchemy import select
 from upstream import write_upstream
 
-from agora_cli.store.schema import action_proposal, tool_call
+from agora_cli.store._schema import action_proposal, tool_call
 
 ITEM_KEYS = {
     "id",
@@ -59,7 +59,7 @@ T_KEYS = [
 
 
 def _iso(ms: int) -> str:
-    from agora_cli.store.clock import iso_ms
+    from agora_cli.store._clock import iso_ms
 
     return str(iso_ms(ms))
 

@@ -15,15 +15,15 @@ import pytest
 from helpers import no_data
 from sqlalchemy import select, text, update
 
-from agora_cli.store.clock import DAY_MS, ManualClock, SystemClock
-from agora_cli.store.engine import open_engine
-from agora_cli.store.provision import ensure_agent_tables
-from agora_cli.store.redact import redaction_marker
-from agora_cli.store.redaction_form import is_redacted
-from agora_cli.store.rls import enable_rls
-from agora_cli.store.schema import tool_call
-from agora_cli.store.sealing import Kek, generate_kek
-from agora_cli.store.threads import append_message, create_thread, record_tool_call
+from agora_cli.store._clock import DAY_MS, ManualClock, SystemClock
+from agora_cli.store._engine import open_engine
+from agora_cli.store._provision import ensure_agent_tables
+from agora_cli.store._redact import redaction_marker
+from agora_cli.store._redaction_form import is_redacted
+from agora_cli.store._rls import enable_rls
+from agora_cli.store._schema import tool_call
+from agora_cli.store._sealing import Kek, generate_kek
+from agora_cli.store._threads import append_message, create_thread, record_tool_call
 
 KEK_TEXT = generate_kek()
 WITH = {"AGORA_KEK": KEK_TEXT, "AGORA_KEK_FILE": None, "AGORA_TENANT": None}

@@ -14,13 +14,13 @@ import pytest
 from helpers import no_data
 from sqlalchemy import select, text
 
-from agora_cli.store.clock import DAY_MS, ManualClock, SystemClock
-from agora_cli.store.engine import open_engine
-from agora_cli.store.provision import ensure_agent_tables
-from agora_cli.store.rls import PROTECTED_TABLES, tenant_session
-from agora_cli.store.schema import tool_call
-from agora_cli.store.threads import append_message, create_thread, record_tool_call
-from agora_cli.store.usage import record_usage
+from agora_cli.store._clock import DAY_MS, ManualClock, SystemClock
+from agora_cli.store._engine import open_engine
+from agora_cli.store._provision import ensure_agent_tables
+from agora_cli.store._rls import PROTECTED_TABLES, tenant_session
+from agora_cli.store._schema import tool_call
+from agora_cli.store._threads import append_message, create_thread, record_tool_call
+from agora_cli.store._usage import record_usage
 
 
 @pytest.fixture
@@ -220,7 +220,7 @@ def test_commands_scoped_by_tenant_set_it_for_the_app_role(
     would see none of the tenant's rows and every command would answer "not found"."""
     import json
 
-    from agora_cli.store.sealing import generate_kek
+    from agora_cli.store._sealing import generate_kek
 
     kek = {"AGORA_KEK": generate_kek(), "AGORA_KEK_FILE": None}
     engine = open_engine(pg_url)
@@ -437,8 +437,8 @@ def test_redact_asks_and_needs_yes_without_a_terminal(cli: Any, engine: Any, db_
 
 
 def test_redact_dry_run_then_yes_then_again(cli: Any, engine: Any, db_url: str) -> None:
-    from agora_cli.store.redaction_form import is_redacted
-    from agora_cli.store.sealing import generate_kek
+    from agora_cli.store._redaction_form import is_redacted
+    from agora_cli.store._sealing import generate_kek
 
     _seed_calls(engine)
     kek = {"AGORA_KEK": generate_kek(), "AGORA_KEK_FILE": None}

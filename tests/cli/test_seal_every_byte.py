@@ -8,9 +8,9 @@ from typing import Any
 
 from sqlalchemy import select
 
-from agora_cli.store.schema import message, thread
-from agora_cli.store.sealing import SEALED_PREFIX, Kek, generate_kek, using_kek
-from agora_cli.store.threads import append_message, create_thread
+from agora_cli.store._schema import message, thread
+from agora_cli.store._sealing import SEALED_PREFIX, Kek, generate_kek, using_kek
+from agora_cli.store._threads import append_message, create_thread
 
 KEK_TEXT = generate_kek()
 WITH = {"AGORA_KEK": KEK_TEXT, "AGORA_KEK_FILE": None}
@@ -96,7 +96,7 @@ def test_destroyed_keys_read_as_shredded(engine: Any, db_url: str, cli: Any) -> 
     status = cli("keys", "status", "--tenant", "acme", "--db", db_url, "--json", env=WITH)
     assert status.json()["state"] == "shredded"
     # never written in plaintext afterwards
-    from agora_cli.store.errors import KeyUnavailable
+    from agora_cli.store._errors import KeyUnavailable
 
     with engine.begin() as conn, using_kek(Kek.from_text(KEK_TEXT)):
         try:
@@ -119,10 +119,10 @@ def test_db_seal_vacuum(engine: Any, db_url: str, cli: Any) -> None:
 def test_frames_tail_proposals_show_and_runs_show_open_with_the_kek_only(
     engine: Any, db_url: str, cli: Any
 ) -> None:
-    from agora_cli.store.frames import FrameWriter
-    from agora_cli.store.proposals import ActionProposalStore, NewProposal, Scope
-    from agora_cli.store.sealing import create_tenant_key
-    from agora_cli.store.threads import record_tool_call, start_run
+    from agora_cli.store._frames import FrameWriter
+    from agora_cli.store._proposals import ActionProposalStore, NewProposal, Scope
+    from agora_cli.store._sealing import create_tenant_key
+    from agora_cli.store._threads import record_tool_call, start_run
 
     kek = Kek.from_text(KEK_TEXT)
     with using_kek(kek), engine.begin() as conn:

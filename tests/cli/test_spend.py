@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from helpers import no_data, run_agora
 
-from agora_cli.store.clock import SystemClock, parse_instant
-from agora_cli.store.schema import thread, token_usage
+from agora_cli.store._clock import SystemClock, parse_instant
+from agora_cli.store._schema import thread, token_usage
 
 ROW_KEYS = {
     "key",
@@ -439,7 +439,7 @@ def test_spend_fold_then_reports_read_the_fold_and_equal_raw(
 def test_spend_fold_refuses_bad_input_before_writing(
     cli: Any, db_url: str, engine: Any, sample: None, args: tuple[str, ...]
 ) -> None:
-    from agora_cli.store.schema import usage_fold
+    from agora_cli.store._schema import usage_fold
 
     r = cli("spend", "fold", *args, "--db", db_url)
     assert r.exit_code == 2, (r.stdout, r.stderr)
@@ -451,7 +451,7 @@ def test_spend_fold_refuses_bad_input_before_writing(
 def test_the_optional_rollup_branch_through_the_cli(cli: Any, empty_url: str) -> None:
     """`db upgrade rollup@head` adds the per-model rollup beside the spec's schema (the main
     chain's head and `db status` tables stay the spec's); fold writes it, reports equal raw."""
-    from agora_cli.store.engine import open_engine
+    from agora_cli.store._engine import open_engine
 
     sql = cli("db", "upgrade", "rollup@head", "--sql", "--db", empty_url)
     assert sql.exit_code == 0, sql.stderr

@@ -18,8 +18,8 @@ from helpers import run_cli
 from sqlalchemy import text
 from upstream import Upstream, write_upstream
 
-from agora_cli.store.clock import DAY_MS, parse_instant
-from agora_cli.store.schema import token_usage
+from agora_cli.store._clock import DAY_MS, parse_instant
+from agora_cli.store._schema import token_usage
 
 NOW = parse_instant("2026-03-10T12:00:00Z")
 DAY = "2026-03-10"

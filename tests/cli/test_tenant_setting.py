@@ -257,7 +257,7 @@ def member_login(databases: Any) -> Iterator[tuple[str, str]]:
     from sqlalchemy import text
     from sqlalchemy.engine import make_url
 
-    from agora_cli.store.engine import open_engine
+    from agora_cli.store._engine import open_engine
 
     databases.require("postgresql")
     url = str(databases.new("postgresql"))

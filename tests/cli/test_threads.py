@@ -8,9 +8,9 @@ import pytest
 from helpers import no_data
 from sqlalchemy import func, select
 
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.schema import action_proposal, message, token_usage, tool_call
-from agora_cli.store.threads import (
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._schema import action_proposal, message, token_usage, tool_call
+from agora_cli.store._threads import (
     append_message,
     complete_tool_call,
     create_thread,

@@ -19,16 +19,16 @@ from helpers import insert_legacy, no_data, run_agora, unique_name
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
-from agora_cli.store.clock import parse_instant
-from agora_cli.store.engine import open_engine
-from agora_cli.store.proposals import (
+from agora_cli.store._clock import parse_instant
+from agora_cli.store._engine import open_engine
+from agora_cli.store._proposals import (
     NewProposal,
     Scope,
     create_proposal,
     decide_proposal,
 )
-from agora_cli.store.schema import action_proposal, model_pricing, stream_frame, thread, token_usage
-from agora_cli.store.threads import append_message, create_thread
+from agora_cli.store._schema import action_proposal, model_pricing, stream_frame, thread, token_usage
+from agora_cli.store._threads import append_message, create_thread
 
 AGORA = str(Path(sys.executable).with_name("agora"))
 OSC52 = "\x1b]52;c;cm0gLXJmIH4=\x07"
@@ -341,7 +341,7 @@ def test_csv_cells_that_look_like_formulas_are_neutralised(
 
 
 def test_library_json_payloads_are_strict_and_identities_have_one_verdict(engine: Any) -> None:
-    from agora_cli.store.errors import InvalidInput
+    from agora_cli.store._errors import InvalidInput
 
     seed_thread(engine)
     with engine.begin() as conn, pytest.raises(InvalidInput):
@@ -893,7 +893,7 @@ def test_a_readable_config_with_a_password_and_an_open_kek_file_are_warned(
 
 @pytest.mark.slow
 def test_four_rotations_at_once_all_succeed(db_url: str, cli: Any) -> None:
-    from agora_cli.store.sealing import generate_kek
+    from agora_cli.store._sealing import generate_kek
 
     env = {"AGORA_KEK": generate_kek(), "AGORA_KEK_FILE": ""}
     made = cli("keys", "create", "--tenant", "acme", "--db", db_url, env=env)

@@ -17,11 +17,11 @@ import pytest
 from helpers import run_cli
 from sqlalchemy import text
 
-from agora_cli.store.clock import parse_instant
-from agora_cli.store.errors import InvalidInput
-from agora_cli.store.pricing import set_price
-from agora_cli.store.schema import thread, token_usage
-from agora_cli.store.usage import record_usage
+from agora_cli.store._clock import parse_instant
+from agora_cli.store._errors import InvalidInput
+from agora_cli.store._pricing import set_price
+from agora_cli.store._schema import thread, token_usage
+from agora_cli.store._usage import record_usage
 
 NOW = parse_instant("2026-03-10T12:00:00Z")
 DAY = "2026-03-10"

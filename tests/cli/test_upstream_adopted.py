@@ -13,8 +13,8 @@ from typing import Any
 
 from upstream import Upstream, create_upstream_schema, write_upstream
 
-from agora_cli.store.clock import DAY_MS, SystemClock, ms_to_date
-from agora_cli.store.engine import open_engine
+from agora_cli.store._clock import DAY_MS, SystemClock, ms_to_date
+from agora_cli.store._engine import open_engine
 
 
 def _adopted(url: str, cli: Any) -> Upstream:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from upstream import Upstream, write_upstream
 
-from agora_cli.store.clock import ManualClock, SystemClock
+from agora_cli.store._clock import ManualClock, SystemClock
 
 
 @pytest.fixture
@@ -92,7 +92,7 @@ def test_tools_stats_table_columns_add_up(up: Upstream, db_url: str, cli: Any) -
 def test_threads_show_interleaves_writers_by_time(
     up: Upstream, engine: Any, db_url: str, cli: Any
 ) -> None:
-    from agora_cli.store.threads import append_message
+    from agora_cli.store._threads import append_message
 
     acme = up.threads["acme"]
     t0 = up.now - 600_000
@@ -149,7 +149,7 @@ def test_threads_show_camel_case_usage_and_tool_results(
 
 
 def test_tool_results_are_escaped_for_people(engine: Any, db_url: str, cli: Any) -> None:
-    from agora_cli.store.threads import append_message, create_thread
+    from agora_cli.store._threads import append_message, create_thread
 
     with engine.begin() as conn:
         t = create_thread(conn, actor_ref="alice", thread_id="t-esc")
@@ -214,8 +214,8 @@ def test_a_runs_cost_is_its_ledger_rows_and_agrees_after_reprice(
 def test_agora_writers_use_the_runtime_vocabulary(engine: Any) -> None:
     from sqlalchemy import select
 
-    from agora_cli.store.schema import message, tool_call
-    from agora_cli.store.threads import (
+    from agora_cli.store._schema import message, tool_call
+    from agora_cli.store._threads import (
         append_message,
         complete_tool_call,
         create_thread,
@@ -261,10 +261,10 @@ def test_the_demo_writes_the_runtime_vocabulary(db_url: str, engine: Any, cli: A
     from sqlalchemy import select
     from sqlalchemy.engine import make_url
 
-    from agora_cli.store.schema import message, tool_call
-    from agora_cli.store.sealing import current_kek, using_kek
-    from agora_cli.store.threads import list_messages
-    from agora_cli.store.vocabulary import TOOL_STATUSES
+    from agora_cli.store._schema import message, tool_call
+    from agora_cli.store._sealing import current_kek, using_kek
+    from agora_cli.store._threads import list_messages
+    from agora_cli.store._vocabulary import TOOL_STATUSES
 
     assert cli("demo", "--db", db_url, "--json").exit_code == 0
     with engine.connect() as conn:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from upstream import MODEL_PRICED, MODEL_UNPRICED, Upstream, write_upstream
 
-from agora_cli.store.clock import DAY_MS, ms_to_date
-from agora_cli.store.clock import SystemClock as _Clock
+from agora_cli.store._clock import DAY_MS, ms_to_date
+from agora_cli.store._clock import SystemClock as _Clock
 
 
 def _yesterday_noon() -> int:

@@ -53,7 +53,7 @@ def galera_nodes() -> list[str]:
             BOOTED_MARKER.touch()  # tests/conftest.py stops it when the run ends
     if len(urls) < 2:
         pytest.fail(f"AGORA_TEST_GALERA needs two or more node URLs, got {len(urls)}")
-    from agora_cli.store.engine import is_galera, open_engine
+    from agora_cli.store._engine import is_galera, open_engine
 
     for url in urls:
         try:
@@ -70,7 +70,7 @@ def galera_nodes() -> list[str]:
 
 @pytest.fixture
 def galera_db(galera_nodes: list[str]) -> Iterator[list[str]]:
-    from agora_cli.store.engine import open_engine
+    from agora_cli.store._engine import open_engine
 
     name = unique_name("agora_g")
     admin: Any = open_engine(galera_nodes[0], isolation_level="AUTOCOMMIT")

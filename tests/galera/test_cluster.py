@@ -43,7 +43,7 @@ def node_urls(galera_nodes: list[str], name: str) -> list[str]:
 def fresh_database(galera_nodes: list[str]) -> list[str]:
     from helpers import unique_name
 
-    from agora_cli.store.engine import open_engine
+    from agora_cli.store._engine import open_engine
 
     name = unique_name("agora_g")
     admin = open_engine(galera_nodes[0], isolation_level="AUTOCOMMIT")
@@ -56,7 +56,7 @@ def fresh_database(galera_nodes: list[str]) -> list[str]:
 def drop_database(galera_nodes: list[str], url: str) -> None:
     from sqlalchemy.engine import make_url
 
-    from agora_cli.store.engine import open_engine
+    from agora_cli.store._engine import open_engine
 
     admin = open_engine(galera_nodes[0], isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -70,8 +70,8 @@ def drop_database(galera_nodes: list[str], url: str) -> None:
 def test_provisioning_through_three_nodes_at_once_converges(galera_nodes: list[str]) -> None:
     """GET_LOCK is node-local: three `agora db provision` processes, one per node, run their DDL
     at once, ROUNDS times on a new database; every one succeeds, and every node checks clean."""
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.provision import check_agent_tables
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._provision import check_agent_tables
 
     failures: list[str] = []
     for round_ in range(ROUNDS):
@@ -111,8 +111,8 @@ def test_provisioning_through_three_nodes_at_once_converges(galera_nodes: list[s
 
 def load_queue(url: str, n: int) -> None:
     """``n`` approved proposals whose work is queued, in one thread."""
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.schema import action_proposal, thread
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._schema import action_proposal, thread
 
     engine = open_engine(url)
     with engine.begin() as conn:
@@ -152,8 +152,8 @@ def load_queue(url: str, n: int) -> None:
 
 def claim_worker(url: str, name: str, start: Any, out: Any) -> None:
     """Claim and settle until nothing is due; report what it claimed and any exception."""
-    from agora_cli.store.engine import open_engine, retry_stats
-    from agora_cli.store.proposals import ActionProposalStore
+    from agora_cli.store._engine import open_engine, retry_stats
+    from agora_cli.store._proposals import ActionProposalStore
 
     claimed: list[str] = []
     lost: list[str] = []
@@ -179,8 +179,8 @@ def claim_worker(url: str, name: str, start: Any, out: Any) -> None:
 def test_six_workers_over_three_nodes_claim_each_proposal_exactly_once(
     galera_db: list[str],
 ) -> None:
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.provision import ensure_agent_tables
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._provision import ensure_agent_tables
 
     engine = open_engine(galera_db[0])
     ensure_agent_tables(engine)
@@ -239,10 +239,10 @@ def decide(
 def test_opposite_decisions_on_two_nodes_one_applied_one_conflict(galera_db: list[str]) -> None:
     """Approve through node 1 and reject through node 2 at the same moment, 20 times: one is
     applied, the other answers conflict (never an error), and every node shows the winner."""
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.proposals import ActionProposalStore, NewProposal, Scope
-    from agora_cli.store.provision import ensure_agent_tables
-    from agora_cli.store.schema import thread
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._proposals import ActionProposalStore, NewProposal, Scope
+    from agora_cli.store._provision import ensure_agent_tables
+    from agora_cli.store._schema import thread
 
     ensure_agent_tables(open_engine(galera_db[0]))
     engines = [open_engine(url) for url in galera_db]
@@ -286,8 +286,8 @@ def test_opposite_decisions_on_two_nodes_one_applied_one_conflict(galera_db: lis
 WRITER = textwrap.dedent(
     """
     import os, sys, time
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.frames import FrameWriter
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._frames import FrameWriter
 
     url, run_id, words, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     w = FrameWriter(open_engine(url), run_id, flush_ms=20, auto_purge=False)
@@ -309,8 +309,8 @@ WRITER = textwrap.dedent(
 def test_frames_tail_on_node_3_sees_every_frame_of_a_writer_on_node_1(
     galera_db: list[str], tmp_path: Path
 ) -> None:
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.provision import ensure_agent_tables
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._provision import ensure_agent_tables
 
     ensure_agent_tables(open_engine(galera_db[0]))
     go = tmp_path / "go"
@@ -374,7 +374,7 @@ def test_demo_then_spend_on_different_nodes_agree(galera_db: list[str]) -> None:
 
 
 def test_db_status_and_check_on_a_cluster_node(galera_db: list[str]) -> None:
-    from agora_cli.store.engine import open_engine
+    from agora_cli.store._engine import open_engine
 
     assert run_agora("db", "provision", "--db", galera_db[1]).exit_code == 0
     status = run_agora("db", "status", "--db", galera_db[1], "--json")

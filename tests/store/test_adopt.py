@@ -16,9 +16,9 @@ import pytest
 from sqlalchemy import text
 from upstream import MODEL_PRICED, create_upstream_schema, write_upstream
 
-from agora_cli.store.engine import open_engine
-from agora_cli.store.provision import check_agent_tables, ensure_agent_tables, read_catalog
-from agora_cli.store.usage import record_usage
+from agora_cli.store._engine import open_engine
+from agora_cli.store._provision import check_agent_tables, ensure_agent_tables, read_catalog
+from agora_cli.store._usage import record_usage
 
 UPSTREAM_TABLES = (
     "agent_thread",

@@ -9,17 +9,17 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from agora_cli.store.budgets import (
+from agora_cli.store._budgets import (
     evaluate_budgets,
     list_budgets,
     remove_budgets,
     scope_quota,
     set_budget,
 )
-from agora_cli.store.clock import ManualClock, parse_instant
-from agora_cli.store.errors import Conflict, InvalidInput
-from agora_cli.store.schema import budget, thread, token_usage
-from agora_cli.store.windows import last_window, parse_bound, period_window
+from agora_cli.store._clock import ManualClock, parse_instant
+from agora_cli.store._errors import Conflict, InvalidInput
+from agora_cli.store._schema import budget, thread, token_usage
+from agora_cli.store._windows import last_window, parse_bound, period_window
 
 SUNDAY_LAST = parse_instant("2026-11-29T23:59:59.999Z")  # a Sunday
 MONDAY_FIRST = parse_instant("2026-11-30T00:00:00.000Z")
@@ -226,8 +226,8 @@ def test_scope_quota_always_has_day_and_month_and_given_limits_override(engine: 
 
 SETTER = r"""
 import sys
-from agora_cli.store.budgets import set_budget
-from agora_cli.store.engine import open_engine, retry_transient
+from agora_cli.store._budgets import set_budget
+from agora_cli.store._engine import open_engine, retry_transient
 
 engine = open_engine(sys.argv[1])
 usd = float(sys.argv[2])

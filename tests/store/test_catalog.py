@@ -25,7 +25,7 @@ import pytest
 from helpers import FIXTURE_CATALOG
 
 from agora_cli import __version__
-from agora_cli.store.catalog import (
+from agora_cli.store._catalog import (
     MAX_CATALOG_BYTES,
     USER_AGENT,
     catalog_cache_dir,
@@ -34,9 +34,9 @@ from agora_cli.store.catalog import (
     fetch_catalog,
     parse_catalog,
 )
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.errors import CatalogError, InvalidInput
-from agora_cli.store.masking import scrub
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._errors import CatalogError, InvalidInput
+from agora_cli.store._masking import scrub
 
 SNAPSHOT = FIXTURE_CATALOG.read_bytes()
 ETAG = '"snapshot-v1"'

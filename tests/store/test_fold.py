@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select, text
 
-from agora_cli.store.budgets import _window_sums, sum_scope_usage
-from agora_cli.store.clock import DAY_MS, ManualClock, parse_instant
-from agora_cli.store.fold import (
+from agora_cli.store._budgets import _window_sums, sum_scope_usage
+from agora_cli.store._clock import DAY_MS, ManualClock, parse_instant
+from agora_cli.store._fold import (
     create_rollup,
     fold,
     has_rollup,
@@ -25,17 +25,17 @@ from agora_cli.store.fold import (
     verify,
     window_parts,
 )
-from agora_cli.store.ledger import spend
-from agora_cli.store.pricing import set_price
-from agora_cli.store.schema import (
+from agora_cli.store._ledger import spend
+from agora_cli.store._pricing import set_price
+from agora_cli.store._schema import (
     thread,
     token_usage,
     usage_daily,
     usage_fold,
     usage_model_daily,
 )
-from agora_cli.store.threads import delete_thread
-from agora_cli.store.usage import recompute_estimates, reprice
+from agora_cli.store._threads import delete_thread
+from agora_cli.store._usage import recompute_estimates, reprice
 
 # A report that reads the per-model rollup sums its tokens (its coverage check does not).
 ROLLUP_READ = "sum(agent_usage_model_daily.input_tokens"
@@ -326,9 +326,9 @@ def test_recomputed_estimates_and_deleted_threads_mark_their_days_dirty(engine: 
 
 FOLDER = r"""
 import sys
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.engine import open_engine
-from agora_cli.store.fold import fold
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._engine import open_engine
+from agora_cli.store._fold import fold
 fold(open_engine(sys.argv[1]), clock=ManualClock(int(sys.argv[2])))
 print("done", flush=True)
 """
@@ -464,7 +464,7 @@ def _reads(engine: Any, fn: Any) -> str:
 
 def _rollup_is_true(engine: Any) -> None:
     """The rollup of every clean folded day equals the raw ledger's day, model by model."""
-    from agora_cli.store.fold import day_bucket
+    from agora_cli.store._fold import day_bucket
 
     u = token_usage.c
     with engine.connect() as conn:
@@ -630,7 +630,7 @@ def test_a_day_refolded_without_the_rollup_is_never_read_from_its_stale_rollup(
     """An agora that does not know the rollup branch refolds a day (same rows, new costs): the
     day's rollup rows keep the old fold's stamp, so reports read ``agent_usage_daily`` for it,
     and the next ``fold`` that knows the branch refolds the day and its rollup."""
-    from agora_cli.store.fold import fold_day
+    from agora_cli.store._fold import fold_day
 
     set_rollup(engine, True)
     reset(engine)

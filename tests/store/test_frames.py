@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from sqlalchemy import insert
 
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.errors import Conflict, InvalidInput
-from agora_cli.store.frames import (
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._errors import Conflict, InvalidInput
+from agora_cli.store._frames import (
     FrameWriter,
     StreamFrame,
     close,
@@ -21,7 +21,7 @@ from agora_cli.store.frames import (
     frame_stats,
     read_frames,
 )
-from agora_cli.store.schema import stream_frame
+from agora_cli.store._schema import stream_frame
 
 T0 = 1_767_225_600_000
 
@@ -383,8 +383,8 @@ def test_frame_stats(engine: Any) -> None:
 def test_frames_carry_their_runs_tenant_and_die_with_its_runs(engine: Any) -> None:
     from sqlalchemy import select
 
-    from agora_cli.store.frames import delete_frames_of_runs
-    from agora_cli.store.schema import run, thread
+    from agora_cli.store._frames import delete_frames_of_runs
+    from agora_cli.store._schema import run, thread
 
     clock = ManualClock(T0)
     with engine.begin() as conn:

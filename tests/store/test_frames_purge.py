@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from sqlalchemy import func, insert, select
 
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.errors import InvalidInput
-from agora_cli.store.frames import FrameWriter, purge_expired, read_frames
-from agora_cli.store.frames import writer as frame_writer
-from agora_cli.store.schema import stream_frame
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._errors import InvalidInput
+from agora_cli.store._frames import FrameWriter, purge_expired, read_frames
+from agora_cli.store._frames import writer as frame_writer
+from agora_cli.store._schema import stream_frame
 
 NOW = 1_767_225_600_000 + 30 * 86_400_000
 HOUR = 3_600_000
@@ -136,8 +136,8 @@ def test_writer_auto_purges_at_most_once_a_minute(
 WRITER = textwrap.dedent(
     """
     import json, sys
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.frames import FrameWriter
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._frames import FrameWriter
 
     url, runs, per_run = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
     engine = open_engine(url)
@@ -193,7 +193,7 @@ def test_purge_racing_a_writer_in_another_process_keeps_its_new_rows(
 def test_purge_for_a_tenant_takes_only_its_frames(engine: Any) -> None:
     """A tenant's purge (``frames purge`` under a session tenant): its frames by their own
     tenant_ref, or with none by their run's tenant (the run's, else its thread's)."""
-    from agora_cli.store.schema import run, thread
+    from agora_cli.store._schema import run, thread
 
     with engine.begin() as conn:
         for tid, tenant in (("t-acme", "acme"), ("t-globex", "globex")):

@@ -18,15 +18,15 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from agora_cli.store import ids, schema
-from agora_cli.store.budgets import set_budget
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.demo import write_demo_data
-from agora_cli.store.engine import open_engine
-from agora_cli.store.ids import id_time_ms, new_hex_id, new_id, uuid7
-from agora_cli.store.pricing import set_price
-from agora_cli.store.threads import append_message, create_thread, fork_thread, start_run
-from agora_cli.store.usage import record_usage
+from agora_cli.store import _ids as ids, _schema as schema
+from agora_cli.store._budgets import set_budget
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._demo import write_demo_data
+from agora_cli.store._engine import open_engine
+from agora_cli.store._ids import id_time_ms, new_hex_id, new_id, uuid7
+from agora_cli.store._pricing import set_price
+from agora_cli.store._threads import append_message, create_thread, fork_thread, start_run
+from agora_cli.store._usage import record_usage
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -83,7 +83,7 @@ def test_instants_outside_the_uuid_range_are_clamped() -> None:
 
 
 _GEN = (
-    "import sys; from agora_cli.store.ids import new_hex_id; "
+    "import sys; from agora_cli.store._ids import new_hex_id; "
     "print('\\n'.join(new_hex_id(int(sys.argv[1])) for _ in range(2000)))"
 )
 

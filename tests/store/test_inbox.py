@@ -7,15 +7,15 @@ from typing import Any
 import pytest
 from helpers import insert_legacy
 
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.errors import InvalidInput
-from agora_cli.store.proposals import (
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._errors import InvalidInput
+from agora_cli.store._proposals import (
     ActionProposalStore,
     NewProposal,
     Scope,
     list_inbox,
 )
-from agora_cli.store.threads import create_thread
+from agora_cli.store._threads import create_thread
 
 T0 = 1_767_225_600_000
 MIN = 60_000

@@ -9,17 +9,17 @@ import pytest
 from sqlalchemy import event, select
 from upstream import write_upstream
 
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.errors import AmbiguousId, InvalidInput, NotFound
-from agora_cli.store.proposals import (
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._errors import AmbiguousId, InvalidInput, NotFound
+from agora_cli.store._proposals import (
     ActionProposalStore,
     NewProposal,
     Scope,
     list_tool_call_approvals,
     refuse_tool_call_decision,
 )
-from agora_cli.store.schema import tool_call
-from agora_cli.store.threads import append_message, record_tool_call, start_run
+from agora_cli.store._schema import tool_call
+from agora_cli.store._threads import append_message, record_tool_call, start_run
 
 T0 = 1_767_225_600_000
 MIN = 60_000

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agora_cli.store.clock import day_start_ms, parse_instant
-from agora_cli.store.errors import InvalidInput
-from agora_cli.store.ledger import SpendRow, list_unpriced_models, quota, spend
-from agora_cli.store.schema import thread, token_usage
+from agora_cli.store._clock import day_start_ms, parse_instant
+from agora_cli.store._errors import InvalidInput
+from agora_cli.store._ledger import SpendRow, list_unpriced_models, quota, spend
+from agora_cli.store._schema import thread, token_usage
 
 JAN31_LAST = parse_instant("2026-01-31T23:59:59.999Z")
 FEB01_FIRST = parse_instant("2026-02-01T00:00:00.000Z")
@@ -256,7 +256,7 @@ row_strategy = st.fixed_dictionaries(
 
 def brute(rows: list[dict[str, Any]], by: str, lo: int, hi: int, provider_only: bool) -> Any:
     """The spend report computed row by row in Python."""
-    from agora_cli.store.clock import ms_to_date
+    from agora_cli.store._clock import ms_to_date
 
     groups: dict[Any, list[dict[str, Any]]] = {}
     for r in rows:

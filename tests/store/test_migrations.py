@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from agora_cli.store.engine import open_engine
-from agora_cli.store.errors import ForwardOnlyMigration, InvalidInput, MissingExtension
-from agora_cli.store.migrate import (
+from agora_cli.store._engine import open_engine
+from agora_cli.store._errors import ForwardOnlyMigration, InvalidInput, MissingExtension
+from agora_cli.store._migrate import (
     applied_branches,
     current_revision,
     downgrade,
     head_revision,
     upgrade,
 )
-from agora_cli.store.provision import check_agent_tables, ensure_agent_tables
+from agora_cli.store._provision import check_agent_tables, ensure_agent_tables
 
 # A report that reads the per-model rollup sums its tokens (its coverage check does not).
 ROLLUP_READ = "sum(agent_usage_model_daily.input_tokens"
@@ -250,10 +250,10 @@ def test_the_rollup_branch_on_a_folded_database_stays_exact_and_leaves_the_head_
 
     from sqlalchemy import event, func, select
 
-    from agora_cli.store.clock import DAY_MS, ManualClock, parse_instant
-    from agora_cli.store.fold import fold, has_rollup
-    from agora_cli.store.ledger import spend
-    from agora_cli.store.schema import thread, token_usage, usage_model_daily
+    from agora_cli.store._clock import DAY_MS, ManualClock, parse_instant
+    from agora_cli.store._fold import fold, has_rollup
+    from agora_cli.store._ledger import spend
+    from agora_cli.store._schema import thread, token_usage, usage_model_daily
 
     engine = open_engine(empty_url)
     with pytest.raises(InvalidInput, match="run agora db upgrade first"):

@@ -13,11 +13,11 @@ import pytest
 from helpers import FIXTURE_CATALOG
 from sqlalchemy import func, select
 
-from agora_cli.store import schema
-from agora_cli.store.catalog import Catalog, fetch_catalog
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.errors import InvalidInput, ModelNotInCatalog
-from agora_cli.store.pricing import (
+from agora_cli.store import _schema as schema
+from agora_cli.store._catalog import Catalog, fetch_catalog
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._errors import InvalidInput, ModelNotInCatalog
+from agora_cli.store._pricing import (
     MAX_PRICE_PER_1M,
     PriceTier,
     current_prices,
@@ -412,8 +412,8 @@ def test_seed_missing_dry_run_writes_nothing(engine: Any, catalog: Catalog) -> N
 
 SETTER = """
 import sys, time
-from agora_cli.store.engine import open_engine
-from agora_cli.store.pricing import set_price
+from agora_cli.store._engine import open_engine
+from agora_cli.store._pricing import set_price
 
 url, who, rounds, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 models = [f"race-{i}" for i in range(int(sys.argv[5]))]

@@ -19,7 +19,7 @@ import pytest
 from bench.pricing_crosscheck import LEDGER_IDS, crosscheck, markdown
 from helpers import FIXTURE_CATALOG, ROOT
 
-from agora_cli.store.catalog import ModelCatalog, fetch_catalog
+from agora_cli.store._catalog import ModelCatalog, fetch_catalog
 
 ARN = "arn:aws:bedrock"
 SONNET = "anthropic.claude-sonnet-4-5-20250929-v1:0"
@@ -657,8 +657,8 @@ def test_every_resolution_is_pinned(engine: Any, catalog: ModelCatalog) -> None:
 
 
 def test_the_report_in_the_repository_is_current(catalog: ModelCatalog, tmp_path: Path) -> None:
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.provision import ensure_agent_tables
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._provision import ensure_agent_tables
 
     engine = open_engine(f"sqlite:///{tmp_path / 'agora.db'}", create=True)
     ensure_agent_tables(engine)

@@ -25,10 +25,10 @@ import pytest
 from helpers import FIXTURE_CATALOG
 from sqlalchemy import select
 
-from agora_cli.store import schema
-from agora_cli.store.catalog import ModelCatalog, fetch_catalog
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.pricing import (
+from agora_cli.store import _schema as schema
+from agora_cli.store._catalog import ModelCatalog, fetch_catalog
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._pricing import (
     CatalogMatch,
     ModelPrice,
     PriceTier,
@@ -40,7 +40,7 @@ from agora_cli.store.pricing import (
     seed_prices_from_models_dev,
     set_price,
 )
-from agora_cli.store.usage import record_usage, reprice
+from agora_cli.store._usage import record_usage, reprice
 
 u = schema.token_usage
 SONNET = "anthropic.claude-sonnet-4-5-20250929-v1:0"
@@ -337,7 +337,7 @@ def test_5_matches_say_how_the_listing_was_chosen(catalog: ModelCatalog) -> None
 
 
 def run_batches(engine: Any, **kw: Any) -> list[Any]:
-    from agora_cli.store.usage import recompute_estimates  # new in issue 12
+    from agora_cli.store._usage import recompute_estimates  # new in issue 12
 
     batches: list[Any] = []
     after = None

@@ -12,9 +12,9 @@ from helpers import FIXTURE_CATALOG
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agora_cli.store.catalog import Catalog, fetch_catalog
-from agora_cli.store.errors import InvalidInput
-from agora_cli.store.pricing import (
+from agora_cli.store._catalog import Catalog, fetch_catalog
+from agora_cli.store._errors import InvalidInput
+from agora_cli.store._pricing import (
     HYPERSCALERS,
     MAX_PRICE_PER_1M,
     ROUTE_ALIASES,

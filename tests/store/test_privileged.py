@@ -19,12 +19,12 @@ from sqlalchemy import select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.engine import open_engine
-from agora_cli.store.proposals import ActionProposalStore, NewProposal, Scope, Settlement
-from agora_cli.store.provision import ensure_agent_tables
-from agora_cli.store.rls import enable_rls
-from agora_cli.store.schema import message, thread
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._engine import open_engine
+from agora_cli.store._proposals import ActionProposalStore, NewProposal, Scope, Settlement
+from agora_cli.store._provision import ensure_agent_tables
+from agora_cli.store._rls import enable_rls
+from agora_cli.store._schema import message, thread
 
 T0 = 1_767_225_600_000
 
@@ -152,7 +152,7 @@ SECRET = "GLOBEX CONFIDENTIAL: merger with initech"
 def test_a_failed_frame_flush_logs_no_frame_text(
     empty_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from agora_cli.store.frames import FrameWriter
+    from agora_cli.store._frames import FrameWriter
 
     engine = open_engine(empty_url)
     ensure_agent_tables(engine)
@@ -180,7 +180,7 @@ def test_an_engines_errors_never_show_bound_parameters(empty_url: str) -> None:
     # what `--debug` prints: the traceback of agora's error chained from the driver's
     import traceback
 
-    from agora_cli.store.engine import translate_error
+    from agora_cli.store._engine import translate_error
 
     err = translate_error(caught.value)
     assert err is not None
@@ -196,7 +196,7 @@ DAY = 86_400_000
 
 
 def add_ledger(engine: Any, thread_id: str, tenant: str | None, *, at: int, n: int = 1) -> None:
-    from agora_cli.store.usage import record_usage
+    from agora_cli.store._usage import record_usage
 
     with engine.begin() as conn:
         for _ in range(n):
@@ -209,7 +209,7 @@ def add_ledger(engine: Any, thread_id: str, tenant: str | None, *, at: int, n: i
 
 def fold_state(engine: Any) -> list[tuple[Any, ...]]:
     """The fold's days with ledger rows: (day, rows, dirty)."""
-    from agora_cli.store.schema import usage_fold as f
+    from agora_cli.store._schema import usage_fold as f
 
     with engine.connect() as conn:
         q = select(f.c.day, f.c.rows, f.c.dirty).where(f.c.rows > 0).order_by(f.c.day)
@@ -217,8 +217,8 @@ def fold_state(engine: Any) -> list[tuple[Any, ...]]:
 
 
 def test_the_fold_is_refused_to_a_tenant_session_and_to_the_app_role(cluster: Cluster) -> None:
-    from agora_cli.store.errors import InvalidInput
-    from agora_cli.store.fold import fold
+    from agora_cli.store._errors import InvalidInput
+    from agora_cli.store._fold import fold
 
     owner = open_engine(cluster.owner_url)
     add_thread(owner, "t-acme", "acme")
@@ -257,8 +257,8 @@ def test_the_fold_is_refused_to_a_tenant_session_and_to_the_app_role(cluster: Cl
 def test_a_tenant_deleting_its_thread_leaves_the_fold_to_the_privileged_verify(
     cluster: Cluster,
 ) -> None:
-    from agora_cli.store.fold import fold, verify
-    from agora_cli.store.threads import delete_thread
+    from agora_cli.store._fold import fold, verify
+    from agora_cli.store._threads import delete_thread
 
     owner = open_engine(cluster.owner_url)
     add_thread(owner, "t-acme", "acme")
@@ -295,7 +295,7 @@ def test_a_session_tenant_refuses_the_fold_on_every_dialect(empty_url: str) -> N
 
 
 def add_frames(engine: Any, run_id: str, text_: str = SECRET) -> None:
-    from agora_cli.store.schema import stream_frame
+    from agora_cli.store._schema import stream_frame
 
     with engine.begin() as conn:
         conn.execute(
@@ -311,7 +311,7 @@ def add_frames(engine: Any, run_id: str, text_: str = SECRET) -> None:
 def frames_of(engine: Any) -> dict[str, int]:
     from sqlalchemy import func
 
-    from agora_cli.store.schema import stream_frame as sf
+    from agora_cli.store._schema import stream_frame as sf
 
     with engine.connect() as conn:
         q = select(sf.c.run_id, func.count()).group_by(sf.c.run_id)
@@ -319,8 +319,8 @@ def frames_of(engine: Any) -> dict[str, int]:
 
 
 def test_deleting_a_thread_deletes_its_runs_frames(empty_url: str) -> None:
-    from agora_cli.store.schema import run
-    from agora_cli.store.threads import delete_thread
+    from agora_cli.store._schema import run
+    from agora_cli.store._threads import delete_thread
 
     engine = open_engine(empty_url)
     ensure_agent_tables(engine)
@@ -346,8 +346,8 @@ def test_deleting_a_thread_deletes_its_runs_frames(empty_url: str) -> None:
 
 
 def test_a_tenant_deleting_its_thread_leaves_no_frame_for_anyone(cluster: Cluster) -> None:
-    from agora_cli.store.schema import run
-    from agora_cli.store.threads import delete_thread
+    from agora_cli.store._schema import run
+    from agora_cli.store._threads import delete_thread
 
     owner = open_engine(cluster.owner_url)
     add_thread(owner, "t-globex", "globex")
@@ -371,9 +371,9 @@ def test_a_tenant_deleting_its_thread_leaves_no_frame_for_anyone(cluster: Cluste
 
 
 def test_the_store_refuses_a_child_row_on_another_tenants_thread(empty_url: str) -> None:
-    from agora_cli.store.errors import NotFound
-    from agora_cli.store.schema import action_proposal, run, token_usage
-    from agora_cli.store.threads import start_run
+    from agora_cli.store._errors import NotFound
+    from agora_cli.store._schema import action_proposal, run, token_usage
+    from agora_cli.store._threads import start_run
 
     engine = open_engine(empty_url)
     ensure_agent_tables(engine)
@@ -407,8 +407,8 @@ def test_the_store_refuses_a_child_row_on_another_tenants_thread(empty_url: str)
 def test_an_outcome_is_never_delivered_into_another_tenants_thread(empty_url: str) -> None:
     """A proposal written for acme on globex's thread before the store checked it (here by
     hand): approved, claimed and settled, its outcome is not written into globex's thread."""
-    from agora_cli.store.errors import NotFound
-    from agora_cli.store.schema import action_proposal
+    from agora_cli.store._errors import NotFound
+    from agora_cli.store._schema import action_proposal
 
     engine = open_engine(empty_url)
     ensure_agent_tables(engine)
@@ -443,8 +443,8 @@ def test_an_outcome_is_never_delivered_into_another_tenants_thread(empty_url: st
 def test_as_a_member_of_the_app_role_acme_cannot_write_onto_globexs_thread(
     cluster: Cluster,
 ) -> None:
-    from agora_cli.store.errors import NotFound
-    from agora_cli.store.threads import start_run
+    from agora_cli.store._errors import NotFound
+    from agora_cli.store._threads import start_run
 
     owner = open_engine(cluster.owner_url)
     add_thread(owner, "t-globex", "globex")
@@ -470,7 +470,7 @@ def test_as_a_member_of_the_app_role_acme_cannot_write_onto_globexs_thread(
 
 
 def test_frames_purge_as_the_app_role_purges_the_tenants_frames(cluster: Cluster) -> None:
-    from agora_cli.store.schema import run
+    from agora_cli.store._schema import run
 
     owner = open_engine(cluster.owner_url)
     for tenant in ("acme", "globex"):

@@ -15,14 +15,14 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.exc import DBAPIError
 
-from agora_cli.store.engine import open_engine
-from agora_cli.store.errors import Conflict
-from agora_cli.store.live_schema import read_catalog
-from agora_cli.store.migrate import current_revision, head_revision, upgrade
-from agora_cli.store.proposals import NewProposal, Scope, create_proposal
-from agora_cli.store.provision import check_agent_tables, ensure_agent_tables
-from agora_cli.store.rls import enable_rls
-from agora_cli.store.schema import action_proposal, metadata, thread
+from agora_cli.store._engine import open_engine
+from agora_cli.store._errors import Conflict
+from agora_cli.store._live_schema import read_catalog
+from agora_cli.store._migrate import current_revision, head_revision, upgrade
+from agora_cli.store._proposals import NewProposal, Scope, create_proposal
+from agora_cli.store._provision import check_agent_tables, ensure_agent_tables
+from agora_cli.store._rls import enable_rls
+from agora_cli.store._schema import action_proposal, metadata, thread
 
 OLD, NEW = "agent_action_proposal_idempotency_uq", "agent_action_proposal_tenant_idempotency_uq"
 TABLE = "agent_action_proposal"

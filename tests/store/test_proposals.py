@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from sqlalchemy import event, select
 
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.errors import InvalidInput, NotFound
-from agora_cli.store.proposals import (
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._errors import InvalidInput, NotFound
+from agora_cli.store._proposals import (
     ID_PREFIX,
     ActionProposalStore,
     NewProposal,
@@ -24,7 +24,7 @@ from agora_cli.store.proposals import (
     proposal_id,
     utf16_units,
 )
-from agora_cli.store.schema import action_proposal, message, thread
+from agora_cli.store._schema import action_proposal, message, thread
 
 T0 = 1_767_225_600_000
 ALICE = Scope(None, "alice", "t1")

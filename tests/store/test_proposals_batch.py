@@ -8,17 +8,17 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import DBAPIError
 
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.engine import run_pipelined
-from agora_cli.store.errors import InvalidInput
-from agora_cli.store.proposals import (
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._engine import run_pipelined
+from agora_cli.store._errors import InvalidInput
+from agora_cli.store._proposals import (
     ActionProposalStore,
     NewProposal,
     Scope,
     Settlement,
     claim_next_proposals,
 )
-from agora_cli.store.schema import action_proposal, thread
+from agora_cli.store._schema import action_proposal, thread
 
 T0 = 1_767_225_600_000
 ALICE = Scope(None, "alice", "t1")

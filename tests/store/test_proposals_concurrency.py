@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from agora_cli.store.proposals import ActionProposalStore, NewProposal, Scope
-from agora_cli.store.schema import action_proposal, thread
+from agora_cli.store._proposals import ActionProposalStore, NewProposal, Scope
+from agora_cli.store._schema import action_proposal, thread
 
 pytestmark = pytest.mark.slow
 
@@ -30,8 +30,8 @@ ALICE = Scope(None, "alice", "t1")
 PRELUDE = r"""
 import json, sys, time
 from sqlalchemy import event
-from agora_cli.store.engine import open_engine
-from agora_cli.store.proposals import ActionProposalStore, Scope, backfill_discovery_index
+from agora_cli.store._engine import open_engine
+from agora_cli.store._proposals import ActionProposalStore, Scope, backfill_discovery_index
 
 url = sys.argv[1]
 engine = open_engine(url, check=False)
@@ -70,7 +70,7 @@ print(json.dumps(outcomes), flush=True)
 CREATE_WORKER = (
     PRELUDE
     + r"""
-from agora_cli.store.proposals import NewProposal
+from agora_cli.store._proposals import NewProposal
 scope = Scope(None, "alice", "t1")
 outcomes = []
 for i in range(int(sys.argv[2])):
@@ -337,7 +337,7 @@ def test_a_backfill_racing_decisions_never_overwrites_them(engine: Any, db_url: 
 BATCH_WORKER = (
     PRELUDE
     + r"""
-from agora_cli.store.proposals import Settlement
+from agora_cli.store._proposals import Settlement
 claimed, recovered, lost = [], [], 0
 batch = store.claim_next(sys.argv[2], 600_000, limit=int(sys.argv[3]))
 while batch:
@@ -378,7 +378,7 @@ def test_eight_workers_claiming_batches_of_seven_run_each_proposal_once(
 HOLDER_WORKER = (
     PRELUDE
     + r"""
-from agora_cli.store.proposals import Settlement
+from agora_cli.store._proposals import Settlement
 worker, k, short_ms, long_ms = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 short = store.claim_next(worker, short_ms, limit=k)
 long = store.claim_next(worker, long_ms, limit=k)

@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 from sqlalchemy import event, insert, select, text
 
-from agora_cli.store.engine import open_engine, server_version
-from agora_cli.store.errors import InvalidInput, LockTimeout, SchemaDrift
-from agora_cli.store.provision import (
+from agora_cli.store._engine import open_engine, server_version
+from agora_cli.store._errors import InvalidInput, LockTimeout, SchemaDrift
+from agora_cli.store._provision import (
     check_agent_tables,
     create_table_statements,
     ensure_agent_tables,
     read_catalog,
 )
-from agora_cli.store.schema import AGENT_TABLES, message, metadata, thread
+from agora_cli.store._schema import AGENT_TABLES, message, metadata, thread
 
 DDL_WORDS = ("CREATE", "ALTER", "DROP")
 LOCK_WORDS = ("pg_advisory_lock", "pg_try_advisory_lock", "GET_LOCK")
@@ -290,7 +290,7 @@ def test_catalog_read_is_a_few_queries_whatever_the_table_count(engine: Any) -> 
 
 
 def test_cascade_delete_removes_children(engine: Any) -> None:
-    from agora_cli.store import schema as s
+    from agora_cli.store import _schema as s
 
     with engine.begin() as conn:
         _add_thread(conn, "t-c")

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-from agora_cli.store.clock import DAY_MS, ManualClock, SystemClock
-from agora_cli.store.errors import InvalidInput, KeyUnavailable
-from agora_cli.store.frames import FrameWriter
-from agora_cli.store.proposals import (
+from agora_cli.store._clock import DAY_MS, ManualClock, SystemClock
+from agora_cli.store._errors import InvalidInput, KeyUnavailable
+from agora_cli.store._frames import FrameWriter
+from agora_cli.store._proposals import (
     NewProposal,
     Scope,
     claim_proposal,
@@ -27,17 +27,17 @@ from agora_cli.store.proposals import (
     decide_proposal,
     settle_proposal,
 )
-from agora_cli.store.redact import (
+from agora_cli.store._redact import (
     REDACTED_TABLES,
     count_redactable_tool_io,
     redact_tool_io,
     redact_tool_io_batch,
     redaction_marker,
 )
-from agora_cli.store.redaction_form import is_redacted
-from agora_cli.store.schema import action_proposal, message, stream_frame, tool_call
-from agora_cli.store.sealing import Kek, generate_kek, using_kek
-from agora_cli.store.threads import (
+from agora_cli.store._redaction_form import is_redacted
+from agora_cli.store._schema import action_proposal, message, stream_frame, tool_call
+from agora_cli.store._sealing import Kek, generate_kek, using_kek
+from agora_cli.store._threads import (
     append_message,
     complete_tool_call,
     create_thread,
@@ -513,9 +513,9 @@ def test_the_sql_check_and_is_redacted_agree_whatever_the_collation(engine: Any)
     # database the upstream runtime made has: the check must not depend on the column's.
     from sqlalchemy import literal
 
-    from agora_cli.store.redaction_form import FRAME_FORM as _FRAME_FORM
-    from agora_cli.store.redaction_form import VALUE_FORM as _VALUE_FORM
-    from agora_cli.store.redaction_form import _IsRedacted
+    from agora_cli.store._redaction_form import FRAME_FORM as _FRAME_FORM
+    from agora_cli.store._redaction_form import VALUE_FORM as _VALUE_FORM
+    from agora_cli.store._redaction_form import _IsRedacted
 
     value = redaction_marker("x", tenant="acme")
     frame = redaction_marker("x", tenant="acme", frame=True)
@@ -531,7 +531,7 @@ def test_the_sql_check_and_is_redacted_agree_whatever_the_collation(engine: Any)
 def test_db_seal_leaves_redacted_values_and_redaction_stays_done(engine: Any) -> None:
     """A keyed hash holds nothing to seal: `db seal` after `db redact` leaves it, so a second
     `db redact` finds nothing (sealing it would have the two undo each other forever)."""
-    from agora_cli.store.sealing import count_to_seal, create_tenant_key, seal_tenant
+    from agora_cli.store._sealing import count_to_seal, create_tenant_key, seal_tenant
 
     seed(engine)
     redact_tool_io(engine, cutoff_ms=CUTOFF)

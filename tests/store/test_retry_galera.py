@@ -8,14 +8,14 @@ from typing import Any
 import pymysql
 import pytest
 
-from agora_cli.store.engine import (
+from agora_cli.store._engine import (
     galera_slot,
     is_galera,
     is_retryable,
     retry_stats,
     retry_transient,
 )
-from agora_cli.store.galera import galera_problems, galera_status
+from agora_cli.store._galera import galera_problems, galera_status
 
 
 def test_retry_transient_counts_its_retries_and_gives_up_boundedly() -> None:

@@ -18,9 +18,9 @@ import pytest
 from sqlalchemy import BigInteger, Double, Integer, and_, func, select, text, update
 from sqlalchemy.exc import DBAPIError
 
-from agora_cli.store.engine import open_engine
-from agora_cli.store.provision import check_agent_tables, ensure_agent_tables
-from agora_cli.store.rls import (
+from agora_cli.store._engine import open_engine
+from agora_cli.store._provision import check_agent_tables, ensure_agent_tables
+from agora_cli.store._rls import (
     POLICY_NAME,
     PROTECTED_TABLES,
     READ_ONLY_TABLES,
@@ -31,7 +31,7 @@ from agora_cli.store.rls import (
     tenant_session,
     verify_isolation,
 )
-from agora_cli.store.schema import metadata
+from agora_cli.store._schema import metadata
 
 TABLES = {t.name: t for t in metadata.sorted_tables}
 TENANTS = ("acme", "globex", None)  # None: an untenanted row
@@ -417,7 +417,7 @@ def test_enable_rebuilds_an_index_a_failed_concurrent_build_left_invalid(rls: An
 
 
 def test_an_app_role_that_bypasses_rls_is_refused(rls: Any) -> None:
-    from agora_cli.store.errors import InvalidInput
+    from agora_cli.store._errors import InvalidInput
 
     with pytest.raises(InvalidInput, match="bypasses row-level security"):
         enable_rls(rls, app_role="postgres")
@@ -467,10 +467,10 @@ def test_a_tenant_sessions_report_by_model_never_reads_the_cross_tenant_rollup(
 ) -> None:
     from datetime import date
 
-    from agora_cli.store.clock import DAY_MS, ManualClock, parse_instant
-    from agora_cli.store.fold import create_rollup, fold
-    from agora_cli.store.ledger import spend
-    from agora_cli.store.schema import thread, token_usage, usage_model_daily
+    from agora_cli.store._clock import DAY_MS, ManualClock, parse_instant
+    from agora_cli.store._fold import create_rollup, fold
+    from agora_cli.store._ledger import spend
+    from agora_cli.store._schema import thread, token_usage, usage_model_daily
 
     t0 = parse_instant("2026-03-01T00:00:00Z")
     with rls.begin() as conn:
@@ -550,7 +550,7 @@ def _ledger_seen(conn: Any) -> tuple[int, int, set[str]]:
     """(turns, tokens, thread ids) of the ledger as ``spend`` and a plain read see it."""
     from datetime import date
 
-    from agora_cli.store.ledger import spend
+    from agora_cli.store._ledger import spend
 
     day = date(2026, 3, 10)
     report = spend(conn, by="model", from_day=day, to_day=day, raw=True)

@@ -19,11 +19,11 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import DBAPIError
 
-from agora_cli.store.engine import open_engine
-from agora_cli.store.errors import InvalidInput
-from agora_cli.store.frames import FrameWriter, delete_frames_of_runs
-from agora_cli.store.provision import check_agent_tables, ensure_agent_tables
-from agora_cli.store.rls import (
+from agora_cli.store._engine import open_engine
+from agora_cli.store._errors import InvalidInput
+from agora_cli.store._frames import FrameWriter, delete_frames_of_runs
+from agora_cli.store._provision import check_agent_tables, ensure_agent_tables
+from agora_cli.store._rls import (
     POLICY_NAME,
     PROTECTED_TABLES,
     SHARED_TABLES,
@@ -31,7 +31,7 @@ from agora_cli.store.rls import (
     rls_status,
     verify_isolation,
 )
-from agora_cli.store.schema import (
+from agora_cli.store._schema import (
     action_proposal,
     message,
     queued_message,
@@ -423,7 +423,7 @@ def _leaks(pg_url: str, login: str, owner: Any) -> dict[str, int]:
 def test_isolation_covers_every_tenant_table_of_the_live_catalog(
     pg_url: str, roles: tuple[str, str], owner: Any
 ) -> None:
-    from agora_cli.store.pg_extras import create_agent_document_tree
+    from agora_cli.store._pg_extras import create_agent_document_tree
 
     app, login = roles
     with owner.begin() as conn:

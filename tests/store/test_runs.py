@@ -8,18 +8,18 @@ from typing import Any
 
 import pytest
 
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.errors import InvalidInput, NotFound
-from agora_cli.store.frames import FrameWriter
-from agora_cli.store.proposals import NewProposal, Scope, create_proposal
-from agora_cli.store.runs import (
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._errors import InvalidInput, NotFound
+from agora_cli.store._frames import FrameWriter
+from agora_cli.store._proposals import NewProposal, Scope, create_proposal
+from agora_cli.store._runs import (
     decode_run_cursor,
     encode_run_cursor,
     get_run_detail,
     list_runs,
 )
-from agora_cli.store.schema import run
-from agora_cli.store.threads import (
+from agora_cli.store._schema import run
+from agora_cli.store._threads import (
     append_message,
     complete_tool_call,
     create_thread,
@@ -27,7 +27,7 @@ from agora_cli.store.threads import (
     record_tool_call,
     start_run,
 )
-from agora_cli.store.usage import record_usage
+from agora_cli.store._usage import record_usage
 
 T0 = 1_767_225_600_000
 

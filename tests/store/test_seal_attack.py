@@ -19,14 +19,14 @@ import pytest
 from sqlalchemy import select, text, update
 from sqlalchemy.engine import make_url
 
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.engine import open_engine
-from agora_cli.store.frames import FrameWriter, read_frames
-from agora_cli.store.proposals import ActionProposalStore, NewProposal, Scope
-from agora_cli.store.provision import ensure_agent_tables
-from agora_cli.store.rls import enable_rls
-from agora_cli.store.schema import message, metadata
-from agora_cli.store.sealing import (
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._engine import open_engine
+from agora_cli.store._frames import FrameWriter, read_frames
+from agora_cli.store._proposals import ActionProposalStore, NewProposal, Scope
+from agora_cli.store._provision import ensure_agent_tables
+from agora_cli.store._rls import enable_rls
+from agora_cli.store._schema import message, metadata
+from agora_cli.store._sealing import (
     SEAL_BROKEN_MARKER,
     SEALED_COLUMNS,
     Kek,
@@ -34,7 +34,7 @@ from agora_cli.store.sealing import (
     generate_kek,
     using_kek,
 )
-from agora_cli.store.threads import (
+from agora_cli.store._threads import (
     append_message,
     complete_tool_call,
     create_thread,

@@ -16,18 +16,18 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.errors import KeyUnavailable
-from agora_cli.store.frames import FrameWriter, read_frames
-from agora_cli.store.proposals import ActionProposalStore, NewProposal, Scope, Settlement
-from agora_cli.store.schema import (
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._errors import KeyUnavailable
+from agora_cli.store._frames import FrameWriter, read_frames
+from agora_cli.store._proposals import ActionProposalStore, NewProposal, Scope, Settlement
+from agora_cli.store._schema import (
     action_proposal,
     message,
     stream_frame,
     thread,
     tool_call,
 )
-from agora_cli.store.sealing import (
+from agora_cli.store._sealing import (
     SEAL_BROKEN_MARKER,
     SEALED_MARKER,
     SEALED_PREFIX,
@@ -38,7 +38,7 @@ from agora_cli.store.sealing import (
     seal_tenant,
     using_kek,
 )
-from agora_cli.store.threads import (
+from agora_cli.store._threads import (
     append_message,
     complete_tool_call,
     create_thread,

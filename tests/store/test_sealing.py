@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from sqlalchemy import insert, select, update
 
-from agora_cli.store.errors import Conflict, KeyUnavailable, NotFound, SealBroken, WrongKek
-from agora_cli.store.schema import message, queued_message, tenant_key
-from agora_cli.store.sealing import (
+from agora_cli.store._errors import Conflict, KeyUnavailable, NotFound, SealBroken, WrongKek
+from agora_cli.store._schema import message, queued_message, tenant_key
+from agora_cli.store._sealing import (
     SEAL_BROKEN_MARKER,
     SEALED_MARKER,
     SEALED_PREFIX,
@@ -27,7 +27,7 @@ from agora_cli.store.sealing import (
     seal_tenant,
     using_kek,
 )
-from agora_cli.store.threads import (
+from agora_cli.store._threads import (
     append_message,
     create_thread,
     fork_thread,

@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.errors import AmbiguousId, InvalidInput, NotFound
-from agora_cli.store.proposals import NewProposal, Scope, create_proposal, find_proposal_id
-from agora_cli.store.schema import run, thread
-from agora_cli.store.short_ids import resolve_prefix, resolve_run_id, resolve_thread_id
-from agora_cli.store.sqlexpr import escape_like, successor
-from agora_cli.store.threads import create_thread, start_run
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._errors import AmbiguousId, InvalidInput, NotFound
+from agora_cli.store._proposals import NewProposal, Scope, create_proposal, find_proposal_id
+from agora_cli.store._schema import run, thread
+from agora_cli.store._short_ids import resolve_prefix, resolve_run_id, resolve_thread_id
+from agora_cli.store._sqlexpr import escape_like, successor
+from agora_cli.store._threads import create_thread, start_run
 
 T0 = 1_767_225_600_000
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from agora_cli.store.provision import check_agent_tables
+from agora_cli.store._provision import check_agent_tables
 
 
 def test_provisioned_database_is_current(engine) -> None:

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from agora_cli.store.clock import ManualClock
-from agora_cli.store.engine import retry_transient
-from agora_cli.store.errors import InvalidInput, NotFound
-from agora_cli.store.schema import (
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._engine import retry_transient
+from agora_cli.store._errors import InvalidInput, NotFound
+from agora_cli.store._schema import (
     action_proposal,
     confirm_token,
     genui_call,
@@ -23,7 +23,7 @@ from agora_cli.store.schema import (
     token_usage,
     tool_call,
 )
-from agora_cli.store.threads import (
+from agora_cli.store._threads import (
     append_message,
     complete_tool_call,
     create_thread,
@@ -471,8 +471,8 @@ def test_delete_thread_removes_every_child_and_reports_counts(engine: Any) -> No
 def test_delete_thread_is_complete_with_sqlite_foreign_keys_off(tmp_path: Any) -> None:
     from sqlalchemy import create_engine
 
-    from agora_cli.store.engine import open_engine
-    from agora_cli.store.provision import ensure_agent_tables
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._provision import ensure_agent_tables
 
     url = f"sqlite:///{tmp_path / 'fk-off.db'}"
     ensure_agent_tables(open_engine(url))
@@ -522,7 +522,7 @@ def test_identity_fields_are_validated_before_writing(engine: Any) -> None:
 def test_append_in_a_repeatable_read_transaction_never_reuses_a_seq(
     db_url: str, dialect: str
 ) -> None:
-    from agora_cli.store.engine import is_retryable, open_engine
+    from agora_cli.store._engine import is_retryable, open_engine
 
     if dialect == "sqlite":
         pytest.skip("SQLite's BEGIN IMMEDIATE serialises the two writers outright")
@@ -555,7 +555,7 @@ def test_append_in_a_repeatable_read_transaction_never_reuses_a_seq(
 
 
 def test_soft_deleted_and_transient_threads_are_hidden_unless_asked(engine: Any) -> None:
-    from agora_cli.store.threads import soft_delete_thread
+    from agora_cli.store._threads import soft_delete_thread
 
     clock = ManualClock(T0)
     with engine.begin() as conn:
@@ -584,7 +584,7 @@ def test_soft_deleted_and_transient_threads_are_hidden_unless_asked(engine: Any)
 
 
 def test_each_listed_thread_carries_its_ledger_totals_in_one_query(engine: Any) -> None:
-    from agora_cli.store.threads import ThreadUsageTotals, usage_by_thread
+    from agora_cli.store._threads import ThreadUsageTotals, usage_by_thread
 
     with engine.begin() as conn:
         for name in ("t-a", "t-b", "t-c"):
@@ -617,7 +617,7 @@ def test_delete_reports_the_ledger_that_goes_with_the_thread(engine: Any) -> Non
 
 
 def test_a_tool_call_that_never_ran_gets_its_status(engine: Any) -> None:
-    from agora_cli.store.threads import set_tool_call_status
+    from agora_cli.store._threads import set_tool_call_status
 
     clock = ManualClock(T0)
     with engine.begin() as conn:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from agora_cli.store.errors import InvalidInput
-from agora_cli.store.schema import message, run, thread, tool_call
-from agora_cli.store.tool_stats import (
+from agora_cli.store._errors import InvalidInput
+from agora_cli.store._schema import message, run, thread, tool_call
+from agora_cli.store._tool_stats import (
     RUN_STATUS_GROUPS,
     TOOL_STATUS_GROUPS,
     run_reliability,

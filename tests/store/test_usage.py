@@ -10,17 +10,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from agora_cli.store import schema
-from agora_cli.store.clock import ManualClock, day_window, parse_day
-from agora_cli.store.errors import InvalidInput, NotFound
-from agora_cli.store.pricing import (
+from agora_cli.store import _schema as schema
+from agora_cli.store._clock import ManualClock, day_window, parse_day
+from agora_cli.store._errors import InvalidInput, NotFound
+from agora_cli.store._pricing import (
     MAX_PRICE_PER_1M,
     PriceTier,
     current_prices,
     estimate_cost,
     set_price,
 )
-from agora_cli.store.usage import (
+from agora_cli.store._usage import (
     MAX_COST_USD,
     RepriceResult,
     UnpricedModel,

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agora_cli.store.clock import iso_ms, month_window, parse_instant
-from agora_cli.store.engine import normalize_url
-from agora_cli.store.errors import InvalidInput, UnknownDialect
-from agora_cli.store.masking import mask_url, remember_url, scrub
-from agora_cli.store.values import (
+from agora_cli.store._clock import iso_ms, month_window, parse_instant
+from agora_cli.store._engine import normalize_url
+from agora_cli.store._errors import InvalidInput, UnknownDialect
+from agora_cli.store._masking import mask_url, remember_url, scrub
+from agora_cli.store._values import (
     MAX_INSTANT_MS,
     MIN_INSTANT_MS,
     check_finite,

@@ -1,0 +1,666 @@
+"""Open engines from operator-friendly URLs, mask passwords, translate driver errors once.
+
+Accepted URLs: any SQLAlchemy URL; ``postgres://`` and ``postgresql://`` mean psycopg 3;
+``mysql://`` and ``mariadb://`` mean PyMySQL (utf8mb4); ``sqlite:///relative.db`` and
+``sqlite:////absolute.db``. With no URL, ``AGORA_DATABASE_URL``, else ``sqlite:///agora.db``.
+
+SQLite connections opened here run ``PRAGMA foreign_keys=ON``, wait up to 30 s on a busy
+database, and begin every transaction with ``BEGIN IMMEDIATE`` (a deferred transaction that
+later upgrades to a write lock fails with "database is locked" instead of waiting), sent with
+the transaction's first statement; a read-only connection can ask for a plain deferred
+``BEGIN`` with the execution option ``sqlite_deferred=True`` (``open_engine(readonly=True)``
+sets it for the whole engine).
+MySQL/MariaDB connections use READ COMMITTED, the usual level for queue-like workloads (fewer
+gap locks under ``FOR UPDATE SKIP LOCKED``), are recycled hourly rather than pinged on every
+checkout, and are not reset again on return to the pool. Each new one asks the server whether it
+is a Galera cluster node (``wsrep_on``); on one, it turns on causal reads for the session
+(``wsrep_sync_wait = 1``: a read waits until this node has applied every write the cluster had
+committed when the read began, so a read on one node sees a commit made on another), and the
+store's retries, provisioning and checks adapt (``agora_cli.store._galera``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
+from urllib.parse import unquote
+
+from agora_cli.store._errors import (
+    AgoraError,
+    DatabaseError,
+    DatabaseUnreachable,
+    InvalidInput,
+    SchemaDrift,
+    UnknownDialect,
+)
+from agora_cli.store._masking import mask_url, remember_url, scrub, url_password
+from agora_cli.store._tenant_setting import install_tenant_hook
+from agora_cli.store._values import check_identity
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL, Connection, Engine
+
+__all__ = [
+    "DEFAULT_URL",
+    "DriverResult",
+    "RetryStats",
+    "describe_url",
+    "dialect_name",
+    "galera_slot",
+    "is_galera",
+    "is_retryable",
+    "mask_url",
+    "normalize_url",
+    "open_engine",
+    "resolve_url",
+    "retry_stats",
+    "retry_transient",
+    "run_on_driver",
+    "run_pipelined",
+    "server_version",
+    "session_tenant",
+    "sqlite_path",
+    "supports_skip_locked",
+    "translate_error",
+]
+
+DEFAULT_URL = "sqlite:///agora.db"
+DIALECTS = ("postgresql", "mysql", "sqlite")
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+_PENDING_BEGIN = (
+    "agora_sqlite_begin"  # the BEGIN a SQLite transaction sends with its first statement
+)
+
+_DRIVERS = {
+    "postgres": "postgresql+psycopg",
+    "postgresql": "postgresql+psycopg",
+    "postgresql+psycopg": "postgresql+psycopg",
+    "mysql": "mysql+pymysql",
+    "mysql+pymysql": "mysql+pymysql",
+    "mariadb": "mysql+pymysql",
+    "mariadb+pymysql": "mysql+pymysql",
+    "sqlite": "sqlite",
+    "sqlite+pysqlite": "sqlite+pysqlite",
+}
+_SUPPORTED = "use postgresql:// (psycopg 3), mysql:// or mariadb:// (PyMySQL), or sqlite:///FILE"
+_MEMORY = ("", ":memory:")
+
+T = TypeVar("T")
+
+
+def resolve_url(url: str | None) -> str:
+    """The URL to use: the argument, else ``AGORA_DATABASE_URL``, else the SQLite default."""
+    return url or os.environ.get("AGORA_DATABASE_URL") or DEFAULT_URL
+
+
+def normalize_url(url: str) -> URL:
+    """Parse an operator's URL into a SQLAlchemy URL with agora's drivers.
+
+    Only the drivers agora installs are accepted (``postgresql+asyncpg://`` is ``InvalidInput``
+    naming them, not a missing module). A password must be percent-encoded where it holds a
+    character that ends the password (``@``): SQLAlchemy would cut ``u:p@ss@host`` after ``p``
+    and send the rest of the password to the server as a host name, into its error messages.
+    """
+    # lazy: start-up — the engine module imports without SQLAlchemy (agora config)
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    remember_url(url)
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise InvalidInput(
+            f"{mask_url(url)!r} is not a database URL "
+            "(try postgresql://user@host/db, mysql://user@host/db or sqlite:///agora.db)"
+        ) from None
+    written = url_password(url)
+    if written is not None and unquote(written) != (parsed.password or ""):
+        raise InvalidInput(
+            f"the password in {mask_url(url)!r} holds a character that must be percent-encoded "
+            "(@ is %40, / is %2F, ? is %3F, # is %23, % is %25)"
+        )
+    backend = parsed.get_backend_name().replace("mariadb", "mysql")
+    if backend not in DIALECTS:
+        raise UnknownDialect(f"unsupported database {backend!r} in {mask_url(url)!r}: {_SUPPORTED}")
+    driver = _DRIVERS.get(parsed.drivername)
+    if driver is None:
+        raise InvalidInput(
+            f"the driver {parsed.drivername!r} in {mask_url(url)!r} is not supported: {_SUPPORTED}"
+        )
+    parsed = parsed.set(drivername=driver)
+    if backend == "mysql" and "charset" not in parsed.query:
+        parsed = parsed.update_query_dict({"charset": "utf8mb4"})
+    return parsed
+
+
+def sqlite_path(url: URL) -> Path | None:
+    """The absolute path of a file-backed SQLite database (``None``: in memory, or not SQLite)."""
+    if url.get_backend_name() != "sqlite" or (url.database or "") in _MEMORY:
+        return None
+    database = str(url.database)
+    if database.startswith("file:"):
+        database = database.removeprefix("file:").split("?", 1)[0]
+    return Path(database).expanduser().absolute()
+
+
+def describe_url(url: str | None) -> str:
+    """The database as a person should see it: the masked URL, or a SQLite file's full path."""
+    raw = resolve_url(url)
+    try:
+        parsed = normalize_url(raw)
+    except InvalidInput:
+        return mask_url(raw)
+    path = sqlite_path(parsed)
+    if path is not None:
+        return str(path)
+    return mask_url(raw)
+
+
+def open_engine(
+    url: str | None = None,
+    *,
+    check: bool = True,
+    create: bool = True,
+    readonly: bool = False,
+    tenant: str | None = None,
+    **kwargs: Any,
+) -> Engine:
+    """Create an engine for ``url`` (see module docs) and, with ``check``, prove it connects.
+
+    ``create=False`` refuses a SQLite file that does not exist (``DatabaseUnreachable``, "no
+    database at /absolute/path") instead of creating an empty one: only provisioning, migrations
+    and the demo create databases. ``readonly=True`` makes every SQLite transaction on the engine
+    a plain deferred ``BEGIN``, so that a report never takes the write lock.
+
+    ``tenant`` (else ``AGORA_TENANT``) makes every transaction on a PostgreSQL engine begin with
+    ``agora.tenant`` set to it (``SET LOCAL``, for row-level security: see ``rls.py``), and every
+    autocommit connection (a worker's) carry it for its session (``install_tenant_hook``); on
+    every dialect ``session_tenant`` then names it, and privileged jobs refuse to run.
+    Bound parameters never appear in errors (``hide_parameters``).
+
+    Raises ``InvalidInput`` for a malformed URL or unknown dialect and ``DatabaseUnreachable``
+    when the server cannot be reached or refuses the credentials.
+    """
+    # lazy: start-up — the engine module imports without SQLAlchemy (agora config)
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    raw = resolve_url(url)
+    parsed = normalize_url(raw)
+    backend = parsed.get_backend_name()
+    path = sqlite_path(parsed)
+    if path is not None and not create and not path.exists():
+        raise DatabaseUnreachable(
+            f"no database at {path} (check the URL; `agora db provision` creates one)"
+        )
+    # Bound parameters are row values (a message's text, a sealed column's plaintext before it
+    # is sealed): an error's text names the statement, never its values.
+    options: dict[str, Any] = {"hide_parameters": True}
+    if backend == "mysql":
+        options["isolation_level"] = "READ COMMITTED"
+        # Recycle before the server's wait_timeout (8 h by default) instead of pinging on every
+        # checkout, and skip the pool's reset-on-return ROLLBACK: every connection agora uses
+        # ends its transaction itself (SQLAlchemy rolls back an open one on close), and PyMySQL,
+        # unlike psycopg, sends that ROLLBACK even when idle: two round trips per transaction.
+        options["pool_recycle"] = 3600
+        options["pool_reset_on_return"] = None
+    if backend == "sqlite":
+        options["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+    options.update(kwargs)
+    try:
+        engine = create_engine(parsed, **options)
+    except (ArgumentError, NoSuchModuleError) as exc:
+        raise InvalidInput(f"cannot use {mask_url(raw)!r}: {_first_line(exc, raw)}") from None
+    tenant = tenant or os.environ.get("AGORA_TENANT") or None
+    if tenant is not None:
+        check_identity("tenant", tenant)
+        if backend == "postgresql":
+            install_tenant_hook(engine, tenant)
+    if backend == "sqlite":
+        _install_sqlite_events(engine, event)
+        if readonly:
+            engine = engine.execution_options(sqlite_deferred=True)
+    if backend == "mysql":
+        event.listen(engine, "connect", _on_mysql_connect)
+    if tenant is not None:
+        # Every connection knows its session tenant (``session_tenant``): a privileged job
+        # refuses to run under one, on every dialect. Last: the events above are the base's.
+        engine = engine.execution_options(**{_SESSION_TENANT: tenant})
+    if check:
+        try:
+            # Deferred on SQLite: proving the connection never waits for another's write lock.
+            with engine.connect().execution_options(sqlite_deferred=True) as conn:
+                conn.exec_driver_sql("SELECT 1")
+                conn.rollback()
+        except Exception as exc:
+            engine.dispose()
+            raise _unreachable(exc, raw, path) from exc
+    return engine
+
+
+_SESSION_TENANT = "agora_tenant"  # execution option: the engine's session tenant
+
+
+def session_tenant(bind: Engine | Connection) -> str | None:
+    """The session tenant ``bind`` was opened with (``open_engine(tenant=…)`` or
+    ``AGORA_TENANT``), or ``None``."""
+    value = bind.get_execution_options().get(_SESSION_TENANT)
+    return None if value is None else str(value)
+
+
+_GALERA = "agora_galera"  # connection-record key: this server is a Galera node (wsrep_on)
+_GALERA_SLOT = "agora_galera_slot"  # (wsrep_local_index, wsrep_cluster_size) at connect
+CAUSAL_READS = 1  # wsrep_sync_wait bit 1: SELECT, SHOW and BEGIN wait for the cluster
+
+
+def _on_mysql_connect(dbapi_conn: Any, record: Any) -> None:
+    """Ask a new MySQL/MariaDB connection whether the server is a Galera node (``wsrep_on``,
+    absent on MySQL); on one, turn on causal reads for the session."""
+    cur = dbapi_conn.cursor()
+    try:
+        cur.execute("SHOW VARIABLES LIKE 'wsrep_on'")
+        row = cur.fetchone()
+        galera = row is not None and str(row[1]).upper() == "ON"
+        if galera:
+            cur.execute(f"SET SESSION wsrep_sync_wait = {CAUSAL_READS}")
+            cur.execute(
+                "SHOW STATUS WHERE Variable_name IN ('wsrep_local_index', 'wsrep_cluster_size')"
+            )
+            found = {str(k): str(v) for k, v in cur.fetchall()}
+            record.info[_GALERA_SLOT] = _slot(found)
+    finally:
+        cur.close()
+    record.info[_GALERA] = galera
+
+
+def _slot(found: Mapping[str, str]) -> tuple[int, int]:
+    try:
+        index, size = int(found["wsrep_local_index"]), int(found["wsrep_cluster_size"])
+    except (KeyError, ValueError):
+        return (0, 1)
+    return (index, size) if 0 <= index < size else (0, 1)
+
+
+def galera_slot(conn: Connection) -> tuple[int, int]:
+    """This Galera node's index in the cluster and the cluster's size, as they were when the
+    connection opened (``(0, 1)`` when unknown): a hint for spreading work over nodes only."""
+    return cast("tuple[int, int]", conn.info.get(_GALERA_SLOT, (0, 1)))
+
+
+def is_galera(bind: Engine | Connection) -> bool:
+    """Whether ``bind``'s server is a Galera cluster node (MariaDB Galera, Percona XtraDB
+    Cluster) with replication on: asked once per pooled connection, when it connects."""
+    if dialect_name(bind) != "mysql":
+        return False
+    if hasattr(bind, "info") and hasattr(bind, "in_transaction"):  # a Connection
+        return bool(cast("Connection", bind).info.get(_GALERA, False))
+    with bind.connect() as conn:
+        return bool(conn.info.get(_GALERA, False))
+
+
+def _install_sqlite_events(engine: Engine, event: Any) -> None:
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let us issue BEGIN ourselves (pysqlite's own BEGIN is deferred).
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cur.close()
+
+    def _on_begin(conn: Connection) -> None:
+        # Readers that must never wait on a writer ask for a deferred transaction. The BEGIN is
+        # sent with the transaction's first statement, as psycopg and PyMySQL do: a transaction
+        # whose arguments fail validation never touched the database (nor its write lock).
+        deferred = conn.get_execution_options().get("sqlite_deferred")
+        conn.info[_PENDING_BEGIN] = "BEGIN" if deferred else "BEGIN IMMEDIATE"
+
+    def _before_statement(conn: Connection, cursor: Any, *_args: Any) -> None:
+        begin = conn.info.pop(_PENDING_BEGIN, None)
+        if begin is not None:
+            cursor.execute(begin)
+
+    def _on_end(conn: Connection) -> None:
+        conn.info.pop(_PENDING_BEGIN, None)
+
+    def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
+        record.info.pop(_PENDING_BEGIN, None)
+
+    event.listen(engine, "connect", _on_connect)
+    event.listen(engine, "begin", _on_begin)
+    event.listen(engine, "before_cursor_execute", _before_statement)
+    event.listen(engine, "commit", _on_end)
+    event.listen(engine, "rollback", _on_end)
+    event.listen(engine.pool, "checkin", _on_checkin)
+
+
+def _first_line(exc: BaseException, url: str | None = None) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+    if url:
+        remember_url(url)
+    return scrub(text)
+
+
+def _unreachable(exc: BaseException, url: str, path: Path | None = None) -> AgoraError:
+    if isinstance(exc, AgoraError):
+        return exc
+    where = f"the SQLite database {path}" if path is not None else mask_url(url)
+    return DatabaseUnreachable(f"cannot connect to {where}: {_first_line(exc, url)}")
+
+
+def translate_error(exc: BaseException, url: str | None = None) -> AgoraError | None:
+    """Map a SQLAlchemy/driver exception to agora's tree, or ``None`` if it is not one."""
+    # lazy: start-up — the engine module imports without SQLAlchemy (agora config)
+    from sqlalchemy import exc as sa_exc
+
+    if isinstance(exc, AgoraError):
+        return exc
+    if isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError) and _is_connection_error(
+        exc
+    ):
+        where = f" to {mask_url(url)}" if url else ""
+        return DatabaseUnreachable(f"lost the connection{where}: {_first_line(exc, url)}")
+    if isinstance(exc, sa_exc.DBAPIError):
+        missing = _missing_object(exc)
+        if missing is not None:
+            return SchemaDrift(
+                f"{missing} does not exist: this database's agent schema is missing or "
+                "incomplete (not provisioned yet, or made by another writer); run `agora db "
+                "provision` (`agora db check` lists what differs)"
+            )
+        return DatabaseError(f"the database refused a statement: {_first_line(exc, url)}")
+    if isinstance(exc, sa_exc.ArgumentError | sa_exc.NoSuchModuleError):
+        return InvalidInput(_first_line(exc, url))
+    return None
+
+
+# What each driver says when a statement names a table or column the database lacks (the
+# column as the driver gives it: "m.seq" when the statement aliased the table).
+_MISSING = tuple(
+    re.compile(p)
+    for p in (
+        r'relation "(?P<table>[^"]+)" does not exist',  # PostgreSQL 42P01
+        r'column "?(?P<column>[^" ]+)"? of relation "(?P<table>[^"]+)" does not exist',  # 42703
+        r'column "?(?P<column>[^" ]+)"? does not exist',
+        r"Table '(?:[^'.]+\.)?(?P<table>[^']+)' doesn't exist",  # MySQL 1146
+        r"Unknown column '(?P<column>[^']+)'",  # MySQL 1054
+        r"^no such table: (?P<table>\S+)",  # SQLite
+        r"^no such column: (?P<column>\S+)",
+        r"^table (?P<table>\S+) has no column named (?P<column>\S+)",
+    )
+)
+_MISSING_CODES = {"42P01", "42703"}  # PostgreSQL; MySQL by errno below
+
+
+def _missing_object(exc: Any) -> str | None:
+    """``table agent_budget`` or ``column agent_message.seq`` when the driver says a statement
+    named something the database lacks (PostgreSQL 42P01/42703, MySQL 1146/1054, SQLite's "no
+    such table/column"), else ``None``."""
+    orig = getattr(exc, "orig", exc)
+    args: tuple[Any, ...] = tuple(getattr(orig, "args", ()))
+    code = getattr(orig, "sqlstate", None)
+    if args and args[0] in (1146, 1054):  # PyMySQL: (errno, message), sqlstate beside
+        message = str(args[1]) if len(args) > 1 else ""
+    elif code in _MISSING_CODES or type(orig).__module__.startswith("sqlite3"):
+        message = str(orig).strip().splitlines()[0] if str(orig).strip() else ""
+    else:
+        return None
+    for pattern in _MISSING:
+        found = pattern.search(message)
+        if found is not None:
+            named = found.groupdict()
+            if named.get("column"):
+                table = f"{named['table']}." if named.get("table") else ""
+                return f"column {table}{named['column']}"
+            return f"table {named['table']}"
+    return None
+
+
+def _is_connection_error(exc: Any) -> bool:
+    if getattr(exc, "connection_invalidated", False):
+        return True
+    text = str(getattr(exc, "orig", exc)).lower()
+    return any(
+        s in text
+        for s in (
+            "connection refused",
+            "could not connect",
+            "can't connect",
+            "server closed the connection",
+            "lost connection",
+            "gone away",
+            "connection failed",
+            "unable to open database",
+        )
+    )
+
+
+def dialect_name(bind: Engine | Connection) -> str:
+    """``postgresql``, ``mysql`` (MariaDB too) or ``sqlite``."""
+    return str(bind.dialect.name).replace("mariadb", "mysql")
+
+
+def server_version(conn: Connection) -> str:
+    """The server's version string (SQLite: the library's)."""
+    name = dialect_name(conn)
+    sql = {
+        "postgresql": "SHOW server_version",
+        "mysql": "SELECT VERSION()",
+        "sqlite": "SELECT sqlite_version()",
+    }[name]
+    return str(conn.exec_driver_sql(sql).scalar())
+
+
+def supports_skip_locked(conn: Connection) -> bool:
+    """Whether ``FOR UPDATE SKIP LOCKED`` works here: PostgreSQL, MySQL >= 8.0.1, MariaDB >= 10.6.
+
+    SQLAlchemy renders SKIP LOCKED without checking the server, so the store asks this first.
+    """
+    name = dialect_name(conn)
+    if name == "postgresql":
+        return True
+    if name != "mysql":
+        return False
+    text = server_version(conn)
+    nums = [int(x) for x in re.findall(r"\d+", text)[:3]] + [0, 0, 0]
+    major, minor, patch = nums[:3]
+    if "mariadb" in text.lower() or getattr(conn.dialect, "is_mariadb", False):
+        return (major, minor) >= (10, 6)
+    return (major, minor, patch) >= (8, 0, 1)
+
+
+_RETRYABLE_SQLSTATES = {"40001", "40P01"}
+# 1213: a deadlock, and on Galera a transaction that lost certification (another node committed
+# a conflicting write first) or was aborted by a replicated write ("brute force" abort);
+# 1205: a lock wait timeout.
+_RETRYABLE_MYSQL_CODES = {1213, 1205}
+# 1047 is "unknown command" in general, and on Galera "WSREP has not yet prepared node for
+# application use": the node is joining or resyncing, for a moment.
+_GALERA_NOT_READY = 1047
+# Long enough for a Galera node to finish a state transfer or flow control to ease (the sum of
+# the full-jitter delays of 12 attempts from 10 ms is about 20 s at most, 10 s on average).
+DEFAULT_ATTEMPTS = 12
+MAX_DELAY_S = 5.0
+
+
+class RetryStats:
+    """Counts of this process's transient-error retries (``retry_stats()``): a benchmark or a
+    worker's metrics read them; nothing else depends on them."""
+
+    def __init__(self) -> None:
+        self.retried = 0  # attempts that failed with a retryable error and were tried again
+        self.gave_up = 0  # calls whose retryable error survived every attempt
+        self.by_code: dict[str, int] = {}
+
+    def reset(self) -> None:
+        self.__init__()  # type: ignore[misc]
+
+
+_STATS = RetryStats()
+
+
+def retry_stats() -> RetryStats:
+    """This process's retry counters (see ``RetryStats``); ``.reset()`` zeroes them."""
+    return _STATS
+
+
+def _error_code(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", exc)
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int):
+        return str(args[0])  # MySQL's error number (1213 …)
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return str(sqlstate) if sqlstate else "locked"
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether ``exc`` is a deadlock, serialization failure, busy lock or Galera certification
+    failure (or a Galera node not ready for a moment) worth retrying."""
+    orig = getattr(exc, "orig", exc)
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if sqlstate in _RETRYABLE_SQLSTATES:
+        return True
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int):
+        if args[0] in _RETRYABLE_MYSQL_CODES:
+            return True
+        if args[0] == _GALERA_NOT_READY and "wsrep" in str(orig).lower():
+            return True
+    return "database is locked" in str(orig).lower()
+
+
+def retry_transient(
+    fn: Callable[[], T], *, attempts: int = DEFAULT_ATTEMPTS, base_delay: float = 0.01
+) -> T:
+    """Call ``fn`` (one whole transaction), retrying deadlocks, serialization failures and
+    Galera certification failures.
+
+    Bounded: after ``attempts`` tries the last error is raised. Between tries it sleeps a random
+    time ("full jitter") up to ``base_delay * 2**attempt`` (at most ``MAX_DELAY_S``): processes
+    that collided once do not collide again in lockstep. ``fn`` must redo the whole
+    transaction, reads included: nothing it returned from a failed try is ever seen.
+    """
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except Exception as exc:
+            if not is_retryable(exc):
+                raise
+            if attempt == attempts - 1:
+                _STATS.gave_up += 1
+                raise
+            _STATS.retried += 1
+            code = _error_code(exc)
+            _STATS.by_code[code] = _STATS.by_code.get(code, 0) + 1
+            time.sleep(random.uniform(0, min(MAX_DELAY_S, base_delay * (2**attempt))))
+    raise AssertionError("unreachable")
+
+
+# --- statements on the driver's cursor --------------------------------------------------------
+
+
+class DriverResult(NamedTuple):
+    """What a statement run on the driver's cursor did: rows changed, and the rows it returned."""
+
+    rowcount: int
+    rows: list[tuple[Any, ...]]
+
+
+def run_on_driver(
+    conn: Connection, sql: str, params: Sequence[Any] | Mapping[str, Any]
+) -> DriverResult:
+    """Run ``sql`` on the DBAPI cursor inside ``conn``'s transaction; the cursor is closed.
+
+    For the few statements a worker runs in a loop: SQLAlchemy's per-statement work (execution
+    context, bind processing, result wrapping) costs more client CPU than the round trip itself.
+    Begins the transaction first if the caller has not (as SQLAlchemy's autobegin would, so the
+    engine's ``begin`` events run), and raises driver errors as the ``sqlalchemy.exc.DBAPIError``
+    SQLAlchemy itself would raise — so ``retry_transient`` and ``translate_error`` see the same
+    thing — invalidating the connection when the driver reports it lost. These statements fire
+    no engine events and are not echoed.
+    """
+    return _on_driver(conn, [(sql, params)], pipeline=False)[0]
+
+
+def run_pipelined(
+    conn: Connection, statements: Sequence[tuple[str, Sequence[Any] | Mapping[str, Any]]]
+) -> list[DriverResult]:
+    """Run ``statements`` on the driver as ``run_on_driver`` does, sent together in one round
+    trip where the driver can (psycopg's pipeline mode); one result each, in order.
+
+    PostgreSQL runs statements sent without a Sync between them as one implicit transaction
+    even in autocommit: a failing statement undoes those before it. Other drivers run them one
+    after the other, in ``conn``'s transaction.
+    """
+    return _on_driver(conn, statements, pipeline=True)
+
+
+def _on_driver(
+    conn: Connection,
+    statements: Sequence[tuple[str, Sequence[Any] | Mapping[str, Any]]],
+    *,
+    pipeline: bool,
+) -> list[DriverResult]:
+    # lazy: start-up — the engine module imports without SQLAlchemy (agora config)
+    from sqlalchemy.exc import DBAPIError
+
+    if not conn.in_transaction():
+        conn.begin()
+    dbapi_conn: Any = conn.connection.driver_connection
+    pipelined = pipeline and len(statements) > 1 and hasattr(dbapi_conn, "pipeline")
+    cursors: list[Any] = []
+    sql, params = statements[0]
+    try:
+        with dbapi_conn.pipeline() if pipelined else contextlib.nullcontext():
+            for sql, params in statements:
+                cursor = dbapi_conn.cursor()
+                cursors.append(cursor)
+                begin = conn.info.pop(_PENDING_BEGIN, None)  # SQLite's deferred BEGIN (see above)
+                if begin is not None:
+                    cursor.execute(begin)
+                cursor.execute(sql, params)
+                if not pipelined:
+                    cursors[-1] = _collect(cursor)
+        if pipelined:  # leaving the pipeline sent them all and waited once
+            cursors = [_collect(cursor) for cursor in cursors]
+        return cursors
+    except conn.dialect.loaded_dbapi.Error as exc:
+        cursor = cursors[-1] if cursors and not isinstance(cursors[-1], DriverResult) else None
+        lost = conn.dialect.is_disconnect(exc, dbapi_conn, cursor)
+        wrapped = DBAPIError.instance(
+            sql,
+            params,
+            exc,
+            conn.dialect.loaded_dbapi.Error,
+            hide_parameters=conn.engine.hide_parameters,
+            connection_invalidated=lost,
+            dialect=conn.dialect,
+        )
+        if lost:
+            conn.invalidate(exc)
+        raise cast(BaseException, wrapped) from exc
+    except BaseException:
+        # Interrupted mid-statement (KeyboardInterrupt, cancellation): the connection's state
+        # is unknown, so it must not go back to the pool.
+        conn.invalidate()
+        raise
+    finally:
+        for cursor in cursors:
+            if not isinstance(cursor, DriverResult):
+                with contextlib.suppress(Exception):
+                    cursor.close()
+
+
+def _collect(cursor: Any) -> DriverResult:
+    """The cursor's rows and rowcount, the cursor closed."""
+    try:
+        rows = cursor.fetchall() if cursor.description is not None else []
+        return DriverResult(cursor.rowcount, rows)
+    finally:
+        cursor.close()

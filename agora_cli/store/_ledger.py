@@ -1,0 +1,720 @@
+"""Ledger reports: spend rollups and quota windows, computed by the database.
+
+Both read ``agent_token_usage`` only (the writer is ``usage.record_usage``). Windows are UTC and
+inclusive: a day runs from 00:00:00.000 to 23:59:59.999. ``spend`` is one ``SUM … GROUP BY``
+statement over ``agent_token_usage_created_idx`` (``_actor_created_idx`` with an actor filter);
+day buckets are ``created_at DIV 86400000`` with the literal inlined (PostgreSQL refuses a GROUP BY
+that differs from the SELECT only by a bound parameter), and months are folded from days here.
+``quota`` is one ``SUM`` per window over ``agent_token_usage_actor_created_idx``: one row fetched
+per window, never the window's ledger.
+
+A row's tenant — ``--by tenant``, a tenant filter — is its own ``tenant_ref``, else its thread's
+(``ledger_tenant.py``): the runtime writes its rows with none.
+
+Unknown cost is never free: ``cost_usd`` sums known costs only and is ``None`` for a group whose
+rows are all unpriced, and ``unpriced_turns`` counts the rows without a cost. Cache tokens are
+subsets of ``input_tokens`` and are never added to it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from sqlalchemy import BigInteger, case, func, literal_column, select
+
+from agora_cli.store._budgets import sum_scope_usage
+from agora_cli.store._clock import DAY_MS, day_start_ms, day_window, month_window, ms_to_date
+from agora_cli.store._engine import dialect_name
+from agora_cli.store._errors import InvalidInput
+from agora_cli.store._fold import fold_filter, raw_filter, rollup_covers, window_parts
+from agora_cli.store._ledger_tenant import (
+    effective_tenant,
+    inherits_tenant,
+    ledger_with_threads,
+    tenant_is,
+    window_first,
+)
+from agora_cli.store._schema import token_usage, usage_daily, usage_model_daily
+from agora_cli.store._sqlexpr import exact_eq, finite_cost, provider_cost
+from agora_cli.store._values import (
+    BIGINT_MAX,
+    check_finite,
+    check_identity,
+    check_instant,
+    check_int,
+    check_optional_identity,
+)
+from agora_cli.store._windows import DIMENSION_KEYS, SPEND_GROUPINGS, SPEND_ORDERS, TIME_KEYS
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+    from sqlalchemy.sql import ColumnElement, Select
+
+__all__ = [
+    "DIMENSION_KEYS",
+    "SPEND_GROUPINGS",
+    "SPEND_ORDERS",
+    "TIME_KEYS",
+    "QuotaReport",
+    "QuotaWindow",
+    "SpendPeriod",
+    "SpendReport",
+    "SpendRow",
+    "UnpricedSpend",
+    "WindowUsage",
+    "actor_has_usage",
+    "list_unpriced_models",
+    "quota",
+    "spend",
+    "sum_actor_usage",
+]
+
+_EPOCH = date(1970, 1, 1)
+_KEY_COLUMNS = {"model": "model_id", "actor": "actor_ref", "thread": "thread_id"}
+
+
+@dataclass(frozen=True)
+class SpendRow:
+    """One group of a spend report (``key`` is ``None`` for rows with no tenant)."""
+
+    key: str | None
+    turns: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    cost_usd: float | None
+    estimated_usd: float
+    unpriced_turns: int
+
+
+@dataclass(frozen=True)
+class SpendPeriod:
+    """One period of a two-level report (``--by day,model``): its cells and their total."""
+
+    key: str
+    rows: list[SpendRow]
+    total: SpendRow
+
+
+@dataclass(frozen=True)
+class SpendReport:
+    """A spend rollup: the groups in order and their total (whose key is ``None``).
+
+    For a two-level report (``by="day,model"``) ``periods`` holds each period's cells and
+    ``rows`` each period's total; for a one-level report ``periods`` is empty.
+    """
+
+    by: str
+    from_day: date
+    to_day: date
+    from_ms: int
+    to_ms: int
+    provider_cost_only: bool
+    rows: list[SpendRow]
+    total: SpendRow
+    periods: list[SpendPeriod] = field(default_factory=list)
+    folded_days: int = 0
+
+
+@dataclass(frozen=True)
+class UnpricedSpend:
+    """A model id with ledger rows of unknown cost in a window."""
+
+    model_id: str
+    turns: int
+
+
+UnpricedModel = UnpricedSpend  # the old name, kept for imports written before the rename
+
+
+@dataclass(frozen=True)
+class WindowUsage:
+    """An actor's use in one window: tokens (input + output), known USD, rows without a cost."""
+
+    tokens: int
+    usd: float
+    unpriced_turns: int
+
+
+@dataclass(frozen=True)
+class QuotaWindow:
+    """One quota window, its limits (``None`` = none given) and whether one is reached."""
+
+    from_ms: int
+    to_ms: int
+    tokens: int
+    usd: float
+    unpriced_turns: int
+    limit_tokens: int | None
+    limit_usd: float | None
+    exhausted: bool
+
+
+@dataclass(frozen=True)
+class QuotaReport:
+    """An actor's day and month windows at an instant."""
+
+    actor: str
+    at_ms: int
+    day: QuotaWindow
+    month: QuotaWindow
+    exhausted: bool
+    actor_seen: bool = True  # False: the ledger has no row of this actor at all (a typo?)
+
+
+# --- spend ---------------------------------------------------------------------------------
+
+
+def _day_bucket(conn: Connection) -> ColumnElement[Any]:
+    """``created_at`` as a UTC day number, the divisor inlined as a literal."""
+    divisor = literal_column(str(DAY_MS), BigInteger())
+    operator = "DIV" if dialect_name(conn) == "mysql" else "/"  # both integer division
+    return token_usage.c.created_at.op(operator, return_type=BigInteger())(divisor)
+
+
+def _window(from_day: date, to_day: date) -> tuple[int, int]:
+    if from_day > to_day:
+        raise InvalidInput(
+            f"the window starts ({from_day.isoformat()}) after it ends ({to_day.isoformat()})"
+        )
+    return day_start_ms(from_day), day_window(to_day)[1]
+
+
+def _filtered(
+    q: Select[Any],
+    *,
+    from_ms: int,
+    to_ms: int,
+    actor: str | None,
+    tenant: str | None,
+    model: str | None,
+) -> Select[Any]:
+    q = q.where(token_usage.c.created_at.between(from_ms, to_ms))
+    if check_optional_identity("actor", actor) is not None:
+        q = q.where(exact_eq(token_usage.c.actor_ref, actor))
+    if tenant is not None:
+        q = q.where(tenant_is(check_identity("tenant", tenant)))
+    if check_optional_identity("model", model) is not None:
+        q = q.where(exact_eq(token_usage.c.model_id, model))
+    return q
+
+
+def _spend_measures(provider_cost_only: bool) -> list[ColumnElement[Any]]:
+    u = token_usage.c
+    known = finite_cost(u.cost_usd)  # a non-finite cost (another writer's) is unpriced
+    if provider_cost_only:
+        cost = func.sum(provider_cost(known, u.cost_source))
+        estimated: ColumnElement[Any] = literal_column("0")
+    else:
+        cost = func.sum(known)
+        estimated = func.sum(case((u.cost_source == "estimate", known), else_=0))
+    return [
+        func.count().label("turns"),
+        func.sum(u.input_tokens).label("input_tokens"),
+        func.sum(u.output_tokens).label("output_tokens"),
+        func.coalesce(func.sum(u.cache_read_tokens), 0).label("cache_read_tokens"),
+        func.coalesce(func.sum(u.cache_write_tokens), 0).label("cache_write_tokens"),
+        cost.label("cost_usd"),
+        estimated.label("estimated_usd"),
+        func.count(known).label("priced_turns"),
+    ]
+
+
+def _row(key: str | None, r: Any) -> SpendRow:
+    turns = int(r.turns)
+    return SpendRow(
+        key=key,
+        turns=turns,
+        input_tokens=int(r.input_tokens or 0),
+        output_tokens=int(r.output_tokens or 0),
+        cache_read_tokens=int(r.cache_read_tokens or 0),
+        cache_write_tokens=int(r.cache_write_tokens or 0),
+        cost_usd=None if r.cost_usd is None else float(r.cost_usd),
+        estimated_usd=float(r.estimated_usd or 0),
+        unpriced_turns=turns - int(r.priced_turns),
+    )
+
+
+def _fold(key: str | None, rows: list[SpendRow]) -> SpendRow:
+    """Sum groups into one (``cost_usd`` stays ``None`` only if every group's is)."""
+    costs = [r.cost_usd for r in rows if r.cost_usd is not None]
+    return SpendRow(
+        key=key,
+        turns=sum(r.turns for r in rows),
+        input_tokens=sum(r.input_tokens for r in rows),
+        output_tokens=sum(r.output_tokens for r in rows),
+        cache_read_tokens=sum(r.cache_read_tokens for r in rows),
+        cache_write_tokens=sum(r.cache_write_tokens for r in rows),
+        cost_usd=sum(costs) if costs else None,
+        estimated_usd=sum(r.estimated_usd for r in rows),
+        unpriced_turns=sum(r.unpriced_turns for r in rows),
+    )
+
+
+def _by_cost(row: SpendRow) -> tuple[Any, ...]:
+    # cost descending (unknown after every known cost), then tokens descending, then key: a
+    # total order. The cost is compared as shown (10 decimals): the fold and the ledger sum the
+    # same rows in another order (0.1 + 0.2 vs 0.3), and equal costs must sort the same.
+    return (
+        row.cost_usd is None,
+        -round(row.cost_usd or 0.0, 10),
+        -(row.input_tokens + row.output_tokens),
+        row.key is None,
+        row.key or "",
+    )
+
+
+def _by_tokens(row: SpendRow) -> tuple[Any, ...]:
+    return (-(row.input_tokens + row.output_tokens), *_by_cost(row))
+
+
+def _by_key(row: SpendRow) -> tuple[Any, ...]:
+    return (row.key is None, row.key or "")
+
+
+_ORDER = {"cost": _by_cost, "tokens": _by_tokens, "key": _by_key}
+
+
+def _time_key(time: str, day_number: int) -> str:
+    """A day bucket's key at ``time``: the day, its week's Monday, or its month."""
+    day = _EPOCH + timedelta(days=day_number)
+    if time == "week":
+        day -= timedelta(days=day.weekday())
+    return day.isoformat()[:7] if time == "month" else day.isoformat()
+
+
+class _Group(NamedTuple):
+    """A group's sums, from the ledger, the fold, or both merged."""
+
+    day: int | None
+    key: str | None
+    turns: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    cost_usd: float | None
+    estimated_usd: float
+    priced_turns: int
+
+
+def _merge(groups: Iterable[_Group]) -> list[_Group]:
+    merged: dict[tuple[int | None, str | None], _Group] = {}
+    for g in groups:
+        old = merged.get((g.day, g.key))
+        if old is None:
+            merged[(g.day, g.key)] = g
+            continue
+        costs = [c for c in (old.cost_usd, g.cost_usd) if c is not None]
+        merged[(g.day, g.key)] = _Group(
+            g.day,
+            g.key,
+            old.turns + g.turns,
+            old.input_tokens + g.input_tokens,
+            old.output_tokens + g.output_tokens,
+            old.cache_read_tokens + g.cache_read_tokens,
+            old.cache_write_tokens + g.cache_write_tokens,
+            sum(costs) if costs else None,
+            old.estimated_usd + g.estimated_usd,
+            old.priced_turns + g.priced_turns,
+        )
+    return list(merged.values())
+
+
+def _as_group(r: Any, *, time: bool, dim: str) -> _Group:
+    return _Group(
+        int(r.day) if time else None,
+        r.key if dim else None,
+        int(r.turns),
+        int(r.input_tokens or 0),
+        int(r.output_tokens or 0),
+        int(r.cache_read_tokens or 0),
+        int(r.cache_write_tokens or 0),
+        None if r.cost_usd is None else float(r.cost_usd),
+        float(r.estimated_usd or 0),
+        int(r.priced_turns),
+    )
+
+
+def _exact_keys(
+    conn: Connection, keys: list[ColumnElement[Any]], *, time: bool
+) -> list[ColumnElement[Any]]:
+    """GROUP BY ``keys`` (a day, then an identity), on MySQL/MariaDB with the identity's length:
+    their PAD SPACE collation would merge ``'alice'`` and ``'alice '`` into one group (and name
+    it either way). Elsewhere text compares exactly already."""
+    identities = keys[1:] if time else keys
+    if dialect_name(conn) != "mysql" or not identities:
+        return keys
+    return [*keys, *(func.char_length(k) for k in identities)]
+
+
+def _raw_groups(
+    conn: Connection,
+    *,
+    time: bool,
+    dim: str,
+    where: ColumnElement[bool],
+    filters: dict[str, str | None],
+    provider_cost_only: bool,
+) -> list[_Group]:
+    u = token_usage.c
+    keys: list[ColumnElement[Any]] = []
+    if time:
+        keys.append(_day_bucket(conn).label("day"))
+    if dim == "tenant":  # the row's own tenant, else its thread's (ledger_tenant.py)
+        keys.append(effective_tenant().label("key"))
+    elif dim:
+        keys.append(u[_KEY_COLUMNS[dim]].label("key"))
+    q = select(*keys, *_spend_measures(provider_cost_only))
+    q = q.group_by(*_exact_keys(conn, [k.element for k in keys], time=time))
+    if dim == "tenant":
+        q = q.select_from(ledger_with_threads())
+    q = q.where(where)
+    for name, column in (("actor", u.actor_ref), ("model", u.model_id)):
+        if filters[name] is not None:
+            q = q.where(exact_eq(column, filters[name]))
+    tenant = filters["tenant"]
+    if tenant is None:
+        return [_as_group(r, time=time, dim=dim) for r in conn.execute(q)]
+    # The rows carrying the tenant and those inheriting it from their thread, one statement
+    # each: each reads a range of its own index (see budgets._sums); merged by key.
+    own, inherited = q.where(exact_eq(u.tenant_ref, tenant)), q.where(inherits_tenant(tenant))
+    return _merge(
+        _as_group(r, time=time, dim=dim)
+        for stmt in (own, window_first(inherited))
+        for r in conn.execute(stmt)
+    )
+
+
+def _fold_groups(
+    conn: Connection,
+    *,
+    time: bool,
+    dim: str,
+    where: ColumnElement[bool],
+    filters: dict[str, str | None],
+    rollup: bool = False,
+) -> list[_Group]:
+    """Groups of the daily fold, or (``rollup``) of its per-model rollup, whose columns are the
+    same but actor and tenant."""
+    d = usage_model_daily.c if rollup else usage_daily.c
+    dims: dict[str, ColumnElement[Any]] = {"model": d.model_id}
+    if not rollup:
+        dims["actor"] = d.actor_ref
+        dims["tenant"] = case((d.tenant_key == "", None), else_=d.tenant_key)
+    keys: list[ColumnElement[Any]] = []
+    if time:
+        keys.append(d.day.label("day"))
+    if dim:
+        keys.append(dims[dim].label("key"))
+    measures = [
+        func.sum(d.turns).label("turns"),
+        func.sum(d.input_tokens).label("input_tokens"),
+        func.sum(d.output_tokens).label("output_tokens"),
+        func.sum(d.cache_read_tokens).label("cache_read_tokens"),
+        func.sum(d.cache_write_tokens).label("cache_write_tokens"),
+        func.sum(finite_cost(d.cost_usd)).label("cost_usd"),
+        func.sum(d.estimated_usd).label("estimated_usd"),
+        (func.sum(d.turns) - func.sum(d.unpriced_turns)).label("priced_turns"),
+    ]
+    q = select(*keys, *measures).where(where)
+    if keys:
+        q = q.group_by(*_exact_keys(conn, [k.element for k in keys], time=time))
+    if filters["actor"] is not None:
+        q = q.where(exact_eq(usage_daily.c.actor_ref, filters["actor"]))
+    if filters["tenant"] is not None:
+        q = q.where(exact_eq(usage_daily.c.tenant_key, filters["tenant"]))
+    if filters["model"] is not None:
+        q = q.where(exact_eq(d.model_id, filters["model"]))
+    return [_as_group(r, time=time, dim=dim) for r in conn.execute(q) if r.turns is not None]
+
+
+def _groups(
+    conn: Connection,
+    *,
+    time: bool,
+    dim: str,
+    from_ms: int,
+    to_ms: int,
+    filters: dict[str, str | None],
+    provider_cost_only: bool,
+    use_fold: bool,
+) -> tuple[list[_Group], int]:
+    """The window's groups: folded clean days from the fold, the rest from the ledger.
+
+    A grouping by model and/or time with no actor or tenant filter reads the per-model rollup
+    where it covers the folded days (``fold.rollup_covers``), else ``agent_usage_daily``. The
+    fold's state is read before and after the queries; if a fold, a refold or a change that
+    marks a day dirty landed in between, the reads are repeated (then, at worst, the whole
+    window is read raw), so the merge never counts a day twice or misses one.
+    """
+    window = token_usage.c.created_at.between(from_ms, to_ms)
+    by_model = dim in ("", "model") and filters["actor"] is None and filters["tenant"] is None
+    if use_fold:
+        for _ in range(3):
+            parts = window_parts(conn, from_ms, to_ms)
+            if not parts.fold_days:
+                break
+            rollup = by_model and rollup_covers(conn, parts)
+            groups = []
+            if parts.raw:
+                groups += _raw_groups(
+                    conn,
+                    time=time,
+                    dim=dim,
+                    where=raw_filter(parts),
+                    filters=filters,
+                    provider_cost_only=provider_cost_only,
+                )
+            groups += _fold_groups(
+                conn,
+                time=time,
+                dim=dim,
+                where=fold_filter(parts, rollup=rollup),
+                filters=filters,
+                rollup=rollup,
+            )
+            if window_parts(conn, from_ms, to_ms) == parts:
+                return _merge(groups), parts.folded_days
+    groups = _raw_groups(
+        conn,
+        time=time,
+        dim=dim,
+        where=window,
+        filters=filters,
+        provider_cost_only=provider_cost_only,
+    )
+    return groups, 0
+
+
+def spend(
+    conn: Connection,
+    *,
+    by: str,
+    from_day: date,
+    to_day: date,
+    actor: str | None = None,
+    tenant: str | None = None,
+    model: str | None = None,
+    provider_cost_only: bool = False,
+    order: str | None = None,
+    raw: bool = False,
+) -> SpendReport:
+    """Roll the ledger up over an inclusive UTC window, one ``SUM … GROUP BY`` statement.
+
+    ``by`` is a dimension (``model``, ``actor``, ``tenant``, ``thread``), a time key (``day``,
+    ``week`` — keyed by its Monday — ``month``), or both: ``day,model`` groups each period's
+    rows by the dimension (``periods``). Days are grouped in the database and folded into weeks
+    and months here. Dimension groups come by ``order``: cost (the default: cost descending,
+    unknown after every known cost, then tokens, then key), tokens, or key; periods always in
+    time order (and one-level time reports too unless an order is given). With
+    ``provider_cost_only``, ``cost_usd`` sums provider-reported costs and ``estimated_usd`` is 0;
+    ``unpriced_turns`` still counts the rows with no cost.
+
+    Whole days that are folded and clean are read from the daily fold (``fold.py``; by model or
+    time alone with no actor or tenant filter, from its per-model rollup) and the rest from the
+    ledger, merged: the figures equal the ledger's (``folded_days`` says how many days came from
+    the fold). ``raw=True``, a thread dimension and a provider-only report read the
+    ledger alone.
+    """
+    if by not in SPEND_GROUPINGS:
+        raise InvalidInput(
+            f"cannot group by {by!r}: use one of {', '.join(SPEND_GROUPINGS)}", param="by"
+        )
+    if order is not None and order not in SPEND_ORDERS:
+        raise InvalidInput(
+            f"order must be one of {', '.join(SPEND_ORDERS)}, not {order!r}", param="order"
+        )
+    from_ms, to_ms = _window(from_day, to_day)
+    time, _, dim = by.partition(",") if by in TIME_KEYS or "," in by else ("", "", by)
+    filters = {"actor": actor, "tenant": tenant, "model": model}
+    for name, value in filters.items():
+        check_optional_identity(name, value)
+    # The fold keeps no thread and cannot tell "no provider-reported row" from $0 of them.
+    use_fold = not raw and dim != "thread" and not provider_cost_only
+    fetched, folded_days = _groups(
+        conn,
+        time=bool(time),
+        dim=dim,
+        from_ms=from_ms,
+        to_ms=to_ms,
+        filters=filters,
+        provider_cost_only=provider_cost_only,
+        use_fold=use_fold,
+    )
+    sort = _ORDER[order or "cost"]
+    periods: list[SpendPeriod] = []
+    if not time:
+        rows = sorted((_row(r.key, r) for r in fetched), key=sort)
+    elif not dim:
+        buckets: dict[str, list[SpendRow]] = {}
+        for r in sorted(fetched, key=lambda r: r.day or 0):
+            key = _time_key(time, r.day or 0)
+            buckets.setdefault(key, []).append(_row(key, r))
+        rows = [_fold(key, group) for key, group in buckets.items()]
+        if order is not None:
+            rows.sort(key=sort)
+    else:
+        cells: dict[str, dict[str | None, list[SpendRow]]] = {}
+        for r in sorted(fetched, key=lambda r: r.day or 0):
+            period = _time_key(time, r.day or 0)
+            cells.setdefault(period, {}).setdefault(r.key, []).append(_row(r.key, r))
+        for period, groups in cells.items():
+            members = sorted((_fold(k, g) for k, g in groups.items()), key=sort)
+            periods.append(SpendPeriod(period, members, _fold(period, members)))
+        rows = [p.total for p in periods]
+    return SpendReport(
+        by=by,
+        from_day=from_day,
+        to_day=to_day,
+        from_ms=from_ms,
+        to_ms=to_ms,
+        provider_cost_only=provider_cost_only,
+        rows=rows,
+        total=_fold(None, rows),
+        periods=periods,
+        folded_days=folded_days,
+    )
+
+
+def list_unpriced_models(
+    conn: Connection,
+    *,
+    from_day: date,
+    to_day: date,
+    actor: str | None = None,
+    tenant: str | None = None,
+    model: str | None = None,
+) -> list[UnpricedSpend]:
+    """List the model ids with rows of unknown cost in the window, most rows first."""
+    from_ms, to_ms = _window(from_day, to_day)
+    u = token_usage.c
+    turns = func.count().label("turns")
+    q = select(u.model_id, turns).where(finite_cost(u.cost_usd).is_(None))
+    q = q.group_by(*_exact_keys(conn, [u.model_id], time=False))
+    q = _filtered(q, from_ms=from_ms, to_ms=to_ms, actor=actor, tenant=tenant, model=model)
+    found = [UnpricedSpend(r.model_id, int(r.turns)) for r in conn.execute(q)]
+    return sorted(found, key=lambda m: (-m.turns, m.model_id))
+
+
+# --- quota ---------------------------------------------------------------------------------
+
+
+def sum_actor_usage(
+    conn: Connection,
+    *,
+    actor: str,
+    from_ms: int,
+    to_ms: int,
+    provider_cost_only: bool = False,
+) -> WindowUsage:
+    """Sum an actor's tokens and known cost in ``[from_ms, to_ms]`` (``budgets.sum_scope_usage``:
+    the ledger over the actor's index, and the daily fold for whole folded days)."""
+    tokens, usd, unpriced = sum_scope_usage(
+        conn,
+        scope_kind="actor",
+        scope_ref=actor,
+        from_ms=from_ms,
+        to_ms=to_ms,
+        provider_cost_only=provider_cost_only,
+    )
+    return WindowUsage(tokens=tokens, usd=usd, unpriced_turns=unpriced)
+
+
+def actor_has_usage(conn: Connection, actor: str) -> bool:
+    """Whether the ledger holds any row of ``actor`` (one indexed probe)."""
+    u = token_usage.c
+    q = select(u.actor_ref).where(exact_eq(u.actor_ref, check_identity("actor", actor))).limit(1)
+    return conn.execute(q).first() is not None
+
+
+def _quota_window(
+    conn: Connection,
+    *,
+    actor: str,
+    bounds: tuple[int, int],
+    at_ms: int,
+    limit_tokens: int | None,
+    limit_usd: float | None,
+    provider_cost_only: bool,
+) -> QuotaWindow:
+    used = sum_actor_usage(
+        conn,
+        actor=actor,
+        from_ms=bounds[0],
+        to_ms=min(bounds[1], at_ms),
+        provider_cost_only=provider_cost_only,
+    )
+    exhausted = (limit_tokens is not None and used.tokens >= limit_tokens) or (
+        limit_usd is not None and used.usd >= limit_usd
+    )
+    return QuotaWindow(
+        from_ms=bounds[0],
+        to_ms=bounds[1],
+        tokens=used.tokens,
+        usd=used.usd,
+        unpriced_turns=used.unpriced_turns,
+        limit_tokens=limit_tokens,
+        limit_usd=limit_usd,
+        exhausted=exhausted,
+    )
+
+
+def quota(
+    conn: Connection,
+    *,
+    actor: str,
+    at_ms: int,
+    day_tokens: int | None = None,
+    day_usd: float | None = None,
+    month_tokens: int | None = None,
+    month_usd: float | None = None,
+    provider_cost_only: bool = False,
+) -> QuotaReport:
+    """Report an actor's UTC day and calendar-month windows at ``at_ms`` against the limits.
+
+    ``tokens`` is Σ(input + output); ``usd`` the sum of known costs (estimates included unless
+    ``provider_cost_only``). Only usage at or before ``at_ms`` counts, so a report "as of" a past
+    instant is what a quota check made then would have seen. A window is exhausted when a given
+    limit is reached (used ≥ limit). Limits are finite and not negative.
+    """
+    check_identity("actor", actor)
+    check_instant("at_ms", at_ms)
+    for tokens, what in ((day_tokens, "day_tokens"), (month_tokens, "month_tokens")):
+        if tokens is not None:
+            check_int(what, tokens, low=0, high=BIGINT_MAX)
+    for usd, what in ((day_usd, "day_usd"), (month_usd, "month_usd")):
+        if usd is not None:
+            check_finite(what, usd)
+    today = ms_to_date(at_ms)
+    day = _quota_window(
+        conn,
+        actor=actor,
+        bounds=day_window(today),
+        at_ms=at_ms,
+        limit_tokens=day_tokens,
+        limit_usd=day_usd,
+        provider_cost_only=provider_cost_only,
+    )
+    month = _quota_window(
+        conn,
+        actor=actor,
+        bounds=month_window(today),
+        at_ms=at_ms,
+        limit_tokens=month_tokens,
+        limit_usd=month_usd,
+        provider_cost_only=provider_cost_only,
+    )
+    return QuotaReport(
+        actor=actor,
+        at_ms=at_ms,
+        day=day,
+        month=month,
+        exhausted=day.exhausted or month.exhausted,
+        actor_seen=bool(day.tokens or month.tokens or month.unpriced_turns)
+        or actor_has_usage(conn, actor),
+    )

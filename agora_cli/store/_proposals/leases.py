@@ -1,0 +1,528 @@
+"""Execution leases: the scoped claim, the privileged claim of the next due work, renew, settle.
+
+A claim is one short transaction proved by the rows it changed: a read of the row (scoped, or
+from the discovery index with ``FOR UPDATE SKIP LOCKED`` where the server has it) and an update
+fenced by its ``version``. A lease is a random token, returned once and stored as its SHA-256,
+and a ``generation`` that every claim advances; renew and settle hold only with both, before the
+lease expires, so a stale holder is always ``lost``. An expired lease is claimed again
+(``recovered``) with the same idempotency key.
+
+Every statement here is one of ``queries.worker_sql``'s, run on the driver's cursor.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from agora_cli.store._clock import Clock
+from agora_cli.store._engine import (
+    dialect_name,
+    galera_slot,
+    is_galera,
+    run_on_driver,
+    run_pipelined,
+    supports_skip_locked,
+)
+from agora_cli.store._errors import InvalidInput
+from agora_cli.store._proposals.decisions import find_proposal
+from agora_cli.store._proposals.model import (
+    FENCE_ROUNDS,
+    ClaimOutcome,
+    ClaimResult,
+    Lease,
+    Proposal,
+    RenewResult,
+    Scope,
+    Settlement,
+    SettleResult,
+    Work,
+    check_lease,
+    check_limit,
+    check_settle,
+    clock_or_system,
+    raced_too_often,
+    token_hash,
+)
+from agora_cli.store._proposals.queries import (
+    SETTLE_MANY_PG,
+    Due,
+    claim_many_pg,
+    holders_mysql,
+    lock_by_id_mysql,
+    next_due_many,
+    settle_many_mysql,
+    take_leases_mysql,
+    worker_sql,
+)
+from agora_cli.store._proposals.sealed import open_claims, seal_results
+from agora_cli.store._values import MAX_CLAIM_BATCH, check_identity, check_lease_ms, dump_json
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
+__all__ = [
+    "claim_next_proposal",
+    "claim_next_proposals",
+    "claim_proposal",
+    "renew_lease",
+    "settle_and_claim_next",
+    "settle_proposal",
+    "settle_proposals",
+]
+
+
+def _claim_kind(row: Proposal, now: int) -> ClaimOutcome | None:
+    if row.decision != "approved":
+        return None
+    if row.execution_state in (None, "queued"):
+        return "claimed"
+    if row.execution_state == "running" and (
+        row.lease_expires_at is None or row.lease_expires_at <= now
+    ):
+        return "recovered"
+    return None
+
+
+def _take_lease(
+    conn: Connection,
+    row: Proposal | Due,
+    kind: ClaimOutcome,
+    worker_id: str,
+    lease_ms: int,
+    now: int,
+) -> ClaimResult | None:
+    """Take the lease of ``row`` (a proposal or a discovery row) if its version still holds."""
+    token = secrets.token_urlsafe(32)
+    expires = now + lease_ms
+    sql = worker_sql(dialect_name(conn)).take_lease
+    params = (worker_id, token_hash(token), expires, expires, now, row.id, row.version)
+    if run_on_driver(conn, sql, params).rowcount != 1:
+        return None
+    work = _work(row, row.attempts + 1)
+    return open_claims(conn, [ClaimResult(kind, Lease(token, row.generation + 1, expires), work)])[
+        0
+    ]
+
+
+def claim_proposal(
+    conn: Connection,
+    proposal_id: str,
+    *,
+    scope: Scope,
+    worker_id: str,
+    lease_ms: int,
+    clock: Clock | None = None,
+) -> ClaimResult:
+    """Take the lease of an approved proposal whose work is queued or whose lease expired."""
+    check_identity("worker_id", worker_id)
+    check_lease_ms(lease_ms)
+    check_identity("id", proposal_id)
+    clock = clock_or_system(clock)
+    for _ in range(FENCE_ROUNDS):
+        row = find_proposal(conn, proposal_id, scope=scope)
+        if row is None:
+            return ClaimResult("not_found", None, None)
+        now = clock.now_ms()
+        kind = _claim_kind(row, now)
+        if kind is None:
+            return ClaimResult("not_claimable", None, None)
+        claimed = _take_lease(conn, row, kind, worker_id, lease_ms, now)
+        if claimed is not None:
+            return claimed
+    raise raced_too_often(proposal_id)
+
+
+def renew_lease(
+    conn: Connection,
+    proposal_id: str,
+    *,
+    token: str,
+    generation: int,
+    lease_ms: int,
+    clock: Clock | None = None,
+) -> RenewResult:
+    """Extend a live lease held with this token and generation; otherwise ``lost``."""
+    check_identity("id", proposal_id)
+    check_lease(token, generation)
+    check_lease_ms(lease_ms)
+    now = clock_or_system(clock).now_ms()
+    expires = now + lease_ms
+    sql = worker_sql(dialect_name(conn)).renew
+    params = (expires, expires, now, proposal_id, token_hash(token), generation, now)
+    if run_on_driver(conn, sql, params).rowcount != 1:
+        return RenewResult("lost", None)
+    return RenewResult("renewed", expires)
+
+
+def settle_proposal(
+    conn: Connection,
+    proposal_id: str,
+    *,
+    token: str,
+    generation: int,
+    outcome: str,
+    result: Any = None,
+    error: str | None = None,
+    clock: Clock | None = None,
+) -> SettleResult:
+    """Record ``succeeded`` or ``failed`` under a live lease and end the lease; else ``lost``."""
+    check_identity("id", proposal_id)
+    check_lease(token, generation)
+    check_settle(outcome, error)
+    result_text = None if result is None else dump_json("result", result)
+    result_text = seal_results(conn, [(proposal_id, result_text)])[0]
+    now = clock_or_system(clock).now_ms()
+    sql = worker_sql(dialect_name(conn)).settle
+    hashed = token_hash(token)
+    params = (outcome, result_text, error, now, now, proposal_id, hashed, generation, now)
+    if run_on_driver(conn, sql, params).rowcount != 1:
+        return SettleResult("lost")
+    return SettleResult("settled")
+
+
+# --- the privileged claim of the next due work ------------------------------------------------
+
+
+def _skip_locked(conn: Connection) -> bool:
+    """Whether this connection's server has SKIP LOCKED (asked once per pooled connection)."""
+    if dialect_name(conn) == "sqlite":
+        return False
+    info = conn.info
+    if "agora_skip_locked" not in info:
+        info["agora_skip_locked"] = supports_skip_locked(conn)
+    return bool(info["agora_skip_locked"])
+
+
+def claim_next_proposal(
+    conn: Connection, *, worker_id: str, lease_ms: int, clock: Clock | None = None
+) -> ClaimResult:
+    """Claim the most overdue work across all scopes, or return outcome ``none``.
+
+    Due work is queued, or running under an expired lease (then ``recovered``), taken in
+    ``discovery_at`` order from the discovery index only: with ``FOR UPDATE SKIP LOCKED`` where
+    the server has it, else (SQLite, older MySQL/MariaDB) by the version fence alone. On a
+    Galera cluster node, one of the oldest due rows of this node's share, read without locking
+    and taken by the version fence (``next_due_share``: node-local SKIP LOCKED cannot keep
+    workers on two nodes off one row, and a replicated write aborts a lock holder).
+    Privileged: worker infrastructure only.
+    """
+    check_identity("worker_id", worker_id)
+    check_lease_ms(lease_ms)
+    now = clock_or_system(clock).now_ms()
+    dialect = dialect_name(conn)
+    statements = worker_sql(dialect)
+    locked = _skip_locked(conn)
+    if locked and statements.claim_next is not None:
+        claimed = _claim_next_in_one_statement(
+            conn, statements.claim_next, worker_id, lease_ms, now
+        )
+        if claimed is not None:
+            return claimed
+        # Nothing was due, or (rarely) the fence lost a race: the loop below tells them apart.
+    read = statements.next_due_locked if locked else statements.next_due_fenced
+    args: tuple[Any, ...] = (now, now)
+    galera = locked and is_galera(conn)
+    if galera:
+        index, size = galera_slot(conn)
+        read = statements.next_due_share if size > 1 else statements.next_due_fenced
+        args = (now, size, index, now, size, index) if size > 1 else args
+    for _ in range(FENCE_ROUNDS):
+        rows = sorted(
+            (Due(*row) for row in run_on_driver(conn, read, args).rows),
+            key=lambda r: r.discovery_at,
+        )
+        if not rows and read is statements.next_due_share:
+            # Nothing due in this node's share: take from the others' (a node may be gone).
+            read, args = statements.next_due_fenced, (now, now)
+            continue
+        if not rows:
+            break
+        if galera:
+            # Unlocked candidates: this node's other workers read the same few; in random
+            # order they rarely wait on each other's row lock (then lose the fence) — Galera.
+            random.shuffle(rows)
+        for row in rows:
+            kind: ClaimOutcome = "recovered" if row.discovery_state == "running" else "claimed"
+            claimed = _take_lease(conn, row, kind, worker_id, lease_ms, now)
+            if claimed is not None:
+                return claimed
+    return ClaimResult("none", None, None)
+
+
+def _claim_next_in_one_statement(
+    conn: Connection, sql: str, worker_id: str, lease_ms: int, now: int
+) -> ClaimResult | None:
+    """PostgreSQL: the locking discovery read and the fenced take-lease as one UPDATE.
+
+    ``None`` when it changed no row: nothing is due, or the version fence lost a race.
+    """
+    token = secrets.token_urlsafe(32)
+    expires = now + lease_ms
+    args = (worker_id, token_hash(token), expires, expires, now, now, now)
+    rows = run_on_driver(conn, sql, args).rows
+    if not rows:
+        return None
+    *work, generation, prior_state = rows[0]
+    kind: ClaimOutcome = "recovered" if prior_state == "running" else "claimed"
+    return open_claims(conn, [ClaimResult(kind, Lease(token, generation, expires), Work(*work))])[0]
+
+
+# --- batches: k leases in one claim, n outcomes in one settle -----------------------------------
+
+
+def _claim_many_args(worker_id: str, tokens: list[str], now: int, expires: int) -> tuple[Any, ...]:
+    """The parameters of ``claim_many_pg``: the n-th due row takes the n-th token's hash."""
+    return (now, now, worker_id, [token_hash(t) for t in tokens], expires, expires, now)
+
+
+def _claims_from_rows(
+    conn: Connection, rows: list[tuple[Any, ...]], tokens: list[str], expires: int
+) -> list[ClaimResult]:
+    """``claim_many_pg``'s rows as claims, oldest first (row ``n`` holds ``tokens[n - 1]``)."""
+    claimed = []
+    for *work, generation, prior_state, n in sorted(rows, key=lambda row: row[-1]):
+        kind: ClaimOutcome = "recovered" if prior_state == "running" else "claimed"
+        claimed.append(ClaimResult(kind, Lease(tokens[n - 1], generation, expires), Work(*work)))
+    return open_claims(conn, claimed)
+
+
+def _work(row: Proposal | Due, attempts: int) -> Work:
+    return Work(
+        id=row.id,
+        idempotency_key=row.idempotency_key,
+        tenant_ref=row.tenant_ref,
+        actor_ref=row.actor_ref,
+        thread_id=row.thread_id,
+        run_id=row.run_id,
+        tool_call_id=row.tool_call_id,
+        tool_name=row.tool_name,
+        input=row.input,
+        attempts=attempts,
+    )
+
+
+def claim_next_proposals(
+    conn: Connection, *, worker_id: str, lease_ms: int, limit: int, clock: Clock | None = None
+) -> list[ClaimResult]:
+    """Claim up to ``limit`` (1–1000) of the most overdue work across all scopes.
+
+    Each lease has its own token and generation, exactly as ``claim_next_proposal`` issues them;
+    an empty list means nothing is due. PostgreSQL: one statement (the two locking reads take up
+    to ``limit`` rows of each state, and one fenced UPDATE takes the oldest ``limit``).
+    MySQL/MariaDB with SKIP LOCKED: one read (locking its ``queued`` rows) and one UPDATE of the
+    rows locked; expired leases among them are first locked by primary key (see ``queries``).
+    Elsewhere (SQLite, older servers): a fenced loop over candidates, in the caller's
+    transaction. Privileged: worker infrastructure only.
+    """
+    check_identity("worker_id", worker_id)
+    check_lease_ms(lease_ms)
+    check_limit(limit, MAX_CLAIM_BATCH)
+    now = clock_or_system(clock).now_ms()
+    expires = now + lease_ms
+    dialect = dialect_name(conn)
+    locked = _skip_locked(conn)
+    tokens = [secrets.token_urlsafe(32) for _ in range(limit)]
+    if locked and dialect == "postgresql":
+        pg_args = _claim_many_args(worker_id, tokens, now, expires)
+        return _claims_from_rows(
+            conn, run_on_driver(conn, claim_many_pg(limit), pg_args).rows, tokens, expires
+        )
+    if locked:
+        read = next_due_many(dialect, limit, locked=True)
+        rows = sorted(
+            (Due(*row) for row in run_on_driver(conn, read, (now, now)).rows),
+            key=lambda r: (r.discovery_at, r.id),
+        )[:limit]
+        if not rows:
+            return []
+        rows = _lock_recoveries_mysql(conn, rows)
+        if not rows:
+            return []
+        pairs = [
+            value
+            for row, token in zip(rows, tokens, strict=False)
+            for value in (row.id, token_hash(token))
+        ]
+        args: tuple[Any, ...] = (worker_id, *pairs, expires, expires, now, *(r.id for r in rows))
+        # These rows are locked by this transaction: the update cannot lose a fence.
+        run_on_driver(conn, take_leases_mysql(len(rows)), args)
+        taken = [
+            ClaimResult(
+                "recovered" if row.discovery_state == "running" else "claimed",
+                Lease(token, row.generation + 1, expires),
+                _work(row, row.attempts + 1),
+            )
+            for row, token in zip(rows, tokens, strict=False)
+        ]
+        return open_claims(conn, taken)
+    results: list[ClaimResult] = []
+    read = next_due_many(dialect, limit, locked=False)
+    for _ in range(FENCE_ROUNDS):
+        candidates = sorted(
+            (Due(*row) for row in run_on_driver(conn, read, (now, now)).rows),
+            key=lambda r: (r.discovery_at, r.id),
+        )
+        taken_before = len(results)
+        for row in candidates:
+            if len(results) == limit:
+                return results
+            kind: ClaimOutcome = "recovered" if row.discovery_state == "running" else "claimed"
+            result = _take_lease(conn, row, kind, worker_id, lease_ms, now)
+            if result is not None:
+                results.append(result)
+        if len(results) == limit or len(results) == taken_before or len(candidates) < limit:
+            break
+    return results
+
+
+def _lock_recoveries_mysql(conn: Connection, rows: list[Due]) -> list[Due]:
+    """InnoDB: the ``running`` rows of a batch were read without locks (see ``queries``); lock
+    them by primary key and keep those still as read (same version: still due). The ``queued``
+    rows are locked by the read itself."""
+    unlocked = [row for row in rows if row.discovery_state == "running"]
+    if not unlocked:
+        return rows
+    ids = [row.id for row in unlocked]
+    held = dict(run_on_driver(conn, lock_by_id_mysql(len(ids)), ids).rows)
+    kept = {row.id for row in unlocked if held.get(row.id) == row.version}
+    return [row for row in rows if row.discovery_state != "running" or row.id in kept]
+
+
+def settle_proposals(
+    conn: Connection, settlements: Sequence[Settlement], *, clock: Clock | None = None
+) -> list[SettleResult]:
+    """Record many outcomes, each fenced exactly as ``settle_proposal`` is; one result each.
+
+    A lost lease (wrong token or generation, expired, settled already) is ``lost`` and never
+    blocks the others. PostgreSQL: one UPDATE over the arrays of the batch. MySQL/MariaDB: one
+    locking read of the live leases and one UPDATE of those that hold. SQLite: one fenced
+    UPDATE each, in the caller's transaction. At most 1,000 settlements, distinct proposals.
+    """
+    if not 1 <= len(settlements) <= MAX_CLAIM_BATCH:
+        raise InvalidInput(
+            f"settle between 1 and {MAX_CLAIM_BATCH} outcomes at once, not {len(settlements)}",
+            param="settlements",
+        )
+    results_text: list[str | None] = []
+    for item in settlements:
+        if not isinstance(item, Settlement):
+            raise InvalidInput("each settlement must be a Settlement", param="settlements")
+        check_identity("id", item.proposal_id)
+        check_lease(item.token, item.generation)
+        check_settle(item.outcome, item.error)
+        results_text.append(None if item.result is None else dump_json("result", item.result))
+    ids = [item.proposal_id for item in settlements]
+    if len(set(ids)) != len(ids):
+        raise InvalidInput("a proposal appears twice in one batch of settlements")
+    results_text = seal_results(conn, list(zip(ids, results_text, strict=True)))
+    now = clock_or_system(clock).now_ms()
+    hashes = [token_hash(item.token) for item in settlements]
+    dialect = dialect_name(conn)
+    if dialect == "postgresql":
+        args: tuple[Any, ...] = (
+            now,
+            now,
+            ids,
+            hashes,
+            [item.generation for item in settlements],
+            [item.outcome for item in settlements],
+            results_text,
+            [item.error for item in settlements],
+            now,
+        )
+        settled = {row[0] for row in run_on_driver(conn, SETTLE_MANY_PG, args).rows}
+    elif dialect == "mysql":
+        live = run_on_driver(conn, holders_mysql(len(ids)), (*ids, now)).rows
+        held = {(pid, hashed, int(gen)) for pid, hashed, gen in live}
+        holding = [
+            n
+            for n, item in enumerate(settlements)
+            if (item.proposal_id, hashes[n], item.generation) in held
+        ]
+        if holding:
+            values = [
+                value
+                for n in holding
+                for value in (ids[n], settlements[n].outcome, results_text[n], settlements[n].error)
+            ]
+            run_on_driver(conn, settle_many_mysql(len(holding)), (*values, now, now))
+        settled = {ids[n] for n in holding}
+    else:
+        sql = worker_sql(dialect).settle
+        settled = set()
+        for n, item in enumerate(settlements):
+            args = (
+                item.outcome,
+                results_text[n],
+                item.error,
+                now,
+                now,
+                ids[n],
+                hashes[n],
+                item.generation,
+                now,
+            )
+            if run_on_driver(conn, sql, args).rowcount == 1:
+                settled.add(ids[n])
+    return [SettleResult("settled" if pid in settled else "lost") for pid in ids]
+
+
+def settle_and_claim_next(
+    conn: Connection,
+    settlement: Settlement,
+    *,
+    worker_id: str,
+    lease_ms: int,
+    limit: int = 1,
+    clock: Clock | None = None,
+) -> tuple[SettleResult, list[ClaimResult]]:
+    """Settle one job and claim the next ``limit`` in the caller's transaction (a worker's step).
+
+    PostgreSQL (with SKIP LOCKED): the settle and the claim are sent together in one round trip
+    (psycopg's pipeline mode), which PostgreSQL runs as one transaction even in autocommit.
+    """
+    if dialect_name(conn) == "postgresql" and _skip_locked(conn):
+        return _settle_and_claim_pg(conn, settlement, worker_id, lease_ms, limit, clock)
+    settled = settle_proposals(conn, [settlement], clock=clock)[0]
+    claimed = claim_next_proposals(
+        conn, worker_id=worker_id, lease_ms=lease_ms, limit=limit, clock=clock
+    )
+    return settled, claimed
+
+
+def _settle_and_claim_pg(
+    conn: Connection,
+    item: Settlement,
+    worker_id: str,
+    lease_ms: int,
+    limit: int,
+    clock: Clock | None,
+) -> tuple[SettleResult, list[ClaimResult]]:
+    check_identity("worker_id", worker_id)
+    check_lease_ms(lease_ms)
+    check_limit(limit, MAX_CLAIM_BATCH)
+    if not isinstance(item, Settlement):
+        raise InvalidInput("the settlement must be a Settlement", param="settlement")
+    check_identity("id", item.proposal_id)
+    check_lease(item.token, item.generation)
+    check_settle(item.outcome, item.error)
+    result_text = None if item.result is None else dump_json("result", item.result)
+    result_text = seal_results(conn, [(item.proposal_id, result_text)])[0]
+    now = clock_or_system(clock).now_ms()
+    expires = now + lease_ms
+    tokens = [secrets.token_urlsafe(32) for _ in range(limit)]
+    hashed = token_hash(item.token)
+    lease = (item.proposal_id, hashed, item.generation, now)
+    settle_args = (item.outcome, result_text, item.error, now, now, *lease)
+    settled, claimed = run_pipelined(
+        conn,
+        [
+            (worker_sql("postgresql").settle, settle_args),
+            (claim_many_pg(limit), _claim_many_args(worker_id, tokens, now, expires)),
+        ],
+    )
+    outcome = SettleResult("settled" if settled.rowcount == 1 else "lost")
+    return outcome, _claims_from_rows(conn, claimed.rows, tokens, expires)

@@ -1,0 +1,336 @@
+"""What a proposal is: its states, the values it is made of, and the results of acting on it.
+
+No SQL here: the dataclasses the store returns, the state and outcome literals, the input checks
+every operation runs before any SQL, and the pure functions that derive ids and keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, fields
+from typing import Any, Literal, get_args
+
+from agora_cli.store._clock import Clock, SystemClock
+from agora_cli.store._errors import Conflict, InvalidInput
+from agora_cli.store._values import (
+    BIGINT_MAX,
+    check_identity,
+    check_int,
+    check_optional_identity,
+    check_text,
+    load_json,
+)
+
+__all__ = [
+    "DECISIONS",
+    "ID_PREFIX",
+    "BackfillResult",
+    "ClaimOutcome",
+    "ClaimResult",
+    "CreateOutcome",
+    "CreateResult",
+    "DecideOutcome",
+    "DecideResult",
+    "Decision",
+    "DeliveryOutcome",
+    "DeliveryResult",
+    "DiscoveryState",
+    "ExecutionState",
+    "Lease",
+    "NewProposal",
+    "Proposal",
+    "RenewOutcome",
+    "RenewResult",
+    "Scope",
+    "SettleOutcome",
+    "SettleResult",
+    "SettledState",
+    "Settlement",
+    "Work",
+    "default_idempotency_key",
+    "proposal_id",
+]
+
+Decision = Literal["pending", "approved", "rejected", "expired"]
+ExecutionState = Literal["queued", "running", "succeeded", "failed"]
+DiscoveryState = Literal["pending", "queued", "running", "done"]
+SettledState = Literal["succeeded", "failed"]
+
+CreateOutcome = Literal["created", "existing", "conflict"]
+DecideOutcome = Literal["applied", "unchanged", "conflict", "expired", "not_found"]
+ClaimOutcome = Literal["claimed", "recovered", "not_claimable", "not_found", "none"]
+RenewOutcome = Literal["renewed", "lost"]
+SettleOutcome = Literal["settled", "lost"]
+DeliveryOutcome = Literal["delivered", "already_delivered", "not_settled", "not_found"]
+
+ID_PREFIX = "ap_"
+DECISIONS: tuple[Decision, ...] = get_args(Decision)
+SETTLED_STATES: tuple[SettledState, ...] = get_args(SettledState)
+MAX_LIST = 1000
+MAX_BACKFILL_BATCH = 10_000
+# A fenced update loses only to a writer that changed the row; after a few rounds the row has
+# left the state being raced for, so this bound is never reached in practice.
+FENCE_ROUNDS = 16
+
+
+# --- values -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Whose proposal it is: ``tenant_ref`` is ``None`` only for a proposal without a tenant."""
+
+    tenant_ref: str | None
+    actor_ref: str
+    thread_id: str
+
+    def __post_init__(self) -> None:
+        check_optional_identity("tenant_ref", self.tenant_ref)
+        check_identity("actor_ref", self.actor_ref)
+        check_identity("thread_id", self.thread_id)
+
+
+@dataclass(frozen=True)
+class NewProposal:
+    """What a runtime proposes; ``id`` and ``idempotency_key`` derive from the run and call."""
+
+    scope: Scope
+    tool_name: str
+    input: Any
+    card: Any = None
+    run_id: str | None = None
+    tool_call_id: str | None = None
+    id: str | None = None
+    idempotency_key: str | None = None
+    expires_at: int | None = None
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One proposal as stored; ``input``, ``card`` and ``result`` are JSON text (opened when
+    sealed). No lease token."""
+
+    id: str
+    idempotency_key: str
+    tenant_ref: str | None
+    actor_ref: str
+    thread_id: str
+    run_id: str | None
+    tool_call_id: str | None
+    tool_name: str
+    input: str
+    card: str | None
+    decision: Decision
+    decided_by: str | None
+    decided_at: int | None
+    decision_note: str | None
+    expires_at: int | None
+    execution_state: ExecutionState | None
+    lease_owner: str | None
+    lease_expires_at: int | None
+    generation: int
+    attempts: int
+    result: str | None
+    error: str | None
+    settled_at: int | None
+    version: int
+    created_at: int
+    updated_at: int
+    discovery_state: DiscoveryState | None
+    discovery_at: int | None
+    outcome_delivered_at: int | None
+    outcome_message_id: str | None
+    # how input, card and result read (``sealing.Opened`` states): "plain", "opened", "locked"
+    # (no KEK: ``[sealed]`` in their place), "broken" or "shredded"; not a column
+    seal_state: str = "plain"
+
+    @property
+    def scope(self) -> Scope:
+        return Scope(self.tenant_ref, self.actor_ref, self.thread_id)
+
+    @property
+    def input_value(self) -> Any:
+        return load_json(self.input)
+
+    @property
+    def card_value(self) -> Any:
+        return load_json(self.card)
+
+    @property
+    def result_value(self) -> Any:
+        return load_json(self.result)
+
+
+PROPOSAL_FIELDS = tuple(f.name for f in fields(Proposal) if f.name != "seal_state")
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A lease as issued: the token is shown here once and stored only as its SHA-256."""
+
+    token: str
+    generation: int
+    expires_at: int
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a worker needs to execute a claimed proposal: no audit, no lease token."""
+
+    id: str
+    idempotency_key: str
+    tenant_ref: str | None
+    actor_ref: str
+    thread_id: str
+    run_id: str | None
+    tool_call_id: str | None
+    tool_name: str
+    input: str
+    attempts: int
+
+    @property
+    def input_value(self) -> Any:
+        return load_json(self.input)
+
+
+WORK_FIELDS = tuple(f.name for f in fields(Work))
+
+
+# --- results ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CreateResult:
+    """``created``, ``existing`` (same key and content) or ``conflict`` (the one that exists)."""
+
+    outcome: CreateOutcome
+    proposal: Proposal
+
+
+@dataclass(frozen=True)
+class DecideResult:
+    """The outcome of a decision and the proposal as it now stands (``None``: not found)."""
+
+    outcome: DecideOutcome
+    proposal: Proposal | None
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """The outcome of a claim; ``lease`` and ``work`` only when ``claimed`` or ``recovered``."""
+
+    outcome: ClaimOutcome
+    lease: Lease | None
+    work: Work | None
+
+
+@dataclass(frozen=True)
+class RenewResult:
+    """``renewed`` with the new lease expiry, or ``lost``."""
+
+    outcome: RenewOutcome
+    expires_at: int | None
+
+
+@dataclass(frozen=True)
+class SettleResult:
+    """``settled`` or ``lost``."""
+
+    outcome: SettleOutcome
+
+
+@dataclass(frozen=True)
+class DeliveryResult:
+    """The outcome of admitting a settled proposal's outcome into its thread."""
+
+    outcome: DeliveryOutcome
+    message_id: str | None
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """One outcome to record under a lease, for ``settle_proposals`` (a batched settle)."""
+
+    proposal_id: str
+    token: str
+    generation: int
+    outcome: SettledState
+    result: Any = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class BackfillResult:
+    """How many legacy rows one backfill batch filled, and how many remain.
+
+    ``remaining`` is ``None`` when the caller asked not to count (``count_remaining=False``) and
+    the batch was full, so that more may remain.
+    """
+
+    backfilled: int
+    remaining: int | None
+
+
+# --- ids, keys and checks ---------------------------------------------------------------------
+
+
+def proposal_id(run_id: str, tool_call_id: str) -> str:
+    """Return the deterministic id of the proposal for one tool call of one run."""
+    check_identity("run_id", run_id)
+    check_identity("tool_call_id", tool_call_id)
+    # A JSON pair, so that ("a:b", "c") and ("a", "b:c") never share a digest.
+    digest = hashlib.sha256(json.dumps([run_id, tool_call_id]).encode()).hexdigest()
+    return ID_PREFIX + digest
+
+
+def default_idempotency_key(run_id: str, tool_call_id: str) -> str:
+    """Return the default idempotency key, ``run_id:tool_call_id``."""
+    return check_identity("idempotency_key", f"{run_id}:{tool_call_id}")
+
+
+def token_hash(token: str) -> str:
+    """The SHA-256 (hex) of a lease token: the only form of it the store keeps."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def clock_or_system(clock: Clock | None) -> Clock:
+    return clock if clock is not None else SystemClock()
+
+
+def check_limit(limit: object, high: int = MAX_LIST) -> int:
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= high:
+        raise InvalidInput(f"limit must be an integer from 1 to {high}, not {limit!r}")
+    return limit
+
+
+def check_lease(token: object, generation: object) -> None:
+    """A lease as a caller presents it: a token and a generation within ``BIGINT``."""
+    if not isinstance(token, str) or not token:
+        raise InvalidInput("the lease token must be a non-empty string")
+    check_text("the lease token", token)
+    check_int("generation", generation, low=1, high=BIGINT_MAX)
+
+
+def check_decision_filter(decision: str | None) -> None:
+    if decision is not None and decision not in DECISIONS:
+        raise InvalidInput(f"decision must be one of {', '.join(DECISIONS)}, not {decision!r}")
+
+
+def check_decide(decision: str, decided_by: str, note: str | None) -> None:
+    if decision not in ("approved", "rejected"):
+        raise InvalidInput(f"decision must be approved or rejected, not {decision!r}")
+    check_identity("decided_by", decided_by)
+    if note is not None:
+        check_text("note", note)
+
+
+def check_settle(outcome: str, error: str | None) -> None:
+    if outcome not in SETTLED_STATES:
+        raise InvalidInput(f"outcome must be succeeded or failed, not {outcome!r}")
+    if error is not None:
+        check_text("error", error)
+
+
+def raced_too_often(pid: str) -> Conflict:
+    return Conflict(f"proposal {pid!r} kept changing under concurrent writers; try again")

@@ -1,0 +1,418 @@
+"""Every statement the proposal store runs, each defined once.
+
+Two kinds live here. Rows are read and fenced with SQLAlchemy Core (``select_rows``,
+``scope_filter``, ``fenced_update``): those paths are rare and clarity wins. The statements a
+worker runs in a loop — discover due work, take a lease, renew it, settle it — are named SQL
+text, like procrastinate's ``sql/queries.sql``: one definition each, rendered once per dialect
+(placeholder style, derived-table syntax) by ``worker_sql`` and run on the driver's cursor
+(``engine.run_on_driver``) on every dialect, SQLite included.
+
+Each discovery read is one index range (``discovery_state = s`` ordered by ``discovery_at``) of
+the discovery index. The state is a constant in the SQL text so PostgreSQL keeps one generic
+plan for the prepared statement instead of planning every claim anew. On InnoDB a locking read
+locks only the rows it returns, so other workers skip them; the row of the other state that a
+claim did not take stays locked only until the short transaction ends. PostgreSQL refuses
+``FOR UPDATE`` on a ``UNION`` member itself and SQLite refuses parenthesised members, hence
+derived tables there; MariaDB materialises each derived table (three times slower), so it gets
+the parenthesised branches.
+
+On InnoDB only the ``queued`` read locks. A locking range read also locks the first index record
+past its range to see that the range ended — when no lease has expired (the usual case) that is
+the oldest live lease's row, so every claim would hold a lock on another worker's running job and
+its settle would wait for the claim to commit (4 workers on MariaDB then ran at the speed of
+one). The ``running`` read is therefore a plain consistent read, and the expired leases it finds
+are taken under the version fence (one claim) or locked by primary key first (a batch).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from sqlalchemy import and_, or_, select, update
+from sqlalchemy.sql.elements import ColumnElement
+
+from agora_cli.store._proposals.model import PROPOSAL_FIELDS, WORK_FIELDS, Proposal, Scope
+from agora_cli.store._schema import action_proposal as p
+from agora_cli.store._sqlexpr import exact_eq
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, RowMapping
+    from sqlalchemy.sql import Select
+
+__all__ = [
+    "COLUMNS",
+    "DUE_STATES",
+    "Due",
+    "WorkerSql",
+    "fenced_update",
+    "in_scope",
+    "proposal_row",
+    "rows_by_id_or_key",
+    "scope_filter",
+    "select_rows",
+    "tenant_key_of",
+    "worker_sql",
+]
+
+COLUMNS = tuple(p.c[name] for name in PROPOSAL_FIELDS)
+DUE_STATES = ("queued", "running")
+# Without SKIP LOCKED (SQLite, MySQL < 8.0.1, MariaDB < 10.6) a claim reads a few candidates of
+# each state and lets the version fence decide who gets each.
+FALLBACK_CANDIDATES = 8
+
+
+# --- rows, scopes and fences (Core) -----------------------------------------------------------
+
+
+def select_rows() -> Select[Any]:
+    """``SELECT`` of every column a ``Proposal`` holds."""
+    return select(*COLUMNS)
+
+
+def proposal_row(row: RowMapping) -> Proposal:
+    return Proposal(*(row[name] for name in PROPOSAL_FIELDS))
+
+
+def in_scope(proposal: Proposal, pid: str, scope: Scope) -> bool:
+    """Exact comparison in Python too, whatever the collation did."""
+    return (
+        proposal.id == pid
+        and proposal.tenant_ref == scope.tenant_ref
+        and proposal.actor_ref == scope.actor_ref
+        and proposal.thread_id == scope.thread_id
+    )
+
+
+def tenant_key_of(tenant_ref: str | None) -> str:
+    """The tenant an idempotency key is unique in (revision 0008): the tenant, or '' for none
+    (a NULL would let two untenanted proposals share a key)."""
+    return "" if tenant_ref is None else tenant_ref
+
+
+def rows_by_id_or_key(
+    conn: Connection, pid: str, key: str, tenant_ref: str | None
+) -> list[Proposal]:
+    """The tenant's proposals with this id or idempotency key: another tenant's never, so that
+    neither an ``existing`` nor a ``conflict`` tells of its keys (issue 24, finding 10)."""
+    stmt = select_rows().where(
+        exact_eq(p.c.tenant_key, tenant_key_of(tenant_ref)),
+        or_(exact_eq(p.c.id, pid), exact_eq(p.c.idempotency_key, key)),
+    )
+    rows = [proposal_row(r) for r in conn.execute(stmt).mappings()]
+    return [r for r in rows if r.tenant_ref == tenant_ref]
+
+
+def scope_filter(scope: Scope) -> ColumnElement[bool]:
+    tenant = (
+        p.c.tenant_ref.is_(None)
+        if scope.tenant_ref is None
+        else exact_eq(p.c.tenant_ref, scope.tenant_ref)
+    )
+    return and_(
+        tenant, exact_eq(p.c.actor_ref, scope.actor_ref), exact_eq(p.c.thread_id, scope.thread_id)
+    )
+
+
+def fenced_update(conn: Connection, row: Proposal, changes: dict[str, Any]) -> Proposal | None:
+    """Apply ``changes`` if the row still has ``row.version``; the new state, or ``None``."""
+    version = row.version + 1
+    stmt = (
+        update(p)
+        .where(p.c.id == row.id, p.c.version == row.version)
+        .values(**changes, version=version)
+    )
+    if conn.execute(stmt).rowcount != 1:
+        return None
+    return replace(row, **changes, version=version)
+
+
+# --- the worker's statements (named SQL, run on the driver's cursor) ---------------------------
+
+
+class Due(NamedTuple):
+    """A row of the discovery read: what ``Work`` needs, and what the fence and order need."""
+
+    id: str
+    idempotency_key: str
+    tenant_ref: str | None
+    actor_ref: str
+    thread_id: str
+    run_id: str | None
+    tool_call_id: str | None
+    tool_name: str
+    input: str
+    attempts: int
+    version: int
+    generation: int
+    discovery_state: str
+    discovery_at: int
+
+
+_T = p.name
+_DUE_KEY = ("id", "version", "discovery_state", "discovery_at")
+
+
+def _due_read(
+    state: str, columns: str, *, per_state: int, locked: bool, share: bool = False
+) -> str:
+    lock = " FOR UPDATE SKIP LOCKED" if locked else ""
+    # A Galera node's share of the rows (see ``next_due_share``): the hash modulo the cluster size.
+    mine = " AND MOD(CRC32(id), %s) = %s" if share else ""
+    return (
+        f"SELECT {columns} FROM {_T} WHERE discovery_state = '{state}' AND discovery_at <= %s"
+        f"{mine} ORDER BY discovery_at LIMIT {per_state}{lock}"
+    )
+
+
+def _union_of_due_reads(
+    columns: Sequence[str],
+    *,
+    derived: bool,
+    per_state: int = 1,
+    locked: bool = True,
+    lock_running: bool = True,
+    share: bool = False,
+) -> str:
+    listed = ", ".join(columns)
+    reads = [
+        _due_read(
+            s,
+            listed,
+            per_state=per_state,
+            locked=locked and (lock_running or s != "running"),
+            share=share,
+        )
+        for s in DUE_STATES
+    ]
+    if derived:
+        branches = (
+            f"SELECT * FROM ({read}) AS {s}" for read, s in zip(reads, DUE_STATES, strict=True)
+        )
+    else:
+        branches = (f"({read})" for read in reads)
+    return " UNION ALL ".join(branches)
+
+
+def _take_lease_set(alias: str) -> str:
+    """The take-lease assignments; what they read is qualified by ``alias`` where it must be."""
+    return (
+        "execution_state = 'running', lease_owner = %s, lease_token_hash = %s, "
+        f"lease_expires_at = %s, generation = {alias}generation + 1, "
+        f"attempts = {alias}attempts + 1, discovery_state = 'running', discovery_at = %s, "
+        f"updated_at = %s, version = {alias}version + 1"
+    )
+
+
+_LEASE_HOLDER = (
+    "id = %s AND lease_token_hash = %s AND generation = %s "
+    "AND execution_state = 'running' AND lease_expires_at > %s"
+)
+
+
+@dataclass(frozen=True)
+class WorkerSql:
+    """The worker's statements for one dialect (placeholders in the driver's style).
+
+    Parameters, in order:
+
+    - ``next_due_locked`` / ``next_due_fenced``: now, now
+    - ``next_due_share`` (MySQL/MariaDB, for Galera): now, cluster size, node index, twice
+    - ``take_lease``: owner, token hash, lease expiry, lease expiry, now, id, version
+    - ``claim_next`` (PostgreSQL only): owner, token hash, expiry, expiry, now, now, now
+    - ``renew``: lease expiry, lease expiry, now, id, token hash, generation, now
+    - ``settle``: state, result, error, now, now, id, token hash, generation, now
+    """
+
+    next_due_locked: str
+    next_due_share: str
+    next_due_fenced: str
+    take_lease: str
+    claim_next: str | None
+    renew: str
+    settle: str
+
+
+def _render(dialect: str, sql: str) -> str:
+    return sql.replace("%s", "?") if dialect == "sqlite" else sql
+
+
+@functools.cache
+def worker_sql(dialect: str) -> WorkerSql:
+    """The worker's statements rendered for ``dialect`` (``postgresql``, ``mysql``, ``sqlite``)."""
+    due_columns = Due._fields
+    claim_next = None
+    if dialect == "postgresql":
+        # The two locking reads and the fenced take-lease as one UPDATE: the oldest due row of
+        # the two is taken under the same version fence, in one round trip. RETURNING gives the
+        # new generation and attempts, and the state the row was discovered in (running: a
+        # recovery).
+        claim_next = (
+            f"UPDATE {_T} AS a SET {_take_lease_set('a.')} "
+            f"FROM ({_union_of_due_reads(_DUE_KEY, derived=True)} "
+            "ORDER BY discovery_at LIMIT 1) AS due "
+            "WHERE a.id = due.id AND a.version = due.version "
+            f"RETURNING {', '.join('a.' + name for name in WORK_FIELDS)}, a.generation, "
+            "due.discovery_state"
+        )
+    fenced = _union_of_due_reads(
+        due_columns, derived=True, per_state=FALLBACK_CANDIDATES, locked=False
+    )
+    renew = (
+        f"UPDATE {_T} SET lease_expires_at = %s, discovery_at = %s, updated_at = %s, "
+        f"version = version + 1 WHERE {_LEASE_HOLDER}"
+    )
+    settle = (
+        f"UPDATE {_T} SET execution_state = %s, result = %s, error = %s, settled_at = %s, "
+        "lease_token_hash = NULL, lease_expires_at = NULL, discovery_state = 'done', "
+        f"discovery_at = NULL, updated_at = %s, version = version + 1 WHERE {_LEASE_HOLDER}"
+    )
+    return WorkerSql(
+        next_due_locked=_render(
+            dialect,
+            _union_of_due_reads(
+                due_columns, derived=dialect != "mysql", lock_running=dialect != "mysql"
+            ),
+        ),
+        # On a Galera cluster SKIP LOCKED skips only this node's locks, and a replicated write
+        # aborts any local transaction that holds a lock on its row. A locking read keeps locks
+        # on rows it scanned and did not return (InnoDB: the row past the range's end; with a
+        # filesort, the rows scanned before the one returned), so a worker there reads without
+        # locking a few due rows of this node's share (CRC32 of the id modulo the cluster size
+        # is the node's index) and takes one by the version fence, which locks that row only:
+        # workers on different nodes neither pick nor lock the same rows.
+        next_due_share=_render(
+            dialect,
+            _union_of_due_reads(
+                due_columns,
+                derived=dialect != "mysql",
+                share=True,
+                locked=False,
+                per_state=FALLBACK_CANDIDATES,
+            ),
+        ),
+        next_due_fenced=_render(dialect, fenced),
+        take_lease=_render(
+            dialect, f"UPDATE {_T} SET {_take_lease_set('')} WHERE id = %s AND version = %s"
+        ),
+        claim_next=claim_next,
+        renew=_render(dialect, renew),
+        settle=_render(dialect, settle),
+    )
+
+
+# --- batches: k claims, n settlements -----------------------------------------------------------
+
+
+@functools.cache
+def claim_many_pg(k: int) -> str:
+    """PostgreSQL: claim up to ``k`` due rows in one UPDATE, each with its own token.
+
+    The two locking reads take up to ``k`` rows of each state; ``row_number`` numbers the
+    ``k`` oldest of them, and row ``n`` takes the ``n``-th token hash of the array parameter, so
+    every lease has its own token. Parameters: now, now, owner, token hashes (text[]), lease
+    expiry, lease expiry, now.
+    """
+    reads = _union_of_due_reads(_DUE_KEY, derived=True, per_state=k)
+    return (
+        "WITH due AS (SELECT id, version, discovery_state, "
+        "row_number() OVER (ORDER BY discovery_at, id) AS n "
+        f"FROM ({reads}) AS d ORDER BY discovery_at, id LIMIT {k}) "
+        f"UPDATE {_T} AS a SET execution_state = 'running', lease_owner = %s, "
+        "lease_token_hash = (%s::text[])[due.n], lease_expires_at = %s, "
+        "generation = a.generation + 1, attempts = a.attempts + 1, "
+        "discovery_state = 'running', discovery_at = %s, updated_at = %s, "
+        "version = a.version + 1 "
+        "FROM due WHERE a.id = due.id AND a.version = due.version "
+        f"RETURNING {', '.join('a.' + name for name in WORK_FIELDS)}, a.generation, "
+        "due.discovery_state, due.n"
+    )
+
+
+@functools.cache
+def next_due_many(dialect: str, k: int, *, locked: bool) -> str:
+    """Up to ``k`` due rows of each state (``Due`` columns): locking, or candidates to fence.
+
+    Parameters: now, now.
+    """
+    reads = _union_of_due_reads(
+        Due._fields,
+        derived=dialect != "mysql" or not locked,
+        per_state=k,
+        locked=locked,
+        lock_running=dialect != "mysql",
+    )
+    return _render(dialect, reads)
+
+
+@functools.cache
+def lock_by_id_mysql(m: int) -> str:
+    """MySQL/MariaDB: lock ``m`` rows by primary key, skipping those locked; their versions.
+
+    Parameters: id × m.
+    """
+    ids = ", ".join("%s" for _ in range(m))
+    return f"SELECT id, version FROM {_T} WHERE id IN ({ids}) FOR UPDATE SKIP LOCKED"
+
+
+@functools.cache
+def take_leases_mysql(m: int) -> str:
+    """MySQL/MariaDB: take the leases of ``m`` rows this transaction has locked, one UPDATE.
+
+    Parameters: owner, (id, token hash) × m, lease expiry, lease expiry, now, id × m.
+    """
+    cases = " ".join("WHEN %s THEN %s" for _ in range(m))
+    ids = ", ".join("%s" for _ in range(m))
+    return (
+        f"UPDATE {_T} SET execution_state = 'running', lease_owner = %s, "
+        f"lease_token_hash = CASE id {cases} END, lease_expires_at = %s, "
+        "generation = generation + 1, attempts = attempts + 1, discovery_state = 'running', "
+        f"discovery_at = %s, updated_at = %s, version = version + 1 WHERE id IN ({ids})"
+    )
+
+
+SETTLE_MANY_PG = (
+    f"UPDATE {_T} AS a SET execution_state = v.state, result = v.result, error = v.error, "
+    "settled_at = %s, lease_token_hash = NULL, lease_expires_at = NULL, "
+    "discovery_state = 'done', discovery_at = NULL, updated_at = %s, version = a.version + 1 "
+    "FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[]) "
+    "AS v(id, hash, gen, state, result, error) "
+    "WHERE a.id = v.id AND a.lease_token_hash = v.hash AND a.generation = v.gen "
+    "AND a.execution_state = 'running' AND a.lease_expires_at > %s "
+    "RETURNING a.id"
+)
+"""PostgreSQL: settle many leases in one UPDATE, each fenced as ``settle`` is.
+
+Parameters: now, now, ids, token hashes, generations, states, results, errors (arrays), now."""
+
+
+@functools.cache
+def holders_mysql(n: int) -> str:
+    """MySQL/MariaDB: lock the live leases among ``n`` ids (their token hash and generation).
+
+    Parameters: id × n, now.
+    """
+    ids = ", ".join("%s" for _ in range(n))
+    return (
+        f"SELECT id, lease_token_hash, generation FROM {_T} WHERE id IN ({ids}) "
+        "AND execution_state = 'running' AND lease_expires_at > %s FOR UPDATE"
+    )
+
+
+@functools.cache
+def settle_many_mysql(m: int) -> str:
+    """MySQL/MariaDB: settle ``m`` leases this transaction holds locked, one UPDATE.
+
+    Parameters: (id, state, result, error) × m, now, now.
+    """
+    first = "SELECT %s AS id, %s AS state, %s AS result, %s AS error"
+    rows = " UNION ALL ".join([first, *("SELECT %s, %s, %s, %s" for _ in range(m - 1))])
+    return (
+        f"UPDATE {_T} AS a JOIN ({rows}) AS v ON a.id = v.id "
+        "SET a.execution_state = v.state, a.result = v.result, a.error = v.error, "
+        "a.settled_at = %s, a.lease_token_hash = NULL, a.lease_expires_at = NULL, "
+        "a.discovery_state = 'done', a.discovery_at = NULL, a.updated_at = %s, "
+        "a.version = a.version + 1"
+    )

@@ -1,0 +1,281 @@
+"""``ActionProposalStore``: the proposal functions over an engine, one short transaction each.
+
+Each method is one line over its module function (as httpx's ``Client.get`` is one line over
+``request``): the function validates its arguments before any SQL, and the store adds only the
+transaction, the clock and the bounded retry of deadlocks and serialization failures.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
+
+from agora_cli.store._clock import Clock
+from agora_cli.store._engine import retry_transient
+from agora_cli.store._proposals.backfill import backfill_discovery_index
+from agora_cli.store._proposals.decisions import (
+    create_proposal,
+    decide_proposal,
+    expire_proposals,
+    find_proposal,
+    find_proposal_id,
+    get_proposal,
+    list_proposals,
+)
+from agora_cli.store._proposals.delivery import deliver_outcome, list_undelivered_outcomes
+from agora_cli.store._proposals.inbox import Inbox, InboxState, list_inbox
+from agora_cli.store._proposals.leases import (
+    claim_next_proposal,
+    claim_next_proposals,
+    claim_proposal,
+    renew_lease,
+    settle_and_claim_next,
+    settle_proposal,
+    settle_proposals,
+)
+from agora_cli.store._proposals.model import (
+    BackfillResult,
+    ClaimResult,
+    CreateResult,
+    DecideResult,
+    DeliveryResult,
+    NewProposal,
+    Proposal,
+    RenewResult,
+    Scope,
+    Settlement,
+    SettleResult,
+    clock_or_system,
+)
+from agora_cli.store._proposals.tool_calls import (
+    ApprovalKind,
+    ToolCallApproval,
+    find_approval_id,
+    get_tool_call_approval,
+)
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine
+
+__all__ = ["ActionProposalStore"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class ActionProposalStore:
+    """The proposal store over an engine: each call is one short transaction, retried boundedly
+    on deadlocks and serialization failures. Arguments are validated before any SQL runs."""
+
+    def __init__(self, engine: Engine, clock: Clock | None = None) -> None:
+        self.engine = engine
+        self.clock: Clock = clock_or_system(clock)
+        self._postgresql = engine.dialect.name == "postgresql"
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    def _write(
+        self, fn: Callable[Concatenate[Connection, P], R], *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        def attempt() -> R:
+            with self.engine.begin() as conn:
+                return fn(conn, *args, **kwargs)
+
+        return retry_transient(attempt)
+
+    def _single(
+        self, fn: Callable[Concatenate[Connection, P], R], *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        """A worker's statement that is atomic on its own: on PostgreSQL it runs without a
+        surrounding transaction (autocommit: no BEGIN and COMMIT round trips; a fenced update
+        proves each step whatever the isolation), elsewhere in a short transaction."""
+        if self._postgresql:
+
+            def attempt() -> R:
+                with self._autocommit.connect() as conn:
+                    return fn(conn, *args, **kwargs)
+
+            return retry_transient(attempt)
+        return self._write(fn, *args, **kwargs)
+
+    def _read(
+        self, fn: Callable[Concatenate[Connection, P], R], *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        def attempt() -> R:
+            with self.engine.connect().execution_options(sqlite_deferred=True) as conn:
+                with conn.begin():
+                    return fn(conn, *args, **kwargs)
+
+        return retry_transient(attempt)
+
+    def create(self, new: NewProposal) -> CreateResult:
+        """Create a proposal: ``created``, ``existing`` or ``conflict``."""
+        return self._write(create_proposal, new, clock=self.clock)
+
+    def get(self, proposal_id: str, scope: Scope) -> Proposal:
+        """Return a proposal in its scope; ``NotFound`` otherwise (a wrong scope included)."""
+        return self._read(get_proposal, proposal_id, scope=scope)
+
+    def find(self, proposal_id: str, scope: Scope) -> Proposal | None:
+        """Return a proposal in its scope, or ``None``."""
+        return self._read(find_proposal, proposal_id, scope=scope)
+
+    def resolve_id(self, text: str, scope: Scope) -> str:
+        """The full id that ``text`` (an id or a unique prefix) names in ``scope``; ``text``
+        itself when it names none, so that ``get`` and ``decide`` answer as for any id."""
+        found = self._read(find_proposal_id, text, scope=scope)
+        return text if found is None else found
+
+    def resolve_approval(self, text: str, scope: Scope) -> tuple[ApprovalKind, str]:
+        """What ``text`` names in ``scope``: a proposal or the runtime's tool-call approval, by id
+        or unique prefix; ``("proposal", text)`` when it names neither, as ``resolve_id``."""
+        found = self._read(find_approval_id, text, scope=scope)
+        return ("proposal", text) if found is None else found
+
+    def get_tool_call_approval(self, tool_call_id: str, scope: Scope) -> ToolCallApproval:
+        """Return the runtime's tool-call approval in its scope; ``NotFound`` otherwise."""
+        return self._read(get_tool_call_approval, tool_call_id, scope=scope)
+
+    def inbox(
+        self,
+        state: InboxState = "pending",
+        *,
+        tenant_ref: str | None = None,
+        actor_ref: str | None = None,
+        tool_name: str | None = None,
+        expiring_within_ms: int | None = None,
+        limit: int = 50,
+    ) -> Inbox:
+        """One page of the cross-scope inbox (privileged): pending, queued, running or failed."""
+        return self._read(
+            list_inbox, state=state, tenant_ref=tenant_ref, actor_ref=actor_ref,
+            tool_name=tool_name, expiring_within_ms=expiring_within_ms, limit=limit,
+            clock=self.clock,
+        )  # fmt: skip
+
+    def list(
+        self, scope: Scope, decision: str | None = None, limit: int = 100
+    ) -> builtins.list[Proposal]:
+        """List a scope's proposals, newest first."""
+        return self._read(list_proposals, scope=scope, decision=decision, limit=limit)
+
+    def decide(
+        self,
+        proposal_id: str,
+        scope: Scope,
+        decision: str,
+        decided_by: str,
+        note: str | None = None,
+    ) -> DecideResult:
+        """Approve or reject a proposal; the outcome says what happened."""
+        return self._write(
+            decide_proposal,
+            proposal_id,
+            scope=scope,
+            decision=decision,
+            decided_by=decided_by,
+            note=note,
+            clock=self.clock,
+        )
+
+    def claim(self, proposal_id: str, scope: Scope, worker_id: str, lease_ms: int) -> ClaimResult:
+        """Take the execution lease of an approved proposal whose work is due."""
+        return self._write(
+            claim_proposal,
+            proposal_id,
+            scope=scope,
+            worker_id=worker_id,
+            lease_ms=lease_ms,
+            clock=self.clock,
+        )
+
+    def renew(self, proposal_id: str, token: str, generation: int, lease_ms: int) -> RenewResult:
+        """Extend a live lease: ``renewed`` or ``lost``."""
+        return self._single(
+            renew_lease,
+            proposal_id,
+            token=token,
+            generation=generation,
+            lease_ms=lease_ms,
+            clock=self.clock,
+        )
+
+    def settle(
+        self,
+        proposal_id: str,
+        token: str,
+        generation: int,
+        outcome: str,
+        result: Any = None,
+        error: str | None = None,
+    ) -> SettleResult:
+        """Record the outcome under a live lease: ``settled`` or ``lost``."""
+        return self._single(
+            settle_proposal,
+            proposal_id,
+            token=token,
+            generation=generation,
+            outcome=outcome,
+            result=result,
+            error=error,
+            clock=self.clock,
+        )
+
+    @overload
+    def claim_next(self, worker_id: str, lease_ms: int, limit: None = None) -> ClaimResult: ...
+
+    @overload
+    def claim_next(
+        self, worker_id: str, lease_ms: int, limit: int
+    ) -> builtins.list[ClaimResult]: ...
+
+    def claim_next(
+        self, worker_id: str, lease_ms: int, limit: int | None = None
+    ) -> ClaimResult | builtins.list[ClaimResult]:
+        """Claim the most overdue work across scopes (privileged): one claim (outcome ``none``
+        when nothing is due), or with ``limit`` a list of up to ``limit`` claims."""
+        if limit is None:
+            return self._single(
+                claim_next_proposal, worker_id=worker_id, lease_ms=lease_ms, clock=self.clock
+            )
+        return self._single(
+            claim_next_proposals,
+            worker_id=worker_id,
+            lease_ms=lease_ms,
+            limit=limit,
+            clock=self.clock,
+        )
+
+    def settle_many(self, settlements: Sequence[Settlement]) -> builtins.list[SettleResult]:
+        """Record many outcomes at once, each fenced as ``settle``: one result per item."""
+        return self._single(settle_proposals, settlements, clock=self.clock)
+
+    def settle_and_claim_next(
+        self, settlement: Settlement, worker_id: str, lease_ms: int, limit: int = 1
+    ) -> tuple[SettleResult, builtins.list[ClaimResult]]:
+        """Settle one job and claim the next ``limit`` in one short transaction (on PostgreSQL
+        both statements in one round trip, run by the server as one implicit transaction)."""
+        return self._single(
+            settle_and_claim_next,
+            settlement,
+            worker_id=worker_id,
+            lease_ms=lease_ms,
+            limit=limit,
+            clock=self.clock,
+        )
+
+    def expire(self, limit: int = 100) -> int:
+        """Expire a bounded batch (1–1000) of pending proposals past ``expires_at``."""
+        return self._write(expire_proposals, limit=limit, clock=self.clock)
+
+    def list_undelivered_outcomes(self, limit: int = 100) -> builtins.list[Proposal]:
+        """List settled proposals whose outcome has not been delivered to their thread."""
+        return self._read(list_undelivered_outcomes, limit=limit)
+
+    def deliver_outcome(self, proposal_id: str, message_id: str) -> DeliveryResult:
+        """Write a settled outcome to a message of its thread, exactly once."""
+        return self._write(deliver_outcome, proposal_id, message_id=message_id, clock=self.clock)
+
+    def backfill(self, limit: int = 500) -> BackfillResult:
+        """Backfill one bounded batch of legacy rows in its own transaction."""
+        return self._write(backfill_discovery_index, limit=limit)

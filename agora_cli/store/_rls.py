@@ -1,0 +1,1344 @@
+"""Row-level security on PostgreSQL: tenants kept apart by the database itself.
+
+``enable_rls`` enables and *forces* row-level security on every agent table that holds tenant
+data, with one policy per table named ``agent_tenant_isolation`` (tenancy.md, docs/tenancy.md),
+``USING`` (what a session sees, updates, deletes) and ``WITH CHECK`` (what it may write):
+
+- threads: a row is visible and writable when ``tenant_ref`` equals the session setting
+  ``agora.tenant``; untenanted rows (``tenant_ref`` NULL) only while the setting is unset or
+  empty. The daily fold of the ledger and the tenants' keys follow the same rule on their
+  ``tenant_key`` (``''`` is untenanted);
+- token usage, runs and action proposals: visible on their own ``tenant_ref``, or, NULL (the
+  upstream runtime writes its ledger rows so), when their thread is visible: an ``EXISTS`` on
+  ``agent_thread`` under the thread's own policy. Queued messages: their own ``tenant_ref`` (or
+  NULL) and their thread;
+- tables without ``tenant_ref`` follow their parent, through an ``EXISTS`` on the parent table,
+  whose own policy applies inside it: messages, generated-UI calls and confirmation tokens through
+  their thread, tool calls through their message;
+- stream frames (revision 0007 gave them ``tenant_ref``, filled by the frame writer from the
+  run): their own tenant, else (NULL) their run's. A frame whose run is gone is visible to no
+  session of the app role, whatever its tenant setting (issue 24, finding 5).
+
+**A child row carries its parent's tenant (issue 24, finding 1).** ``WITH CHECK`` of every table
+with a parent (thread, run, message) requires the parent to be visible under its own policy, and
+the row's ``tenant_ref`` to be the session's or NULL: a session cannot write a row naming its own
+tenant on another tenant's thread. Chosen over a composite foreign key ``(thread_id,
+tenant_ref)``: the upstream runtime writes children with a NULL ``tenant_ref``, which a
+composite key does not check at all (``MATCH SIMPLE``), nor can it match an untenanted thread
+(NULL); it would also need unique ``(id, tenant_ref)`` indexes on every parent, a ``tenant_ref``
+on messages and tool calls, and the same change on MySQL and SQLite, which have no row-level
+security to need it. The ``EXISTS`` is checked before any foreign key: a parent of another tenant
+and a parent that does not exist fail alike, with the policy's error.
+
+**Tables from the live catalog (finding 8).** Every table of the schema with a tenant column
+(``tenant_ref``, ``tenant_key``) or a foreign key (transitively) to such a table must be
+protected or declared shared (``SHARED_TABLES``, each with its reason): a table added later
+shows as unprotected in ``status``, ``db check`` and ``verify``.
+
+**Policies compared by their expressions.** Each policy carries a comment: a mark (a hash of the
+expressions this agora installs) and the md5 of its expressions as PostgreSQL deparsed them when
+``enable`` installed them (``pg_policies.qual`` and ``with_check``: PostgreSQL's own normal
+form). ``status`` and ``db check`` compare both with the live policy: an older agora's policy, or
+one edited by hand that keeps its comment (``ALTER POLICY … USING (true)``), is outdated, and
+``enable`` replaces its expressions in place (``ALTER POLICY``).
+
+**The app role (finding 4).** ``enable``/``verify`` refuse an app role that could switch the
+policies off: a superuser or ``BYPASSRLS`` role, the owner of an agent table or a member of the
+owning role, a role with ``CREATE`` on the schema, and ``PUBLIC``. It may only read prices,
+budgets, tenant keys and the fold's tables (the fold is privileged: finding 6, which ``verify``
+flags when re-granted by hand).
+
+``enable`` also builds ``agent_token_usage_thread_tenant_idx (thread_id, tenant_ref)`` — an
+extra index (schema.md allows them), built ``CONCURRENTLY`` before the policies' transaction so
+that ledger writes go on meanwhile: under the policy a thread's ledger read is an equality on
+both columns, and without it PostgreSQL merges the thread index with the tenant's whole range
+(``threads show`` of 500 messages: 1.62× with RLS on; 1.1× with the index). ``disable`` drops it.
+The tenant comparisons are plain equalities on a STABLE expression, so the tenant indexes stay
+usable. No ``SECURITY DEFINER`` helper is left: the frames' old ``agent_rls_run_absent``
+(executable by everyone, answering for every tenant's runs) is dropped by ``enable``.
+
+``tenant_session(conn, tenant)`` and ``open_engine(..., tenant=…)`` / ``AGORA_TENANT`` set
+``agora.tenant`` per transaction (``set_config(…, true)``, i.e. ``SET LOCAL``).
+``verify_isolation`` is the per-table isolation test, everything it writes rolled back.
+MySQL/MariaDB and SQLite have no row-level security: the commands refuse there
+(``RlsUnsupported``); ``tenant_session`` does nothing there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import BigInteger, Double, Integer, and_, func, select, text, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
+
+from agora_cli.store._engine import dialect_name
+from agora_cli.store._errors import InvalidInput, SchemaDrift
+from agora_cli.store._masking import scrub
+from agora_cli.store._problems import Problem
+from agora_cli.store._schema import metadata
+from agora_cli.store._tenant_setting import TENANT_SETTING, install_tenant_hook
+from agora_cli.store._values import check_identity
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+    from sqlalchemy.sql.schema import Table
+
+
+__all__ = [
+    "POLICY_NAME",
+    "PROTECTED_TABLES",
+    "SHARED_TABLES",
+    "RlsPlan",
+    "RlsStatus",
+    "RlsTableCheck",
+    "RlsTableState",
+    "RlsVerifyReport",
+    "disable_rls",
+    "enable_rls",
+    "install_tenant_setting",
+    "policy_problems",
+    "rls_status",
+    "session_tenant",
+    "tenant_session",
+    "verify_isolation",
+]
+
+POLICY_NAME = "agent_tenant_isolation"
+
+_SETTING = f"current_setting('{TENANT_SETTING}', true)"
+_UNSET = f"coalesce({_SETTING}, '') = ''"
+_TENANT = f"nullif({_SETTING}, '')"
+
+
+def _direct(column: str = "tenant_ref") -> str:
+    # Two plain branches rather than one CASE or IS NOT DISTINCT FROM: `tenant_ref = <stable>`
+    # is an index condition, so the tenant indexes stay usable under the policy.
+    return f"({column} = {_TENANT} OR ({column} IS NULL AND {_UNSET}))"
+
+
+def _through(table: str, column: str, parent: str) -> str:
+    # The parent's own policy applies inside the EXISTS: the child is visible iff its parent is.
+    # OFFSET 0 keeps it a lookup by the parent's primary key per row: without it the planner may
+    # hash every parent row of the tenant instead (measured: a 500-message thread of a tenant
+    # with 2,000 threads read all 2,000 of them for each `threads show`).
+    return f"EXISTS (SELECT 1 FROM {parent} p WHERE p.id = {table}.{column} OFFSET 0)"
+
+
+def _own_or_threads(table: str) -> str:
+    # A row's own tenant, else (tenant_ref NULL) its thread's: the upstream runtime writes ledger
+    # rows with no tenant_ref, the tenant being the thread's. The thread is looked up under the
+    # thread's own policy, so the row is visible iff its thread is: to the thread's tenant, and
+    # to untenanted sessions only when the thread is untenanted. thread_id is NOT NULL with a
+    # foreign key, so "the thread is not visible" means "another tenant's": no SECURITY DEFINER
+    # lookup is needed, and the planner sees a primary-key probe. The first branch stays a plain
+    # equality, and the second starts with `tenant_ref IS NULL`: both are index conditions.
+    return (
+        f"(tenant_ref = {_TENANT} OR "
+        f"(tenant_ref IS NULL AND {_through(table, 'thread_id', 'agent_thread')}))"
+    )
+
+
+def _own_on_parent(table: str, column: str = "thread_id", parent: str = "agent_thread") -> str:
+    # WITH CHECK of a row that has a tenant_ref and a parent (issue 24, finding 1): the row's
+    # tenant is the session's (or NULL: the parent's) AND its parent is visible under the
+    # parent's own policy. A parent of another tenant and a parent that does not exist fail
+    # alike, with the policy's error, before any foreign key is checked: the error does not tell
+    # whether another tenant's thread exists.
+    return f"((tenant_ref = {_TENANT} OR tenant_ref IS NULL) AND {_through(table, column, parent)})"
+
+
+# table -> (USING, WITH CHECK), parents before children. USING says which rows a session sees
+# (and may update or delete); WITH CHECK which rows it may write: a child row only on a parent
+# the session sees, so a child always carries its parent's tenant.
+POLICIES: dict[str, tuple[str, str]] = {
+    "agent_thread": (_direct(), _direct()),
+    "agent_token_usage": (
+        _own_or_threads("agent_token_usage"),
+        _own_on_parent("agent_token_usage"),
+    ),
+    "agent_run": (_own_or_threads("agent_run"), _own_on_parent("agent_run")),
+    "agent_queued_message": (
+        _own_on_parent("agent_queued_message"),
+        _own_on_parent("agent_queued_message"),
+    ),
+    "agent_action_proposal": (
+        _own_or_threads("agent_action_proposal"),
+        # The idempotency key is unique per tenant_key (revision 0008): a row must carry its own
+        # tenant's, or a raw insert under another tenant's would learn from the duplicate-key
+        # error whether that tenant uses a key. RLS checks run before unique indexes.
+        f"({_own_on_parent('agent_action_proposal')} AND tenant_key = coalesce(tenant_ref, ''))",
+    ),
+    "agent_usage_daily": (
+        f"(tenant_key = coalesce({_SETTING}, ''))",
+        f"(tenant_key = coalesce({_SETTING}, ''))",
+    ),
+    "agent_tenant_key": (
+        f"(tenant_key = coalesce({_SETTING}, ''))",
+        f"(tenant_key = coalesce({_SETTING}, ''))",
+    ),
+    "agent_message": (
+        _through("agent_message", "thread_id", "agent_thread"),
+        _through("agent_message", "thread_id", "agent_thread"),
+    ),
+    "agent_genui_call": (
+        _through("agent_genui_call", "thread_id", "agent_thread"),
+        _through("agent_genui_call", "thread_id", "agent_thread"),
+    ),
+    "agent_confirm_token": (
+        _through("agent_confirm_token", "thread_id", "agent_thread"),
+        _through("agent_confirm_token", "thread_id", "agent_thread"),
+    ),
+    "agent_tool_call": (
+        _through("agent_tool_call", "message_id", "agent_message"),
+        _through("agent_tool_call", "message_id", "agent_message"),
+    ),
+    # A frame's own tenant (revision 0007: the frame writer fills it from its run), else (NULL:
+    # written before 0007, or by the runtime) its run's. A frame whose run is gone is visible to
+    # no session of the app role: only roles that bypass row-level security (the owner, who
+    # purges) see it. It is written only on a run the session sees.
+    "agent_stream_frame": (
+        f"(tenant_ref = {_TENANT} OR (tenant_ref IS NULL AND "
+        f"{_through('agent_stream_frame', 'run_id', 'agent_run')}))",
+        _own_on_parent("agent_stream_frame", "run_id", "agent_run"),
+    ),
+}
+PROTECTED_TABLES: tuple[str, ...] = tuple(POLICIES)
+
+# Tables found in the catalog that hold no tenant's rows, each with the reason: `status`,
+# `check` and `verify` accept them unprotected. Every other table with a tenant column
+# (tenant_ref, tenant_key) or a foreign key to such a table must have its policy.
+SHARED_TABLES: dict[str, str] = {
+    "agent_model_pricing": "prices are the same for every tenant (the runtime only reads them)",
+    "agent_channel_state": "the runtime's transport state, keyed by channel, no tenant data",
+    "agent_budget": "limits the operator sets; the runtime only reads them",
+    "agent_usage_fold": "the fold's list of folded days: no tenant data, written by the fold",
+    "agent_usage_model_daily": "the rollup: every tenant summed per model; no grant to the app",
+    "agent_document": "the optional shared knowledge base (documents branch)",
+    "agent_document_node": "the optional shared knowledge base (documents branch)",
+    "agent_rag_chunk": "the optional shared knowledge base (rag branch)",
+}
+TENANT_COLUMNS = ("tenant_ref", "tenant_key")
+
+
+def _marker(using: str, check: str) -> str:
+    digest = hashlib.sha256(f"{using}\n{check}".encode()).hexdigest()[:16]
+    return f"agora {POLICY_NAME} {digest}"
+
+
+# The policy's comment: its mark (which expressions `enable` installed) and the md5 of the
+# expressions as PostgreSQL deparsed them when it installed them (pg_policies.qual and
+# with_check: PostgreSQL's own normal form, which differs from our text and by server version).
+# `status` and `db check` compare both with the live policy: a policy without the mark (an older
+# agora's) or with another, or whose live expressions are not the ones installed (a hand edit
+# such as `ALTER POLICY … USING (true)`, which keeps the comment), is outdated, and `enable`
+# replaces its expressions in place (ALTER POLICY).
+POLICY_MARKS: dict[str, str] = {t: _marker(*e) for t, e in POLICIES.items()}
+_DEPARSED_MD5 = (
+    "md5(coalesce(qual, '') || chr(10) || coalesce(with_check, '') || chr(10) || cmd "
+    "|| chr(10) || permissive || chr(10) || array_to_string(roles, ','))"
+)
+# Built by `enable` outside its transaction (CONCURRENTLY), dropped by `disable`.
+THREAD_TENANT_INDEX = "agent_token_usage_thread_tenant_idx"
+_ONLINE = "CONCURRENTLY"  # statements that run outside the transaction, in autocommit
+# Tables whose rows with no tenant_ref belong to their thread's tenant (_own_or_threads; queued
+# messages follow their thread anyway): `verify` probes that case on each.
+THREADS_TENANT_TABLES = (
+    "agent_token_usage",
+    "agent_run",
+    "agent_queued_message",
+    "agent_action_proposal",
+)
+# The fold's tables: written only by the privileged fold (issue 24, finding 6); the app role
+# may read them, and `verify` fails when it holds any other privilege on them.
+FOLD_TABLES = ("agent_usage_daily", "agent_usage_fold")
+# The runtime reads these and never writes them: the app role gets SELECT only.
+READ_ONLY_TABLES = frozenset(
+    {"agent_model_pricing", "agent_budget", "agent_tenant_key", *FOLD_TABLES}
+)
+_DML = ("SELECT", "INSERT", "UPDATE", "DELETE")
+# Before issue 24 a SECURITY DEFINER helper of the frames' policy; `enable` drops it.
+RUN_ABSENT_FUNCTION = "agent_rls_run_absent"
+
+
+class RlsUnsupported(InvalidInput):
+    """Row-level security needs PostgreSQL."""
+
+
+def _require_postgresql(bind: Engine | Connection) -> None:
+    name = dialect_name(bind)
+    if name != "postgresql":
+        where = "MySQL/MariaDB" if name == "mysql" else "SQLite"
+        raise RlsUnsupported(
+            f"{where} has no row-level security: isolate tenants by database there "
+            "(one database per tenant); `agora db rls` needs PostgreSQL"
+        )
+
+
+def _quote(conn: Connection, name: str) -> str:
+    return str(conn.dialect.identifier_preparer.quote_identifier(name))
+
+
+_ROLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+# Names PostgreSQL reads as something else than a role: PUBLIC is every role (a grant to it is
+# a grant to all; issue 25: `--app-role public` passed --dry-run and failed for real).
+_RESERVED_ROLES = frozenset({"public", "none", "current_user", "session_user", "current_role"})
+
+
+def _check_role_name(role: str) -> str:
+    if not isinstance(role, str) or not _ROLE_NAME.match(role) or role.lower().startswith("pg_"):
+        raise InvalidInput(
+            f"app_role {role!r} is not a usable role name (letters, digits and _, at most 63 "
+            "characters, not starting with a digit or pg_)",
+            param="app_role",
+        )
+    if role.lower() in _RESERVED_ROLES:
+        raise InvalidInput(
+            f"app_role {role!r} is a reserved name ({role.upper()} is not one role: a grant to "
+            "PUBLIC is a grant to every role); choose another, e.g. agora_app",
+            param="app_role",
+        )
+    return role
+
+
+# --- catalog ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RlsTableState:
+    """One table's row-level security as the catalog describes it."""
+
+    table: str
+    protected: bool  # agora installs a policy on it (PROTECTED_TABLES)
+    exists: bool
+    enabled: bool
+    forced: bool
+    policy: bool
+    # the policy is the one this agora installs, as installed: its mark (POLICY_MARKS) and its
+    # live expressions (pg_policies, deparsed) as `enable` left them; False without a policy
+    policy_current: bool = False
+    # found in the live catalog holding tenant data (a tenant column, or a foreign key to a
+    # table that has one) or a protected table
+    tenant_data: bool = False
+    shared: bool = False  # declared shared (SHARED_TABLES)
+
+    @property
+    def unprotected(self) -> bool:
+        """Tenant data that agora neither protects nor declares shared (a table added later)."""
+        return self.exists and self.tenant_data and not self.protected and not self.shared
+
+
+@dataclass(frozen=True)
+class _Catalog:
+    schema: str
+    tables: dict[str, RlsTableState]
+    function: bool  # RUN_ABSENT_FUNCTION, which `enable` now drops
+    index: str  # THREAD_TENANT_INDEX: "valid", "invalid" (a failed concurrent build) or "missing"
+
+    @property
+    def unprotected(self) -> list[str]:
+        return [s.table for s in self.tables.values() if s.unprotected]
+
+
+def _tenant_tables(columns: dict[str, set[str]], keys: list[tuple[str, str]]) -> set[str]:
+    """The tables holding tenant data: a tenant column, or a foreign key (transitively) to one."""
+    found = {t for t, cols in columns.items() if cols & set(TENANT_COLUMNS)} | set(POLICIES)
+    while True:
+        more = {child for child, parent in keys if parent in found and child not in found}
+        if not more:
+            return found
+        found |= more
+
+
+def _read_catalog(conn: Connection) -> _Catalog:
+    """Every table of the schema (the live catalog, not a fixed list) and its policy."""
+    schema = str(conn.execute(text("SELECT current_schema()")).scalar())
+    rows = conn.execute(
+        text(
+            "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity, p.oid IS NOT NULL, "
+            "obj_description(p.oid, 'pg_policy'), "
+            f"(SELECT {_DEPARSED_MD5} FROM pg_policies s WHERE s.schemaname = n.nspname "
+            "AND s.tablename = c.relname AND s.policyname = p.polname), "
+            "ARRAY(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = c.oid "
+            "AND a.attnum > 0 AND NOT a.attisdropped) "
+            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "LEFT JOIN pg_policy p ON p.polrelid = c.oid AND p.polname = :policy "
+            "WHERE n.nspname = :schema AND c.relkind IN ('r', 'p') AND NOT c.relispartition"
+        ),
+        {"policy": POLICY_NAME, "schema": schema},
+    ).all()
+    keys = [
+        (str(r[0]), str(r[1]))
+        for r in conn.execute(
+            text(
+                "SELECT c.relname, f.relname FROM pg_constraint k "
+                "JOIN pg_class c ON c.oid = k.conrelid JOIN pg_class f ON f.oid = k.confrelid "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE k.contype = 'f' AND n.nspname = :schema"
+            ),
+            {"schema": schema},
+        )
+    ]
+    live = {str(r[0]): (bool(r[1]), bool(r[2]), bool(r[3]), r[4], r[5]) for r in rows}
+    tenant = _tenant_tables({str(r[0]): set(r[6]) for r in rows}, keys)
+    tables: dict[str, RlsTableState] = {}
+    for name in sorted(set(live) | set(PROTECTED_TABLES)):
+        enabled, forced, policy, comment, deparsed = live.get(
+            name, (False, False, False, None, None)
+        )
+        if not (name.startswith("agent_") or name in tenant):
+            continue  # another application's table, with no tenant data
+        mark, _, installed = str(comment or "").rpartition(" ")
+        tables[name] = RlsTableState(
+            table=name,
+            protected=name in POLICIES,
+            exists=name in live,
+            enabled=enabled,
+            forced=forced,
+            policy=policy,
+            policy_current=policy
+            and mark == POLICY_MARKS.get(name)
+            and deparsed is not None
+            and installed == deparsed,
+            tenant_data=name in tenant,
+            shared=name in SHARED_TABLES,
+        )
+    function = bool(
+        conn.execute(
+            text(
+                "SELECT EXISTS (SELECT 1 FROM pg_proc f JOIN pg_namespace n "
+                "ON n.oid = f.pronamespace WHERE f.proname = :name AND n.nspname = :schema)"
+            ),
+            {"name": RUN_ABSENT_FUNCTION, "schema": schema},
+        ).scalar()
+    )
+    valid = conn.execute(
+        text(
+            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relname = :name AND n.nspname = :schema"
+        ),
+        {"name": THREAD_TENANT_INDEX, "schema": schema},
+    ).scalar()
+    index = "missing" if valid is None else "valid" if valid else "invalid"
+    return _Catalog(schema, tables, function, index)
+
+
+def _role_kind(conn: Connection, role: str | None = None) -> tuple[str, str]:
+    """(role name, kind): ``superuser`` and ``bypassrls`` bypass the policies; ``subject``
+    roles (the owner too: the policies are forced) see only their tenant's rows."""
+    row = conn.execute(
+        text(
+            "SELECT rolname, rolsuper, rolbypassrls FROM pg_roles "
+            "WHERE rolname = coalesce(:role, current_user)"
+        ),
+        {"role": role},
+    ).first()
+    if row is None:
+        return (role or "", "missing")
+    kind = "superuser" if row[1] else "bypassrls" if row[2] else "subject"
+    return (str(row[0]), kind)
+
+
+def _app_role_refusal(conn: Connection, role: str, cat: _Catalog) -> str | None:
+    """Why ``role`` cannot be the app role (issue 24, finding 4), or None.
+
+    The policies bind the app role only while it can change none of them: it must not bypass
+    row-level security, own an agent table or be a member of a role that owns one (the owner
+    can run ``ALTER TABLE … NO FORCE ROW LEVEL SECURITY``), nor hold CREATE on the schema (it
+    could create objects there and, with an owner's help, re-own tables).
+    """
+    _, kind = _role_kind(conn, role)
+    if kind == "missing":
+        return None
+    if kind != "subject":
+        return f"role {role!r} is a {kind} role and bypasses row-level security"
+    names = sorted(t.table for t in cat.tables.values() if t.exists)
+    owns = conn.execute(
+        text(
+            "SELECT c.relname, pg_get_userbyid(c.relowner) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = :schema AND c.relname = ANY(CAST(:tables AS text[])) "
+            "AND pg_has_role(:role, c.relowner, 'MEMBER') ORDER BY c.relname LIMIT 1"
+        ),
+        {"schema": cat.schema, "tables": names, "role": role},
+    ).first()
+    if owns is not None:
+        owner = str(owns[1])
+        how = "owns" if owner == role else f"is a member of {owner!r}, which owns"
+        return f"role {role!r} {how} {owns[0]} and could switch its row-level security off"
+    if conn.execute(
+        text("SELECT has_schema_privilege(:role, :schema, 'CREATE')"),
+        {"role": role, "schema": cat.schema},
+    ).scalar():
+        return f"role {role!r} has CREATE on schema {cat.schema!r} and could re-own its tables"
+    return None
+
+
+def _refuse_app_role(conn: Connection, role: str, cat: _Catalog) -> None:
+    why = _app_role_refusal(conn, role, cat)
+    if why is not None:
+        raise InvalidInput(
+            f"{why}: the app role must be a plain NOLOGIN NOBYPASSRLS role that owns nothing "
+            "(choose another, e.g. --app-role agora_app)",
+            param="app_role",
+        )
+
+
+# --- status -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RlsStatus:
+    """What ``agora db rls status`` reports."""
+
+    role: str
+    role_kind: str  # superuser | bypassrls | subject
+    tenant: str | None  # agora.tenant in this session (None: unset or empty)
+    enabled: bool  # every protected table enabled, forced and with its policy
+    partial: bool  # some but not all of it
+    function: bool
+    tables: list[RlsTableState]
+    thread_tenant_index: str = "missing"  # THREAD_TENANT_INDEX: valid | invalid | missing
+    # protected tables whose policy is not the current expression (an older agora's, or edited
+    # by hand: `enable` replaces it)
+    outdated: list[str] = field(default_factory=list)
+    # tables holding tenant data that agora neither protects nor declares shared
+    unprotected: list[str] = field(default_factory=list)
+
+    @property
+    def bypasses_rls(self) -> bool:
+        return self.role_kind in ("superuser", "bypassrls")
+
+
+def rls_status(conn: Connection) -> RlsStatus:
+    """Row-level security on every agent table, and which kind of role is connected."""
+    _require_postgresql(conn)
+    cat = _read_catalog(conn)
+    role, kind = _role_kind(conn)
+    tenant = conn.execute(text(f"SELECT {_TENANT}")).scalar()
+    protected = [s for s in cat.tables.values() if s.protected]
+    complete = [s for s in protected if s.exists and s.enabled and s.forced and s.policy]
+    touched = [s for s in protected if s.enabled or s.forced or s.policy]
+    return RlsStatus(
+        role=role,
+        role_kind=kind,
+        tenant=None if tenant is None else str(tenant),
+        enabled=len(complete) == len(protected),
+        partial=bool(touched) and len(complete) < len(protected),
+        function=cat.function,
+        tables=list(cat.tables.values()),
+        thread_tenant_index=cat.index,
+        outdated=[s.table for s in protected if s.policy and not s.policy_current],
+        unprotected=cat.unprotected,
+    )
+
+
+def policy_problems(bind: Engine | Connection) -> list[Problem]:
+    """``missing_policy`` problems for ``db check``: once row-level security is enabled on any
+    agent table, every protected table must have it enabled, forced and with its policy (the
+    expressions this agora installs), and every table of the live catalog holding tenant data
+    must be protected or declared shared.
+
+    Nothing on MySQL/SQLite, nor on a PostgreSQL database where RLS was never enabled.
+    """
+    if dialect_name(bind) != "postgresql":
+        return []
+    if isinstance(bind, Engine):
+        with bind.connect() as conn:
+            cat = _read_catalog(conn)
+            conn.rollback()
+    else:
+        cat = _read_catalog(bind)
+    states = [s for s in cat.tables.values() if s.exists]
+    if not any(s.enabled for s in states):
+        return []
+    problems: list[Problem] = []
+    for s in states:
+        if s.unprotected:
+            problems.append(
+                Problem(
+                    "missing_policy",
+                    s.table,
+                    f"{s.table}: holds tenant data (a tenant column or a foreign key to a "
+                    "table with one) but has no tenant policy and is not declared shared: "
+                    "every session of the app role reads every tenant's rows",
+                )
+            )
+            continue
+        if not s.protected:
+            continue
+        missing = [
+            what
+            for what, ok in (
+                ("row-level security is not enabled", s.enabled),
+                ("row-level security is not forced", s.forced),
+                (f"policy {POLICY_NAME} is missing", s.policy),
+            )
+            if not ok
+        ]
+        if s.policy and not s.policy_current:
+            missing.append(
+                f"policy {POLICY_NAME} is outdated (its expressions are not the ones this "
+                "agora installs)"
+            )
+        if missing:
+            problems.append(
+                Problem(
+                    "missing_policy",
+                    s.table,
+                    f"{s.table}: {', '.join(missing)} (row-level security is enabled on agent "
+                    "tables; `agora db rls enable` repairs it)",
+                )
+            )
+    return problems
+
+
+# --- enable / disable -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RlsPlan:
+    """What ``enable_rls`` / ``disable_rls`` ran (or, dry, would run)."""
+
+    action: str  # enable | disable
+    app_role: str | None
+    role_created: bool
+    role_dropped: bool
+    dry_run: bool
+    sql: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.sql)
+
+
+def _comment_sql(conn: Connection, table: str) -> str:
+    """Mark the policy on ``table``: our mark and the md5 of its expressions as deparsed now.
+
+    A DO block, since the deparsed text exists only once the policy does (it runs in the same
+    transaction, after the CREATE or ALTER POLICY).
+    """
+    literal = f"'{table}'"
+    return (
+        "DO $agora$BEGIN EXECUTE 'COMMENT ON POLICY "
+        f"{POLICY_NAME} ON ' || quote_ident({literal}) || ' IS ' || quote_literal("
+        f"'{POLICY_MARKS[table]} ' || (SELECT {_DEPARSED_MD5} FROM pg_policies "
+        f"WHERE schemaname = current_schema() AND tablename = {literal} "
+        f"AND policyname = '{POLICY_NAME}')); END$agora$"
+    )
+
+
+def _privileges(conn: Connection, role: str, tables: list[str]) -> dict[str, set[str]]:
+    """The DML privileges ``role`` holds on each of ``tables`` (schema-qualified by search_path)."""
+    rows = conn.execute(
+        text(
+            "SELECT t, p FROM unnest(CAST(:tables AS text[])) t, unnest(CAST(:privs AS text[])) p "
+            "WHERE has_table_privilege(:role, quote_ident(t), p)"
+        ),
+        {"tables": tables, "privs": list(_DML), "role": role},
+    ).all()
+    held: dict[str, set[str]] = {t: set() for t in tables}
+    for t, p in rows:
+        held[str(t)].add(str(p))
+    return held
+
+
+def _grant_sql(conn: Connection, role: str, cat: _Catalog, *, revoke: bool) -> list[str]:
+    agent = sorted(t.name for t in metadata.sorted_tables if cat.tables.get(t.name, None))
+    agent = [t for t in agent if cat.tables[t].exists]
+    held = _privileges(conn, role, agent)
+    qrole = _quote(conn, role)
+    statements: list[str] = []
+    has_usage = bool(
+        conn.execute(
+            text("SELECT has_schema_privilege(:role, :schema, 'USAGE')"),
+            {"role": role, "schema": cat.schema},
+        ).scalar()
+    )
+    for table in agent:
+        want = {"SELECT"} if table in READ_ONLY_TABLES else set(_DML)
+        qt = _quote(conn, table)
+        if revoke:
+            if held[table]:
+                statements.append(f"REVOKE ALL ON {qt} FROM {qrole}")
+        else:
+            if not want <= held[table]:
+                privs = ", ".join(p for p in _DML if p in want)
+                statements.append(f"GRANT {privs} ON {qt} TO {qrole}")
+            if held[table] - want:  # an older agora's grant (the fold's tables)
+                extra = ", ".join(p for p in _DML if p in held[table] - want)
+                statements.append(f"REVOKE {extra} ON {qt} FROM {qrole}")
+    if not revoke and not has_usage:
+        statements.insert(0, f"GRANT USAGE ON SCHEMA {_quote(conn, cat.schema)} TO {qrole}")
+    return statements
+
+
+def _run(engine: Engine, build: Any, *, dry_run: bool, lock_timeout_s: float) -> RlsPlan:
+    _require_postgresql(engine)
+    with engine.connect() as conn:
+        plan: RlsPlan = build(conn)
+        conn.rollback()  # a concurrent index build waits for every open snapshot: ours too
+    if dry_run or not plan.sql:
+        return plan
+    ms = {"ms": f"{int(lock_timeout_s * 1000)}ms"}
+    online = [s for s in plan.sql if _ONLINE in s]
+    before = online if plan.action == "enable" else []
+    after = [] if plan.action == "enable" else online
+    _run_online(engine, before, ms)
+    with engine.connect() as conn:
+        # The catalog read again, inside the transaction that applies what it found missing.
+        again: RlsPlan = build(conn)
+        applied = [s for s in again.sql if _ONLINE not in s]
+        if applied:
+            conn.execute(text("SELECT set_config('lock_timeout', :ms, true)"), ms)
+            for statement in applied:
+                conn.exec_driver_sql(statement)
+        conn.commit()
+    _run_online(engine, after, ms)
+    return replace(again, sql=before + applied + after)
+
+
+def _run_online(engine: Engine, statements: list[str], ms: dict[str, str]) -> None:
+    """Index builds and drops ``CONCURRENTLY``: in autocommit, writers go on meanwhile.
+
+    ``lock_timeout`` bounds the wait for older transactions; a build that fails leaves an
+    invalid index, which the next ``enable`` drops and builds again.
+    """
+    if not statements:
+        return
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("SELECT set_config('lock_timeout', :ms, false)"), ms)
+        for statement in statements:
+            conn.exec_driver_sql(statement)
+
+
+def enable_rls(
+    engine: Engine,
+    *,
+    app_role: str | None = None,
+    dry_run: bool = False,
+    lock_timeout_s: float = 10.0,
+) -> RlsPlan:
+    """Enable and force row-level security with its policies, idempotently, in one transaction.
+
+    Only what is missing is created and outdated policies (an older agora's, or edited by hand)
+    are replaced in place (an already enabled, current schema runs nothing). With ``app_role``,
+    the role is created if missing (``NOLOGIN NOBYPASSRLS``) and granted the runtime's DML on
+    the agent tables (SELECT only on prices, budgets, tenant keys and the fold's tables); a role
+    that could switch the policies off (superuser, ``BYPASSRLS``, an agent table's owner or a
+    member of it, ``CREATE`` on the schema, ``PUBLIC``) is refused with ``InvalidInput``, dry
+    run or not. ``dry_run`` returns the statements and runs none.
+    """
+    if app_role is not None:
+        _check_role_name(app_role)
+
+    def build(conn: Connection) -> RlsPlan:
+        cat = _read_catalog(conn)
+        missing = [t for t in PROTECTED_TABLES if not cat.tables[t].exists]
+        if missing:
+            raise SchemaDrift(
+                f"the agent schema lacks {', '.join(missing)}: run `agora db provision` first"
+            )
+        sql: list[str] = []
+        notes: list[str] = []
+        index = f"{_quote(conn, cat.schema)}.{_quote(conn, THREAD_TENANT_INDEX)}"
+        if cat.index == "invalid":
+            sql.append(f"DROP INDEX {_ONLINE} IF EXISTS {index}")
+        if cat.index != "valid":
+            sql.append(
+                f"CREATE INDEX {_ONLINE} IF NOT EXISTS {_quote(conn, THREAD_TENANT_INDEX)} "
+                f"ON {_quote(conn, 'agent_token_usage')} (thread_id, tenant_ref)"
+            )
+        for table in PROTECTED_TABLES:
+            state = cat.tables[table]
+            qt = _quote(conn, table)
+            if not state.enabled:
+                sql.append(f"ALTER TABLE {qt} ENABLE ROW LEVEL SECURITY")
+            if not state.forced:
+                sql.append(f"ALTER TABLE {qt} FORCE ROW LEVEL SECURITY")
+            using, check = POLICIES[table]
+            if not state.policy:
+                sql.append(
+                    f"CREATE POLICY {POLICY_NAME} ON {qt} AS PERMISSIVE FOR ALL "
+                    f"USING ({using}) WITH CHECK ({check})"
+                )
+            elif not state.policy_current:  # an older agora's, or edited: replaced in place
+                sql.append(
+                    f"ALTER POLICY {POLICY_NAME} ON {qt} TO PUBLIC "
+                    f"USING ({using}) WITH CHECK ({check})"
+                )
+            if not state.policy_current:
+                sql.append(_comment_sql(conn, table))
+        if cat.function:  # the frames' old helper (issue 24: it answered for every tenant),
+            # dropped once no policy uses it any more
+            sql.append(
+                f"DROP FUNCTION IF EXISTS {_quote(conn, cat.schema)}.{RUN_ABSENT_FUNCTION}(text)"
+            )
+        created = False
+        if app_role is not None:
+            _refuse_app_role(conn, app_role, cat)
+            _, kind = _role_kind(conn, app_role)
+            if kind == "missing":
+                created = True
+                sql.append(f"CREATE ROLE {_quote(conn, app_role)} NOLOGIN NOBYPASSRLS")
+                sql += _grant_sql_for_new_role(conn, app_role, cat)
+            else:
+                sql += _grant_sql(conn, app_role, cat, revoke=False)
+        _, me = _role_kind(conn)
+        if me == "subject":
+            notes.append(
+                "the connected role does not bypass row-level security: run cross-tenant "
+                "reports, the fold and the purge of frames whose run is gone as a superuser "
+                "or a BYPASSRLS role"
+            )
+        return RlsPlan("enable", app_role, created, False, dry_run, sql, notes)
+
+    return _run(engine, build, dry_run=dry_run, lock_timeout_s=lock_timeout_s)
+
+
+def _grant_sql_for_new_role(conn: Connection, role: str, cat: _Catalog) -> list[str]:
+    qrole = _quote(conn, role)
+    names = [t.name for t in metadata.sorted_tables if cat.tables.get(t.name)]
+    names = [t for t in names if cat.tables[t].exists]
+    rw = [_quote(conn, t) for t in names if t not in READ_ONLY_TABLES]
+    ro = [_quote(conn, t) for t in names if t in READ_ONLY_TABLES]
+    sql = [f"GRANT USAGE ON SCHEMA {_quote(conn, cat.schema)} TO {qrole}"]
+    if rw:
+        sql.append(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {', '.join(rw)} TO {qrole}")
+    if ro:
+        sql.append(f"GRANT SELECT ON {', '.join(ro)} TO {qrole}")
+    return sql
+
+
+def disable_rls(
+    engine: Engine,
+    *,
+    app_role: str | None = None,
+    drop_role: bool = False,
+    dry_run: bool = False,
+    lock_timeout_s: float = 10.0,
+) -> RlsPlan:
+    """Remove exactly what ``enable_rls`` created: policies, forcing, RLS, the helper function.
+
+    With ``app_role``, also revoke the grants on the agent tables (and the schema's USAGE); with
+    ``drop_role`` as well, drop the role — refused while it holds privileges or objects in
+    another database of the cluster.
+    """
+    if app_role is not None:
+        _check_role_name(app_role)
+    if drop_role and app_role is None:
+        raise InvalidInput("drop_role needs app_role", param="drop_role")
+
+    def build(conn: Connection) -> RlsPlan:
+        cat = _read_catalog(conn)
+        sql: list[str] = []
+        for table in reversed(PROTECTED_TABLES):
+            state = cat.tables[table]
+            qt = _quote(conn, table)
+            if state.policy:
+                sql.append(f"DROP POLICY {POLICY_NAME} ON {qt}")
+            if state.forced:
+                sql.append(f"ALTER TABLE {qt} NO FORCE ROW LEVEL SECURITY")
+            if state.enabled:
+                sql.append(f"ALTER TABLE {qt} DISABLE ROW LEVEL SECURITY")
+        if cat.function:  # left by an agora before issue 24
+            sql.append(
+                f"DROP FUNCTION IF EXISTS {_quote(conn, cat.schema)}.{RUN_ABSENT_FUNCTION}(text)"
+            )
+        dropped = False
+        if app_role is not None:
+            _, kind = _role_kind(conn, app_role)
+            if kind != "missing":
+                sql += _grant_sql(conn, app_role, cat, revoke=True)
+                if conn.execute(
+                    text("SELECT has_schema_privilege(:r, :s, 'USAGE')"),
+                    {"r": app_role, "s": cat.schema},
+                ).scalar():
+                    sql.append(
+                        f"REVOKE USAGE ON SCHEMA {_quote(conn, cat.schema)} "
+                        f"FROM {_quote(conn, app_role)}"
+                    )
+                if drop_role:
+                    elsewhere = conn.execute(
+                        text(
+                            "SELECT count(*) FROM pg_shdepend d JOIN pg_roles r "
+                            "ON r.oid = d.refobjid AND d.refclassid = 'pg_authid'::regclass "
+                            "WHERE r.rolname = :r AND d.dbid <> "
+                            "(SELECT oid FROM pg_database WHERE datname = current_database())"
+                        ),
+                        {"r": app_role},
+                    ).scalar()
+                    if elsewhere:
+                        raise InvalidInput(
+                            f"role {app_role!r} holds privileges or objects in another "
+                            "database: revoke them there first, or keep the role",
+                            param="drop_role",
+                        )
+                    sql.append(f"DROP ROLE {_quote(conn, app_role)}")
+                    dropped = True
+        if cat.index != "missing":  # last: it runs after the transaction, in autocommit
+            sql.append(
+                f"DROP INDEX {_ONLINE} IF EXISTS "
+                f"{_quote(conn, cat.schema)}.{_quote(conn, THREAD_TENANT_INDEX)}"
+            )
+        return RlsPlan("disable", app_role, False, dropped, dry_run, sql, [])
+
+    return _run(engine, build, dry_run=dry_run, lock_timeout_s=lock_timeout_s)
+
+
+# --- sessions ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def tenant_session(conn: Connection, tenant: str | None) -> Iterator[Connection]:
+    """Scope the current transaction of ``conn`` to ``tenant`` (``None`` or ``''``: untenanted).
+
+    Runs ``set_config('agora.tenant', tenant, true)`` — ``SET LOCAL``: it ends with the
+    transaction, so a pooled connection never carries it over — beginning the transaction if the
+    caller has not, and restores the previous value on leaving the block while the transaction
+    is still open. Does nothing on MySQL/MariaDB and SQLite, which have no row-level security.
+    """
+    if tenant:
+        check_identity("tenant", tenant)
+    if dialect_name(conn) != "postgresql":
+        yield conn
+        return
+    setter = text(f"SELECT set_config('{TENANT_SETTING}', :t, true)")
+    previous = conn.execute(text(f"SELECT coalesce({_SETTING}, '')")).scalar()
+    conn.execute(setter, {"t": tenant or ""})
+    try:
+        yield conn
+    finally:
+        if conn.in_transaction() and not conn.invalidated:
+            conn.execute(setter, {"t": previous or ""})
+
+
+def session_tenant(conn: Connection) -> str | None:
+    """The tenant this transaction is scoped to (``agora.tenant``; PostgreSQL), else None."""
+    if dialect_name(conn) != "postgresql":
+        return None
+    value = conn.execute(text(f"SELECT {_TENANT}")).scalar()
+    return None if value is None else str(value)
+
+
+def install_tenant_setting(engine: Engine, tenant: str) -> None:
+    """Make every transaction on ``engine`` begin with ``agora.tenant = tenant`` (SET LOCAL), and
+    every autocommit connection carry it (``install_tenant_hook``; PostgreSQL only)."""
+    install_tenant_hook(engine, tenant)
+
+
+# --- verify -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RlsTableCheck:
+    """The isolation test of one table: tenant A against tenant B's rows."""
+
+    table: str
+    sees_own: bool
+    hides_other: bool
+    update_blocked: bool
+    delete_blocked: bool
+    insert_blocked: bool
+    detail: str | None = None
+    # Tables whose NULL tenant_ref means the thread's tenant (THREADS_TENANT_TABLES): a row with
+    # no tenant_ref on A's thread is visible to A, hidden from B and from untenanted sessions,
+    # and neither B nor an untenanted session can insert one on A's thread. None elsewhere.
+    thread_tenant: bool | None = None
+    # Tables with a parent (a thread, run or message): A cannot write a row carrying its own
+    # tenant on B's parent, and a parent that does not exist fails with the same error (the
+    # error does not tell whether B's parent exists). None for tables without a parent.
+    parent_blocked: bool | None = None
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.sees_own
+            and self.hides_other
+            and self.update_blocked
+            and self.delete_blocked
+            and self.insert_blocked
+            and self.thread_tenant is not False
+            and self.parent_blocked is not False
+        )
+
+
+@dataclass(frozen=True)
+class RlsVerifyReport:
+    """What ``verify_isolation`` found; ``ok`` when every table kept the tenants apart."""
+
+    role: str
+    temporary_role: bool
+    tables: list[RlsTableCheck]
+    # what is wrong beyond one table's probes: the app role's writes on the fold's tables
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(t.ok for t in self.tables) and not self.problems
+
+    @property
+    def failed(self) -> list[str]:
+        return [t.table for t in self.tables if not t.ok]
+
+
+# table -> (column to its parent, parent table) for the fixture rows; `tenant_column` below
+_PARENT: dict[str, tuple[str, str]] = {
+    "agent_message": ("thread_id", "agent_thread"),
+    "agent_genui_call": ("thread_id", "agent_thread"),
+    "agent_confirm_token": ("thread_id", "agent_thread"),
+    "agent_queued_message": ("thread_id", "agent_thread"),
+    "agent_token_usage": ("thread_id", "agent_thread"),
+    "agent_run": ("thread_id", "agent_thread"),
+    "agent_action_proposal": ("thread_id", "agent_thread"),
+    "agent_tool_call": ("message_id", "agent_message"),
+    "agent_stream_frame": ("run_id", "agent_run"),
+}
+_TENANT_COLUMN = {"agent_usage_daily": "tenant_key", "agent_tenant_key": "tenant_key"}
+
+
+def _fixture_row(
+    table: Table, tag: str, tenant: str, parents: dict[str, dict[str, Any]], n: int
+) -> dict[str, Any]:
+    """A valid row of ``table`` for ``tenant``: every NOT NULL column without a default filled."""
+    row: dict[str, Any] = {}
+    for column in table.columns:
+        if column.nullable and not column.primary_key:
+            continue
+        if column.server_default is not None and not column.primary_key:
+            continue
+        if isinstance(column.type, Integer | BigInteger):
+            row[column.name] = n
+        elif isinstance(column.type, Double):
+            row[column.name] = 0.0
+        else:
+            row[column.name] = f"{tag}-{table.name}-{column.name}-{n}"
+    if "tenant_ref" in table.columns:
+        row["tenant_ref"] = tenant
+    if table.name in _TENANT_COLUMN:
+        row[_TENANT_COLUMN[table.name]] = tenant
+    link = _PARENT.get(table.name)
+    if link is not None:
+        row[link[0]] = parents[link[1]]["id"]
+    return row
+
+
+def _pk_where(table: Table, row: dict[str, Any]) -> Any:
+    return and_(*(c == row[c.name] for c in table.primary_key.columns))
+
+
+def verify_isolation(engine: Engine, *, app_role: str | None = None) -> RlsVerifyReport:
+    """The per-table isolation test; runnable against production, nothing it writes survives.
+
+    In one transaction that is rolled back: rows for two throw-away tenants A and B in every
+    protected table, written as the connected role (each under its own ``agora.tenant``); then
+    ``SET LOCAL ROLE`` to ``app_role`` — or, without one, to a throw-away ``NOBYPASSRLS`` role
+    created in the same transaction with the runtime's grants — and, as tenant A, for every
+    table: A sees its row and none of B's, cannot update or delete B's, cannot insert a row for
+    B, nor a row of its own tenant on B's parent (nor on a parent that does not exist, with the
+    same error). Each probe runs in a savepoint, so one table's failure cannot disturb the next.
+
+    Tables found in the catalog holding tenant data that agora neither protects nor declares
+    shared fail; so does an app role that may write the fold's tables. ``app_role`` is refused
+    (``InvalidInput``) when it could switch the policies off: see ``enable_rls``.
+    """
+    _require_postgresql(engine)
+    if app_role is not None:
+        _check_role_name(app_role)
+    tag = f"agora-verify-{secrets.token_hex(4)}"
+    tenants = {"a": f"{tag}-a", "b": f"{tag}-b"}
+    setter = text(f"SELECT set_config('{TENANT_SETTING}', :t, true)")
+    checks: list[RlsTableCheck] = []
+    with engine.connect() as conn:
+        try:
+            cat = _read_catalog(conn)
+            missing = [t for t in PROTECTED_TABLES if not cat.tables[t].exists]
+            if missing:
+                raise SchemaDrift(
+                    f"the agent schema lacks {', '.join(missing)}: run `agora db provision` first"
+                )
+            temporary = app_role is None
+            role = app_role or f"agora_verify_{secrets.token_hex(6)}"
+            if temporary:
+                conn.exec_driver_sql(f"CREATE ROLE {_quote(conn, role)} NOLOGIN NOBYPASSRLS")
+                for statement in _grant_sql_for_new_role(conn, role, cat):
+                    conn.exec_driver_sql(statement)
+                _, me = _role_kind(conn)
+                if me != "superuser":
+                    conn.exec_driver_sql(f"GRANT {_quote(conn, role)} TO CURRENT_USER")
+            else:
+                _, kind = _role_kind(conn, role)
+                if kind == "missing":
+                    raise InvalidInput(f"role {role!r} does not exist", param="app_role")
+                _refuse_app_role(conn, role, cat)
+            problems = _fold_writes(conn, role, cat)
+            tables = {t.name: t for t in metadata.sorted_tables}
+            rows: dict[str, dict[str, dict[str, Any]]] = {"a": {}, "b": {}}
+            for key, tenant in tenants.items():
+                conn.execute(setter, {"t": tenant})
+                for n, name in enumerate(PROTECTED_TABLES, start=1):  # parents first
+                    table = tables[name]
+                    row = _fixture_row(table, f"{tag}-{key}", tenant, rows[key], n)
+                    conn.execute(table.insert().values(**row))
+                    rows[key][table.name] = row
+            # The intruder's rows for B: a fresh key, B's tenant and B's parents.
+            intruders = {
+                name: _fixture_row(tables[name], f"{tag}-x", tenants["b"], rows["b"], 10_000 + n)
+                for n, name in enumerate(PROTECTED_TABLES)
+            }
+            # A's own tenant on B's parent (finding 1 of issue 24), and on a parent that does
+            # not exist: both must fail, alike.
+            crossing: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+            for n, name in enumerate(PROTECTED_TABLES):
+                link = _PARENT.get(name)
+                if link is None:
+                    continue
+                cross = _fixture_row(tables[name], f"{tag}-c", tenants["a"], rows["a"], 30_000 + n)
+                cross[link[0]] = rows["b"][link[1]]["id"]
+                ghost = {**cross, link[0]: f"{tag}-no-such-parent"}
+                ghost.update(_fresh_key(tables[name], cross, "-g"))
+                crossing[name] = (cross, ghost)
+            # Rows with no tenant_ref on A's thread (as the upstream runtime writes its ledger),
+            # written as A; and the same shape with a fresh key for the intruders to try.
+            conn.execute(setter, {"t": tenants["a"]})
+            unowned: dict[str, dict[str, Any] | str] = {}
+            for n, name in enumerate(THREADS_TENANT_TABLES):
+                row = _fixture_row(tables[name], f"{tag}-n", tenants["a"], rows["a"], 20_000 + n)
+                row["tenant_ref"] = None
+                unowned[name] = _insert_or_why(conn, tables[name], row)
+            conn.exec_driver_sql(f"SET LOCAL ROLE {_quote(conn, role)}")
+            for name in PROTECTED_TABLES:
+                check = _check_table(
+                    conn, tables[name], rows["a"][name], rows["b"][name], intruders[name]
+                )
+                if name in unowned:
+                    check = _check_threads_tenant(conn, tables[name], check, unowned[name], tenants)
+                if name in crossing:
+                    check = _check_parent(conn, tables[name], check, *crossing[name])
+                checks.append(check)
+            for name in cat.unprotected:
+                checks.append(_unprotected_check(name))
+        finally:
+            conn.rollback()
+    return RlsVerifyReport(role=role, temporary_role=temporary, tables=checks, problems=problems)
+
+
+def _fresh_key(table: Table, row: dict[str, Any], suffix: str) -> dict[str, Any]:
+    """``row``'s primary key made unique again (text columns suffixed, integers shifted)."""
+    key: dict[str, Any] = {}
+    for column in table.primary_key.columns:
+        value = row[column.name]
+        key[column.name] = value + 1 if isinstance(value, int) else f"{value}{suffix}"
+    return key
+
+
+def _unprotected_check(table: str) -> RlsTableCheck:
+    return RlsTableCheck(
+        table,
+        sees_own=False,
+        hides_other=False,
+        update_blocked=False,
+        delete_blocked=False,
+        insert_blocked=False,
+        detail=(
+            "holds tenant data (a tenant column or a foreign key to a table with one) but has "
+            "no tenant policy and is not declared shared"
+        ),
+    )
+
+
+def _fold_writes(conn: Connection, role: str, cat: _Catalog) -> list[str]:
+    """The fold's tables ``role`` may write (issue 24, finding 6: the fold is privileged)."""
+    present = [t for t in FOLD_TABLES if t in cat.tables and cat.tables[t].exists]
+    rows = conn.execute(
+        text(
+            "SELECT t, string_agg(p, ', ' ORDER BY p) FROM unnest(CAST(:tables AS text[])) t, "
+            "unnest(CAST(:privs AS text[])) p WHERE has_table_privilege(:role, quote_ident(t), p) "
+            "GROUP BY t ORDER BY t"
+        ),
+        {"tables": present, "privs": ["INSERT", "UPDATE", "DELETE", "TRUNCATE"], "role": role},
+    ).all()
+    return [
+        f"role {role} holds {privs} on {table}: the fold is privileged, a tenant session could "
+        f"fold only its own rows for everyone (REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON "
+        f"{table} FROM {role})"
+        for table, privs in rows
+    ]
+
+
+def _check_parent(
+    conn: Connection,
+    table: Table,
+    check: RlsTableCheck,
+    cross: dict[str, Any],
+    ghost: dict[str, Any],
+) -> RlsTableCheck:
+    """As A: a row of A's tenant on B's parent, and on no parent, fail with the same error."""
+    details = [check.detail] if check.detail else []
+    errors: list[str | None] = []
+    for row in (cross, ghost):
+        savepoint = conn.begin_nested()
+        try:
+            conn.execute(table.insert().values(**row))
+            errors.append(None)
+        except DBAPIError as exc:
+            errors.append(_error_kind(exc))
+        finally:
+            savepoint.rollback()
+    ok = True
+    if errors[0] is None:
+        ok = False
+        details.append("tenant A wrote a row of its own tenant on tenant B's parent")
+    elif errors[0] != errors[1]:
+        ok = False
+        details.append(
+            "writing on B's parent and on a parent that does not exist fail differently "
+            f"({errors[0]} vs {errors[1] or 'success'}): the error tells whether B's parent exists"
+        )
+    return replace(check, parent_blocked=ok, detail="; ".join(details) or None)
+
+
+def _error_kind(exc: Any) -> str:
+    orig = getattr(exc, "orig", exc)
+    if _is_rls_violation(exc):
+        return "row-level security"
+    return str(getattr(orig, "sqlstate", None) or type(orig).__name__)
+
+
+def _check_table(
+    conn: Connection,
+    table: Table,
+    own: dict[str, Any],
+    other: dict[str, Any],
+    intruder: dict[str, Any],
+) -> RlsTableCheck:
+    """As tenant A under the app role: the five probes on one table, each in a savepoint."""
+    count = select(func.count()).select_from(table)
+    first = next(c for c in table.columns if not c.primary_key)
+    probes: dict[str, Any] = {
+        "sees_own": lambda: conn.execute(count.where(_pk_where(table, own))).scalar() == 1,
+        "hides_other": lambda: conn.execute(count.where(_pk_where(table, other))).scalar() == 0,
+        "update_blocked": lambda: (
+            conn.execute(
+                update(table).where(_pk_where(table, other)).values({first.name: first})
+            ).rowcount
+            == 0
+        ),
+        "delete_blocked": lambda: (
+            conn.execute(table.delete().where(_pk_where(table, other))).rowcount == 0
+        ),
+        "insert_blocked": lambda: not conn.execute(table.insert().values(**intruder)).rowcount,
+    }
+    failures = {
+        "sees_own": "tenant A cannot see its own row",
+        "hides_other": "tenant A sees tenant B's row",
+        "update_blocked": "tenant A updated tenant B's row",
+        "delete_blocked": "tenant A deleted tenant B's row",
+        "insert_blocked": "tenant A inserted a row for tenant B",
+    }
+    results: dict[str, bool] = {}
+    details: list[str] = []
+    for what, fn in probes.items():
+        savepoint = conn.begin_nested()
+        try:
+            results[what] = bool(fn())
+            if not results[what]:
+                details.append(failures[what])
+        except DBAPIError as exc:
+            # The errors that are a pass: the policy refusing B's row on insert, and a write
+            # to a table the runtime may only read (tenant keys) refused for want of the grant.
+            results[what] = (what == "insert_blocked" and _is_rls_violation(exc)) or (
+                table.name in READ_ONLY_TABLES
+                and what.endswith("_blocked")
+                and getattr(getattr(exc, "orig", exc), "sqlstate", None) == "42501"
+            )
+            if not results[what]:
+                details.append(f"{what}: {_first_line(exc)}")
+        finally:
+            savepoint.rollback()
+    return RlsTableCheck(table.name, **results, detail="; ".join(details) or None)
+
+
+def _insert_or_why(conn: Connection, table: Table, row: dict[str, Any]) -> dict[str, Any] | str:
+    """Insert ``row`` in a savepoint: the row, or why it could not be written."""
+    savepoint = conn.begin_nested()
+    try:
+        conn.execute(table.insert().values(**row))
+    except DBAPIError as exc:
+        savepoint.rollback()
+        return _first_line(exc)
+    savepoint.commit()
+    return row
+
+
+def _check_threads_tenant(
+    conn: Connection,
+    table: Table,
+    check: RlsTableCheck,
+    row: dict[str, Any] | str,
+    tenants: dict[str, str],
+) -> RlsTableCheck:
+    """As the app role: a row with no tenant_ref on A's thread is A's, and only A's."""
+    details = [check.detail] if check.detail else []
+    if isinstance(row, str):
+        details.append(f"tenant A could not write a row with no tenant_ref on its thread: {row}")
+        return replace(check, thread_tenant=False, detail="; ".join(details))
+    setter = text(f"SELECT set_config('{TENANT_SETTING}', :t, true)")
+    count = select(func.count()).select_from(table).where(_pk_where(table, row))
+    # the same row with a fresh key, tried by B and by an untenanted session
+    key = next(iter(table.primary_key.columns)).name
+    intruder = {**row, key: f"{row[key]}-x"}
+    insert = table.insert().values(**intruder)
+    none = "row with no tenant_ref"
+    probes: list[tuple[str, Any, str]] = [  # (agora.tenant, the probe, what its failure means)
+        (tenants["a"], lambda: conn.execute(count).scalar() == 1, f"A cannot see its {none}"),
+        (tenants["b"], lambda: conn.execute(count).scalar() == 0, f"B sees A's {none}"),
+        ("", lambda: conn.execute(count).scalar() == 0, f"an untenanted session sees A's {none}"),
+        (
+            tenants["b"],
+            lambda: not conn.execute(insert).rowcount,
+            f"B inserted a {none} on A's thread",
+        ),
+        (
+            "",
+            lambda: not conn.execute(insert).rowcount,
+            f"an untenanted session inserted a {none} on A's thread",
+        ),
+    ]
+    ok = True
+    for tenant, probe, failure in probes:
+        savepoint = conn.begin_nested()  # its rollback restores A's setting too
+        why: str | None = None
+        try:
+            conn.execute(setter, {"t": tenant})
+            if not probe():
+                why = failure
+        except DBAPIError as exc:
+            if not (" inserted " in failure and _is_rls_violation(exc)):
+                why = f"could not check whether {failure}: {_first_line(exc)}"
+        finally:
+            savepoint.rollback()
+        if why is not None:
+            ok = False
+            details.append(why)
+    return replace(check, thread_tenant=ok, detail="; ".join(details) or None)
+
+
+def _is_rls_violation(exc: Any) -> bool:
+    orig = getattr(exc, "orig", exc)
+    return getattr(orig, "sqlstate", None) == "42501" and "row-level security" in str(orig)
+
+
+def _first_line(exc: Any) -> str:
+    text = str(getattr(exc, "orig", exc)).strip()
+    return scrub(text.splitlines()[0] if text else type(exc).__name__)

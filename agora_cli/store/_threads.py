@@ -1,0 +1,1238 @@
+"""The agent store's thread side: threads, messages, tool calls and runs.
+
+Every function takes a ``Connection`` and runs inside the caller's transaction (``with
+engine.begin() as conn``); the multi-statement operations (``append_message``, ``fork_thread``,
+``truncate_from``, ``delete_thread``) are only correct as one transaction, which is the caller's.
+
+Message order: ``seq`` is assigned on append as 1 + the thread's current maximum. The append locks
+the thread row first (``SELECT … FOR UPDATE`` on PostgreSQL and MySQL; SQLite's ``BEGIN
+IMMEDIATE`` already serialises writers), so two appenders on one thread never share a ``seq``.
+The upstream runtime writes no ``seq`` (0), and both write to one thread, so a thread reads in
+``created_at`` order, ties by ``seq``, then ``id`` (``agent_message_thread_created_idx``): an
+unnumbered message lands between numbered ones by its time, not before all of them.
+
+The runtime's vocabulary (``vocabulary.py``): tool-call statuses ``auto_executed``,
+``pending_approval``, ``executed``, ``rejected``, ``failed``; tool types ``read``/``action``;
+per-turn ``usage`` stored camelCase (``inputTokens`` …), read in either spelling; an assistant
+message's ``tool_calls`` is ``[{"id", "name", "input"}]``.
+
+JSON payload arguments (``tool_calls``, ``input``, ``props`` …) take JSON values and are stored
+as text; the dataclasses hand back the stored text unchanged (another writer may have written it).
+Deleting children explicitly (``truncate_from``, ``delete_thread``) keeps both correct on a SQLite
+connection whose ``foreign_keys`` pragma is off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import LargeBinary, case, cast, delete, func, insert, or_, select, update
+
+from agora_cli.store._clock import Clock, SystemClock
+from agora_cli.store._engine import dialect_name
+from agora_cli.store._errors import InvalidInput, KeyUnavailable, NotFound, SealBroken
+from agora_cli.store._fold import mark_days_dirty
+from agora_cli.store._ids import new_id
+from agora_cli.store._schema import (
+    action_proposal,
+    confirm_token,
+    genui_call,
+    message,
+    queued_message,
+    run,
+    stream_frame,
+    thread,
+    token_usage,
+    tool_call,
+)
+from agora_cli.store._sealing import (
+    SEALED_COLUMNS,
+    is_sealed,
+    open_columns,
+    seal_columns,
+    sealer_for,
+    tenants_of_threads,
+)
+from agora_cli.store._sqlexpr import exact_eq, finite_cost, known_usd
+from agora_cli.store._tenant_guard import check_thread_tenant
+from agora_cli.store._values import (
+    check_identity,
+    check_int,
+    check_optional_identity,
+    check_text,
+    dump_json,
+)
+from agora_cli.store._vocabulary import usage_from_json, usage_to_json
+
+if TYPE_CHECKING:
+    from sqlalchemy import Table
+    from sqlalchemy.engine import Connection
+    from sqlalchemy.sql import ColumnElement, Delete
+
+__all__ = [
+    "RUN_TERMINAL_STATUSES",
+    "Message",
+    "Run",
+    "RunEnd",
+    "Thread",
+    "ThreadDeletion",
+    "ThreadSummary",
+    "ThreadTurn",
+    "ThreadUsageRow",
+    "ThreadUsageTotals",
+    "ToolCall",
+    "Transcript",
+    "TranscriptMessage",
+    "TruncateResult",
+    "TurnMessage",
+    "append_message",
+    "complete_tool_call",
+    "create_thread",
+    "delete_thread",
+    "end_run",
+    "find_thread",
+    "fork_thread",
+    "get_run",
+    "get_thread",
+    "get_tool_call",
+    "get_transcript",
+    "list_messages",
+    "list_run_messages",
+    "list_threads",
+    "load_thread_for_turn",
+    "record_tool_call",
+    "seal_message_values",
+    "set_tool_call_status",
+    "soft_delete_thread",
+    "start_run",
+    "truncate_from",
+    "update_thread",
+    "usage_by_thread",
+]
+
+RUN_TERMINAL_STATUSES = ("completed", "failed", "cancelled")
+
+
+@dataclass(frozen=True)
+class Thread:
+    """One row of ``agent_thread``."""
+
+    id: str
+    actor_ref: str
+    tenant_ref: str | None
+    title: str
+    persona: str
+    model: str | None
+    default_agent: str | None
+    transient: bool
+    pinned_at: int | None
+    summary: str | None
+    summary_message_count: int
+    active_stream_id: str | None
+    created_at: int
+    updated_at: int
+    deleted_at: int | None
+    # how its sealed columns (title, summary) read: "plain", "opened", "locked", "broken",
+    # "shredded" (the worst of the two; a marker stands in for a value that does not open)
+    seal_state: str = "plain"
+
+
+@dataclass(frozen=True)
+class Message:
+    """One row of ``agent_message`` (JSON columns as the stored text)."""
+
+    id: str
+    thread_id: str
+    seq: int
+    role: str
+    content: str
+    tool_calls: str | None
+    tool_results: str | None
+    attachments: str | None
+    follow_ups: str | None
+    usage: str | None
+    persona: str | None
+    run_id: str | None
+    outcome: str | None
+    created_at: int
+    # stored sealed (its sealed columns are then the opened text, or a marker in their place)
+    sealed: bool = False
+    # "plain", "opened", "locked" (no KEK), "broken" (a value does not open where it is
+    # stored: SEAL_BROKEN_MARKER in its place) or "shredded" (its key was destroyed)
+    seal_state: str = "plain"
+
+    @property
+    def seal_broken(self) -> bool:
+        return self.seal_state == "broken"
+
+
+@dataclass(frozen=True)
+class TurnMessage:
+    """A message as a turn reads it: what goes back to the model, nothing else."""
+
+    id: str
+    seq: int
+    role: str
+    content: str
+    tool_calls: str | None
+    tool_results: str | None
+    attachments: str | None
+    persona: str | None
+    created_at: int
+
+
+@dataclass(frozen=True)
+class ThreadTurn:
+    """What ``load_thread_for_turn`` returns: the thread and its newest messages in order."""
+
+    thread: Thread
+    messages: list[TurnMessage]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One row of ``agent_tool_call``."""
+
+    id: str
+    message_id: str
+    tool_name: str
+    tool_type: str
+    input: str | None
+    output: str | None
+    status: str
+    executed_by_ref: str | None
+    execution_ms: int | None
+    error: str | None
+    run_id: str | None
+    created_at: int
+    executed_at: int | None
+    # how input and output read: "plain", "opened", "locked", "broken" or "shredded"
+    seal_state: str = "plain"
+
+    @property
+    def latency_ms(self) -> int | None:
+        """``execution_ms``, else ``executed_at − created_at`` (the runtime records no duration;
+        for an approved action it includes the wait); ``None`` for a call not settled."""
+        if self.execution_ms is not None:
+            return int(self.execution_ms)
+        if self.executed_at is None:
+            return None
+        return max(0, int(self.executed_at) - int(self.created_at))
+
+
+@dataclass(frozen=True)
+class Run:
+    """One row of ``agent_run``."""
+
+    id: str
+    thread_id: str
+    agent_name: str | None
+    actor_ref: str
+    tenant_ref: str | None
+    status: str
+    started_at: int
+    finished_at: int | None
+    step_count: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+    error: str | None
+    durable: bool
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """The outcome of ``end_run``: ``ended`` is False when another terminal status came first."""
+
+    ended: bool
+    run: Run
+
+
+@dataclass(frozen=True)
+class ThreadUsageRow:
+    """One ledger row of a thread, as the transcript shows it."""
+
+    id: str
+    message_id: str | None
+    run_id: str | None
+    model_id: str
+    purpose: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int | None
+    cache_write_tokens: int | None
+    cost_usd: float | None
+    cost_source: str | None
+    created_at: int
+
+
+@dataclass(frozen=True)
+class TranscriptMessage:
+    """A message with its tool-call records and the ledger rows that name it."""
+
+    message: Message
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: list[ThreadUsageRow] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """A whole thread in order (``created_at``, ``seq``, ``id``); ``other_usage`` holds ledger
+    rows tied to no message."""
+
+    thread: Thread
+    messages: list[TranscriptMessage]
+    other_usage: list[ThreadUsageRow]
+
+
+@dataclass(frozen=True)
+class ThreadUsageTotals:
+    """A thread's ledger rows summed: ``cost_usd`` sums the known costs (``None`` when no row has
+    one) and ``unpriced_turns`` counts the rows without a cost, never summed as free."""
+
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    unpriced_turns: int = 0
+
+
+@dataclass(frozen=True)
+class ThreadSummary:
+    """A thread as ``threads list`` shows it: soft-deleted and transient marks, ledger totals."""
+
+    id: str
+    actor_ref: str
+    tenant_ref: str | None
+    title: str
+    messages: int
+    updated_at: int
+    deleted_at: int | None = None
+    transient: bool = False
+    usage: ThreadUsageTotals = field(default_factory=ThreadUsageTotals)
+
+
+@dataclass(frozen=True)
+class TruncateResult:
+    """What ``truncate_from`` removed."""
+
+    messages_deleted: int
+    tool_calls_deleted: int
+    summary_cleared: bool
+
+
+@dataclass(frozen=True)
+class ThreadDeletion:
+    """What ``delete_thread`` removed, as rows per table name (``agent_message``: N, …), and the
+    ledger rows that went with the thread, summed (their spend leaves every report)."""
+
+    id: str
+    deleted: dict[str, int]
+    ledger: ThreadUsageTotals = field(default_factory=ThreadUsageTotals)
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _clock(clock: Clock | None) -> Clock:
+    return clock if clock is not None else SystemClock()
+
+
+def _ident(value: str | None, what: str, *, optional: bool = False) -> str | None:
+    if optional:
+        return check_optional_identity(what, value)
+    return check_identity(what, value)
+
+
+def _dump(value: Any, what: str = "a JSON payload") -> str | None:
+    """A JSON value as stored text, strict JSON only (``None`` stays NULL)."""
+    return None if value is None else dump_json(what, value)
+
+
+def _open_rows(
+    conn: Connection,
+    table: str,
+    rows: Sequence[Mapping[Any, Any]],
+    tenants: Sequence[str | None],
+) -> list[tuple[dict[str, Any], str]]:
+    """Each row with its sealed columns opened (or a marker in place) and its seal state."""
+    return open_columns(conn, table, rows, tenants)
+
+
+def _threads(conn: Connection, rows: Sequence[Mapping[Any, Any]]) -> list[Thread]:
+    """Threads from their rows, title and summary opened (or a marker in place)."""
+    opened = _open_rows(conn, thread.name, rows, [r["tenant_ref"] for r in rows])
+    return [_thread(values, state) for values, state in opened]
+
+
+def _thread(row: Mapping[Any, Any], seal_state: str = "plain") -> Thread:
+    return Thread(
+        id=row["id"],
+        actor_ref=row["actor_ref"],
+        tenant_ref=row["tenant_ref"],
+        title=row["title"],
+        persona=row["persona"],
+        model=row["model"],
+        default_agent=row["default_agent"],
+        transient=bool(row["transient"]),
+        pinned_at=row["pinned_at"],
+        summary=row["summary"],
+        summary_message_count=int(row["summary_message_count"]),
+        active_stream_id=row["active_stream_id"],
+        created_at=int(row["created_at"]),
+        updated_at=int(row["updated_at"]),
+        deleted_at=row["deleted_at"],
+        seal_state=seal_state,
+    )
+
+
+_MESSAGE_COLUMNS = tuple(
+    name for name in Message.__dataclass_fields__ if name not in ("sealed", "seal_state")
+)
+
+
+def _message(row: Mapping[Any, Any], seal_state: str = "plain") -> Message:
+    """A message from its row (sealed columns already opened by ``_open_messages``)."""
+    values = {name: row[name] for name in _MESSAGE_COLUMNS}
+    return Message(**values, sealed=seal_state != "plain", seal_state=seal_state)
+
+
+def _open_messages(
+    conn: Connection, tenant: str | bool | None, rows: Sequence[Mapping[Any, Any]]
+) -> list[tuple[dict[str, Any], str]]:
+    """The rows with their sealed columns opened (or a marker in place) and their seal state.
+
+    ``tenant`` is the thread's, or ``False`` when the caller has not read the threads: they
+    are then read (one query) only if a row holds a sealed value.
+    """
+    columns = [c for c in SEALED_COLUMNS[message.name] if not rows or c in rows[0]]
+    if not any(is_sealed(r[c]) for r in rows for c in columns):
+        return [(dict(r), "plain") for r in rows]
+    if tenant is False:
+        owners = tenants_of_threads(conn, [r["thread_id"] for r in rows])
+        tenants = [owners.get(r["thread_id"]) for r in rows]
+    else:
+        tenants = [tenant if isinstance(tenant, str) else None] * len(rows)
+    return _open_rows(conn, message.name, rows, tenants)
+
+
+def _tool_call_tenant(conn: Connection, message_id: str) -> str | None:
+    """The tenant a tool call's input and output are sealed for: its message's thread's."""
+    q = (
+        select(thread.c.tenant_ref)
+        .join(message, message.c.thread_id == thread.c.id)
+        .where(message.c.id == message_id)
+    )
+    return conn.execute(q).scalar()
+
+
+def _tool_calls(
+    conn: Connection, rows: Sequence[Mapping[Any, Any]], tenant: str | bool | None = False
+) -> list[ToolCall]:
+    """Tool calls from their rows, input and output opened (or a marker in place).
+
+    ``tenant`` is their thread's, or ``False``: then read (one query) only if one is sealed.
+    """
+    if not any(is_sealed(r[c]) for r in rows for c in SEALED_COLUMNS[tool_call.name]):
+        return [_tool_call(r) for r in rows]
+    if tenant is False:
+        q = (
+            select(message.c.id, thread.c.tenant_ref)
+            .join(thread, message.c.thread_id == thread.c.id)
+            .where(message.c.id.in_(sorted({r["message_id"] for r in rows})))
+        )
+        owners: dict[str, str | None] = {i: t for i, t in conn.execute(q).all()}
+        tenants = [owners.get(r["message_id"]) for r in rows]
+    else:
+        tenants = [tenant if isinstance(tenant, str) else None] * len(rows)
+    return [
+        _tool_call(values, state)
+        for values, state in open_columns(conn, tool_call.name, rows, tenants)
+    ]
+
+
+_TOOL_CALL_COLUMNS = tuple(name for name in ToolCall.__dataclass_fields__ if name != "seal_state")
+
+
+def _tool_call(row: Mapping[Any, Any], seal_state: str = "plain") -> ToolCall:
+    return ToolCall(**{name: row[name] for name in _TOOL_CALL_COLUMNS}, seal_state=seal_state)
+
+
+def _run(row: Mapping[Any, Any]) -> Run:
+    values = {name: row[name] for name in Run.__dataclass_fields__}
+    values["durable"] = bool(values["durable"])
+    values["input_tokens"] = int(values["input_tokens"])
+    values["output_tokens"] = int(values["output_tokens"])
+    return Run(**values)
+
+
+def _usage_row(row: Mapping[Any, Any]) -> ThreadUsageRow:
+    values = {name: row[name] for name in ThreadUsageRow.__dataclass_fields__}
+    values["input_tokens"] = int(values["input_tokens"])
+    values["output_tokens"] = int(values["output_tokens"])
+    values["cost_usd"] = known_usd(values["cost_usd"])  # another writer's NaN: unknown
+    return ThreadUsageRow(**values)
+
+
+def _message_order() -> tuple[ColumnElement[Any], ...]:
+    # Time first, so the runtime's unnumbered rows (seq 0) interleave with agora's numbered ones;
+    # seq splits a millisecond, id keeps it total.
+    return (message.c.created_at, message.c.seq, message.c.id)
+
+
+def _lock_thread(conn: Connection, thread_id: str) -> Thread:
+    """Read the thread row and hold its write lock until the transaction ends."""
+    check_identity("thread_id", thread_id)
+    q = select(thread).where(exact_eq(thread.c.id, thread_id)).with_for_update()
+    row = conn.execute(q).mappings().first()
+    if row is None:
+        raise NotFound(f"no thread {thread_id!r}")
+    return _threads(conn, [row])[0]
+
+
+def _delete_tool_calls_of_messages(conn: Connection, where: ColumnElement[bool]) -> int:
+    """Delete the tool calls of the messages matching ``where`` (one statement)."""
+    stmt: Delete
+    if dialect_name(conn) == "sqlite":
+        doomed = select(message.c.id).where(where)
+        stmt = delete(tool_call).where(tool_call.c.message_id.in_(doomed))
+    else:
+        # A multi-table DELETE: MariaDB before 11.1 runs ``IN (subquery)`` in a DELETE as a
+        # dependent subquery over the whole child table.
+        stmt = delete(tool_call).where(tool_call.c.message_id == message.c.id, where)
+    return int(conn.execute(stmt).rowcount)
+
+
+# --- threads -------------------------------------------------------------------------------
+
+
+def create_thread(
+    conn: Connection,
+    *,
+    actor_ref: str,
+    title: str = "",
+    tenant_ref: str | None = None,
+    persona: str = "default",
+    model: str | None = None,
+    default_agent: str | None = None,
+    transient: bool = False,
+    thread_id: str | None = None,
+    clock: Clock | None = None,
+) -> Thread:
+    """Create a thread and return it."""
+    now = _clock(clock).now_ms()
+    values: dict[str, Any] = {
+        "id": _ident(thread_id or new_id(now), "thread id"),
+        "actor_ref": _ident(actor_ref, "actor_ref"),
+        "tenant_ref": _ident(tenant_ref, "tenant_ref", optional=True),
+        "title": check_text("title", title),
+        "persona": _ident(persona, "persona"),
+        "model": _ident(model, "model", optional=True),
+        "default_agent": _ident(default_agent, "default_agent", optional=True),
+        "transient": 1 if transient else 0,
+        "pinned_at": None,
+        "summary": None,
+        "summary_message_count": 0,
+        "active_stream_id": None,
+        "created_at": now,
+        "updated_at": now,
+        "deleted_at": None,
+    }
+    sealer = sealer_for(conn, values["tenant_ref"])
+    conn.execute(insert(thread).values(seal_columns(sealer, thread.name, values["id"], values)))
+    return _thread(values)
+
+
+def find_thread(conn: Connection, thread_id: str) -> Thread | None:
+    """Return the thread, or ``None``."""
+    check_identity("thread_id", thread_id)
+    row = conn.execute(select(thread).where(exact_eq(thread.c.id, thread_id))).mappings().first()
+    return None if row is None else _threads(conn, [row])[0]
+
+
+def get_thread(conn: Connection, thread_id: str) -> Thread:
+    """Return the thread; ``NotFound`` if there is none."""
+    found = find_thread(conn, thread_id)
+    if found is None:
+        raise NotFound(f"no thread {thread_id!r}")
+    return found
+
+
+def list_threads(
+    conn: Connection,
+    *,
+    actor_ref: str | None = None,
+    tenant_ref: str | None = None,
+    limit: int = 50,
+    include_deleted: bool = False,
+    include_transient: bool = False,
+) -> list[ThreadSummary]:
+    """List threads, newest activity first, with their message counts and ledger totals.
+
+    Threads the runtime soft-deleted (``deleted_at`` set) or marked ``transient`` are left out
+    unless asked for; the summaries carry both marks. The ledger totals of the page are one
+    grouped query over ``agent_token_usage_thread_idx`` (``usage_by_thread``), not one per thread.
+    """
+    check_int("limit", limit, low=1, high=1000)
+    counts = (
+        select(func.count())
+        .where(message.c.thread_id == thread.c.id)
+        .correlate(thread)
+        .scalar_subquery()
+    )
+    q = select(
+        thread.c.id,
+        thread.c.actor_ref,
+        thread.c.tenant_ref,
+        thread.c.title,
+        counts.label("messages"),
+        thread.c.updated_at,
+        thread.c.deleted_at,
+        thread.c.transient,
+    )
+    if actor_ref is not None:
+        q = q.where(exact_eq(thread.c.actor_ref, check_identity("actor_ref", actor_ref)))
+    if tenant_ref is not None:
+        q = q.where(exact_eq(thread.c.tenant_ref, check_identity("tenant_ref", tenant_ref)))
+    if not include_deleted:
+        q = q.where(thread.c.deleted_at.is_(None))
+    if not include_transient:
+        # A foreign writer may have left NULL in the 0/1 column: that is not transient.
+        q = q.where(or_(thread.c.transient.is_(None), thread.c.transient == 0))
+    q = q.order_by(thread.c.updated_at.desc(), thread.c.id.desc()).limit(limit)
+    found = conn.execute(q).mappings().all()
+    totals = usage_by_thread(conn, [r["id"] for r in found])
+    rows = [r for r, _ in _open_rows(conn, thread.name, found, [r["tenant_ref"] for r in found])]
+    return [
+        ThreadSummary(
+            id=r["id"],
+            actor_ref=r["actor_ref"],
+            tenant_ref=r["tenant_ref"],
+            title=r["title"],
+            messages=int(r["messages"]),
+            updated_at=int(r["updated_at"]),
+            deleted_at=r["deleted_at"],
+            transient=bool(r["transient"]),
+            usage=totals.get(r["id"], ThreadUsageTotals()),
+        )
+        for r in rows
+    ]
+
+
+def usage_by_thread(conn: Connection, thread_ids: Sequence[str]) -> dict[str, ThreadUsageTotals]:
+    """The ledger totals of each thread in ``thread_ids`` (at most 1,000): one ``GROUP BY``.
+
+    Threads without ledger rows are absent from the result.
+    """
+    ids = list(dict.fromkeys(thread_ids))
+    if len(ids) > 1000:
+        raise InvalidInput("usage_by_thread takes at most 1,000 thread ids", param="thread_ids")
+    if not ids:
+        return {}
+    key = token_usage.c.thread_id
+    q = select(key, *_usage_sums()).where(key.in_(ids)).group_by(key)
+    # MySQL's PAD SPACE: a ledger row may name its thread with trailing spaces (its foreign key
+    # still reaches the thread, and IN and GROUP BY take it for the thread); two thread ids that
+    # differ only so cannot both exist there, so stripping them names the thread.
+    pad = dialect_name(conn) == "mysql"
+    wanted = {(i.rstrip(" ") if pad else i): i for i in ids}
+    found: dict[str, ThreadUsageTotals] = {}
+    for r in conn.execute(q).mappings():
+        name = wanted.get(r["thread_id"].rstrip(" ") if pad else r["thread_id"])
+        if name is not None:
+            found[name] = _usage_totals(r)
+    return found
+
+
+def _usage_sums() -> tuple[ColumnElement[Any], ...]:
+    return (
+        func.count().label("turns"),
+        func.coalesce(func.sum(token_usage.c.input_tokens), 0).label("input_tokens"),
+        func.coalesce(func.sum(token_usage.c.output_tokens), 0).label("output_tokens"),
+        # A non-finite cost (another writer's NaN) is unpriced: sqlexpr.finite_cost.
+        func.sum(finite_cost(token_usage.c.cost_usd)).label("cost_usd"),
+        func.count(finite_cost(token_usage.c.cost_usd)).label("priced"),
+    )
+
+
+def _usage_totals(row: Mapping[Any, Any]) -> ThreadUsageTotals:
+    turns = int(row["turns"])
+    priced = int(row["priced"])
+    return ThreadUsageTotals(
+        turns=turns,
+        input_tokens=int(row["input_tokens"]),
+        output_tokens=int(row["output_tokens"]),
+        cost_usd=None if not priced else float(row["cost_usd"]),
+        unpriced_turns=turns - priced,
+    )
+
+
+def soft_delete_thread(conn: Connection, thread_id: str, *, clock: Clock | None = None) -> Thread:
+    """Mark a thread deleted (``deleted_at``) as the runtime does, keeping every row.
+
+    The first mark wins: a thread already marked keeps its ``deleted_at``. ``threads list``
+    hides marked threads unless asked; ``delete_thread`` removes a thread for good.
+    """
+    _lock_thread(conn, thread_id)
+    conn.execute(
+        update(thread)
+        .where(thread.c.id == thread_id, thread.c.deleted_at.is_(None))
+        .values(deleted_at=_clock(clock).now_ms())
+    )
+    return get_thread(conn, thread_id)
+
+
+# --- messages ------------------------------------------------------------------------------
+
+
+def append_message(
+    conn: Connection,
+    *,
+    thread_id: str,
+    role: str,
+    content: str,
+    tool_calls: Any = None,
+    tool_results: Any = None,
+    attachments: Any = None,
+    follow_ups: Any = None,
+    usage: Any = None,
+    persona: str | None = None,
+    run_id: str | None = None,
+    outcome: Any = None,
+    message_id: str | None = None,
+    clock: Clock | None = None,
+) -> Message:
+    """Append a message with the thread's next ``seq`` and bump the thread's ``updated_at``.
+
+    Locks the thread row first, so concurrent appenders on one thread take turns. When the
+    thread's tenant has an active key the content is stored sealed (``KeyUnavailable`` without
+    the KEK: never stored in plaintext); the returned message holds the text as given.
+
+    In the runtime's shapes: ``usage`` (agora's snake_case fields or the runtime's camelCase) is
+    stored camelCase (``inputTokens``, ``outputTokens``, ``cacheReadTokens``, … ``costUsd``);
+    an assistant message's ``tool_calls`` is ``[{"id", "name", "input"}]``; a tool-results
+    message has content ``''`` and ``tool_results`` ``[{"id", "name", "output", "error"?}]``.
+    """
+    check_text("content", content)
+    turn_usage = usage_from_json(usage)
+    if turn_usage is not None:
+        usage = usage_to_json(turn_usage)
+    values: dict[str, Any] = {
+        "id": _ident(message_id, "message id") if message_id else None,
+        "thread_id": _ident(thread_id, "thread_id"),
+        "role": _ident(role, "role"),
+        "content": content,
+        "tool_calls": _dump(tool_calls, "tool_calls"),
+        "tool_results": _dump(tool_results, "tool_results"),
+        "attachments": _dump(attachments, "attachments"),
+        "follow_ups": _dump(follow_ups, "follow_ups"),
+        "usage": _dump(usage, "usage"),
+        "persona": _ident(persona, "persona", optional=True),
+        "run_id": _ident(run_id, "run_id", optional=True),
+        "outcome": _dump(outcome, "outcome"),
+    }
+    locked = _lock_thread(conn, thread_id)
+    now = _clock(clock).now_ms()
+    if values["id"] is None:
+        values["id"] = new_id(now)  # the same clock reading as created_at
+    plain = dict(values)
+    # sealed after the id is chosen: each value is bound to its row
+    values = seal_columns(sealer_for(conn, locked.tenant_ref), message.name, values["id"], values)
+    # A locking read sees the latest committed row even in a REPEATABLE READ transaction
+    # (InnoDB's default) that has already taken its snapshot; the thread lock makes it exact.
+    top = conn.execute(
+        select(message.c.seq)
+        .where(message.c.thread_id == thread_id)
+        .order_by(message.c.seq.desc())
+        .limit(1)
+        .with_for_update()
+    ).scalar()
+    values["seq"] = (top or 0) + 1
+    values["created_at"] = now
+    conn.execute(insert(message).values(values))
+    conn.execute(update(thread).where(thread.c.id == thread_id).values(updated_at=now))
+    sealed = values["content"] != content
+    return _message(
+        {**plain, "seq": values["seq"], "created_at": now}, "opened" if sealed else "plain"
+    )
+
+
+def seal_message_values(
+    conn: Connection, thread_id: str, message_id: str, values: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``values`` of a message of ``thread_id``, about to be written over its columns: sealed
+    for the thread's tenant when it has a key (``KeyUnavailable`` without the KEK; never
+    plaintext over a keyed tenant's values), else as they are."""
+    tenant = conn.execute(select(thread.c.tenant_ref).where(thread.c.id == thread_id)).scalar()
+    return seal_columns(sealer_for(conn, tenant), message.name, message_id, values)
+
+
+def update_thread(
+    conn: Connection,
+    thread_id: str,
+    *,
+    title: str | None = None,
+    summary: str | None = None,
+    summary_message_count: int | None = None,
+    clock: Clock | None = None,
+) -> Thread:
+    """Set a thread's ``title`` and/or ``summary`` (``None``: left as it is); for a keyed tenant
+    they are sealed, never written in plaintext (``KeyUnavailable`` without the KEK)."""
+    changes: dict[str, Any] = {}
+    if title is not None:
+        changes["title"] = check_text("title", title)
+    if summary is not None:
+        changes["summary"] = check_text("summary", summary)
+    if summary_message_count is not None:
+        changes["summary_message_count"] = check_int(
+            "summary_message_count", summary_message_count, low=0, high=2**31 - 1
+        )
+    if not changes:
+        raise InvalidInput("give a title, a summary or a summary_message_count to set")
+    found = _lock_thread(conn, check_identity("thread_id", thread_id))
+    sealed = seal_columns(sealer_for(conn, found.tenant_ref), thread.name, found.id, changes)
+    now = _clock(clock).now_ms()
+    conn.execute(
+        update(thread).where(thread.c.id == found.id).values({**sealed, "updated_at": now})
+    )
+    return get_thread(conn, found.id)
+
+
+def list_messages(conn: Connection, thread_id: str) -> list[Message]:
+    """List a thread's messages in order: ``created_at``, ``seq``, ``id`` (sealed contents opened,
+    or marked)."""
+    return _list_messages(conn, thread_id, False)
+
+
+def _list_messages(conn: Connection, thread_id: str, tenant: str | bool | None) -> list[Message]:
+    q = select(message).where(message.c.thread_id == thread_id).order_by(*_message_order())
+    rows = conn.execute(q).mappings().all()
+    return [_message(r, state) for r, state in _open_messages(conn, tenant, rows)]
+
+
+def list_run_messages(conn: Connection, run: Run, *, limit: int = 1000) -> list[Message]:
+    """List the first ``limit`` messages of ``run`` (those naming it in ``run_id``) in the
+    thread's order (``created_at``, ``seq``, ``id``), sealed contents opened or marked.
+
+    One read of ``agent_message_run_idx``; a sealed content is opened under its thread's
+    tenant (read only when one is sealed).
+    """
+    check_int("limit", limit, low=1, high=100_000)
+    q = (
+        select(message)
+        .where(exact_eq(message.c.run_id, run.id))
+        .order_by(*_message_order())
+        .limit(limit)
+    )
+    rows = conn.execute(q).mappings().all()
+    # A run's messages are its thread's; a foreign writer's stray one opens under its own.
+    return [_message(r, state) for r, state in _open_messages(conn, False, rows)]
+
+
+def load_thread_for_turn(conn: Connection, thread_id: str, *, limit: int = 50) -> ThreadTurn:
+    """Return the thread and its newest ``limit`` messages, oldest first, as a turn reads them."""
+    if limit < 1:
+        raise InvalidInput(f"limit must be at least 1, not {limit}")
+    found = get_thread(conn, thread_id)
+    cols = [message.c[name] for name in TurnMessage.__dataclass_fields__]
+    newest = (
+        select(*cols)
+        .where(message.c.thread_id == thread_id)
+        .order_by(*(c.desc() for c in _message_order()))
+        .limit(limit)
+    )
+    found_rows = conn.execute(newest).mappings().all()
+    opened = _open_messages(conn, found.tenant_ref, found_rows)
+    rows = [TurnMessage(**r) for r, _ in opened]
+    rows.reverse()
+    return ThreadTurn(thread=found, messages=rows)
+
+
+def fork_thread(
+    conn: Connection,
+    thread_id: str,
+    *,
+    up_to_seq: int | None = None,
+    title: str | None = None,
+    new_thread_id: str | None = None,
+    clock: Clock | None = None,
+) -> Thread:
+    """Copy a thread and its messages (all, or those with ``seq <= up_to_seq``) into a new one.
+
+    The copies get new ids and keep ``seq``, role, content and payloads; the tool-call records,
+    the ledger, runs and proposals stay with the original (money spent once is counted once).
+    The thread's summary is kept only if it covers no more messages than were copied. A sealed
+    content is bound to its row: the copies are opened and sealed again for their new ids
+    under the tenant's active key (so forking a sealed thread needs the KEK).
+    """
+    source = _lock_thread(conn, thread_id)
+    now = _clock(clock).now_ms()
+    q = select(message).where(message.c.thread_id == thread_id)
+    if up_to_seq is not None:
+        q = q.where(message.c.seq <= up_to_seq)
+    copied = [dict(r) for r in conn.execute(q.order_by(*_message_order())).mappings()]
+    keep_summary = source.summary is not None and source.summary_message_count <= len(copied)
+    new = Thread(
+        id=str(_ident(new_thread_id or new_id(now), "thread id")),
+        actor_ref=source.actor_ref,
+        tenant_ref=source.tenant_ref,
+        title=source.title if title is None else title,
+        persona=source.persona,
+        model=source.model,
+        default_agent=source.default_agent,
+        transient=source.transient,
+        pinned_at=None,
+        summary=source.summary if keep_summary else None,
+        summary_message_count=source.summary_message_count if keep_summary else 0,
+        active_stream_id=None,
+        created_at=now,
+        updated_at=now,
+        deleted_at=None,
+    )
+    opened = _open_messages(conn, source.tenant_ref, copied)
+    states = {source.seal_state} | {state for _, state in opened}
+    if "locked" in states:
+        raise KeyUnavailable(
+            f"thread {thread_id!r} holds sealed values: set AGORA_KEK or AGORA_KEK_FILE"
+        )
+    if states & {"broken", "shredded"}:
+        raise SealBroken(f"thread {thread_id!r} holds values that do not open: not copied")
+    sealer = sealer_for(conn, source.tenant_ref)
+    if sealer is None and states - {"plain"}:
+        raise KeyUnavailable(
+            f"thread {thread_id!r} holds sealed values but its tenant has no active key"
+        )
+    values = {name: getattr(new, name) for name in Thread.__dataclass_fields__}
+    values["transient"] = 1 if new.transient else 0
+    del values["seal_state"]
+    conn.execute(insert(thread).values(seal_columns(sealer, thread.name, new.id, values)))
+    rows = []
+    for row, _ in opened:
+        row["id"] = new_id(now)
+        row["thread_id"] = new.id
+        rows.append(seal_columns(sealer, message.name, row["id"], row))
+    if rows:
+        conn.execute(insert(message), rows)
+    return new
+
+
+def truncate_from(
+    conn: Connection, thread_id: str, *, seq: int, clock: Clock | None = None
+) -> TruncateResult:
+    """Delete the thread's messages from ``seq`` on, and their tool calls (explicitly).
+
+    The ledger keeps its rows (the money was spent). A summary that covered more messages than
+    remain is cleared. The thread's ``updated_at`` is bumped.
+    """
+    if seq < 1:
+        raise InvalidInput(f"seq must be at least 1, not {seq}")
+    found = _lock_thread(conn, thread_id)
+    doomed = (message.c.thread_id == thread_id) & (message.c.seq >= seq)
+    tool_calls_deleted = _delete_tool_calls_of_messages(conn, doomed)
+    messages_deleted = int(conn.execute(delete(message).where(doomed)).rowcount)
+    changes: dict[str, Any] = {"updated_at": _clock(clock).now_ms()}
+    cleared = False
+    if found.summary is not None and messages_deleted:
+        remaining = conn.execute(
+            select(func.count()).where(message.c.thread_id == thread_id)
+        ).scalar_one()
+        if found.summary_message_count > int(remaining):
+            changes.update(summary=None, summary_message_count=0)
+            cleared = True
+    conn.execute(update(thread).where(thread.c.id == thread_id).values(changes))
+    return TruncateResult(messages_deleted, tool_calls_deleted, cleared)
+
+
+_FRAME_RUNS_PER_DELETE = 500
+
+
+def _delete_frames_of_thread(conn: Connection, thread_id: str) -> int:
+    """Delete the stream frames of the thread's runs (its ``agent_run`` rows and the runs its
+    messages name): frames have no foreign key, so nothing cascades to them.
+
+    One read of the run ids, then deletes by the frames' primary key prefix, 500 runs each
+    (MariaDB before 11.1 runs ``IN (subquery)`` in a DELETE over the whole frames table).
+    """
+    runs = select(run.c.id).where(run.c.thread_id == thread_id)
+    named = select(message.c.run_id).where(
+        message.c.thread_id == thread_id, message.c.run_id.is_not(None)
+    )
+    ids = sorted({str(r) for (r,) in conn.execute(runs.union(named))})
+    deleted = 0
+    for i in range(0, len(ids), _FRAME_RUNS_PER_DELETE):
+        chunk = ids[i : i + _FRAME_RUNS_PER_DELETE]
+        where = [stream_frame.c.run_id.in_(chunk)]
+        if dialect_name(conn) == "mysql":  # PAD SPACE: 'r1 ' is another run's; bytes are exact
+            exact = cast(stream_frame.c.run_id, LargeBinary())
+            where.append(exact.in_([r.encode() for r in chunk]))
+        deleted += int(conn.execute(delete(stream_frame).where(*where)).rowcount)
+    return deleted
+
+
+def delete_thread(conn: Connection, thread_id: str) -> ThreadDeletion:
+    """Hard-delete a thread and everything that hangs off it, its runs' stream frames too;
+    report rows removed per table and the ledger rows (with their recorded spend) that went
+    with it.
+
+    Children are deleted explicitly before the thread, so the result is the same whether or not
+    the database cascades (SQLite with its ``foreign_keys`` pragma off).
+    """
+    _lock_thread(conn, thread_id)
+    # Folded days holding this thread's ledger rows no longer match the ledger: refold them.
+    mark_days_dirty(conn, token_usage.c.thread_id == thread_id)
+    # the rows the deletions below remove, counted the same way
+    sums = select(*_usage_sums()).where(token_usage.c.thread_id == thread_id)
+    ledger = _usage_totals(conn.execute(sums).mappings().one())
+    deleted: dict[str, int] = {}
+    deleted[tool_call.name] = _delete_tool_calls_of_messages(conn, message.c.thread_id == thread_id)
+    deleted[stream_frame.name] = _delete_frames_of_thread(conn, thread_id)
+    children: Sequence[Table] = (
+        message,
+        token_usage,
+        run,
+        action_proposal,
+        queued_message,
+        confirm_token,
+        genui_call,
+    )
+    for table in children:
+        result = conn.execute(delete(table).where(table.c.thread_id == thread_id))
+        deleted[table.name] = int(result.rowcount)
+    deleted[thread.name] = int(
+        conn.execute(delete(thread).where(thread.c.id == thread_id)).rowcount
+    )
+    return ThreadDeletion(id=thread_id, deleted=deleted, ledger=ledger)
+
+
+def get_transcript(conn: Connection, thread_id: str) -> Transcript:
+    """Return the whole thread in order (``created_at``, ``seq``, ``id``) with its tool-call
+    records and ledger rows."""
+    found = get_thread(conn, thread_id)
+    messages = _list_messages(conn, thread_id, found.tenant_ref)
+    calls_q = (
+        select(tool_call)
+        .join(message, tool_call.c.message_id == message.c.id)
+        .where(message.c.thread_id == thread_id)
+        .order_by(tool_call.c.created_at, tool_call.c.id)
+    )
+    calls: dict[str, list[ToolCall]] = {}
+    for call in _tool_calls(conn, conn.execute(calls_q).mappings().all(), found.tenant_ref):
+        calls.setdefault(call.message_id, []).append(call)
+    usage_cols = [token_usage.c[name] for name in ThreadUsageRow.__dataclass_fields__]
+    usage_q = (
+        select(*usage_cols)
+        .where(token_usage.c.thread_id == thread_id)
+        .order_by(token_usage.c.created_at, token_usage.c.id)
+    )
+    by_message: dict[str | None, list[ThreadUsageRow]] = {}
+    for r in conn.execute(usage_q).mappings():
+        by_message.setdefault(r["message_id"], []).append(_usage_row(r))
+    known = {m.id for m in messages}
+    other = [u for key, rows in by_message.items() if key not in known for u in rows]
+    return Transcript(
+        thread=found,
+        messages=[
+            TranscriptMessage(m, calls.get(m.id, []), by_message.get(m.id, [])) for m in messages
+        ],
+        other_usage=other,
+    )
+
+
+# --- tool calls ----------------------------------------------------------------------------
+
+
+def record_tool_call(
+    conn: Connection,
+    *,
+    message_id: str,
+    tool_call_id: str,
+    tool_name: str,
+    tool_type: str = "read",
+    input: Any = None,
+    status: str = "auto_executed",
+    run_id: str | None = None,
+    clock: Clock | None = None,
+) -> ToolCall:
+    """Record a tool call the model emitted (its id is the model's) on a message.
+
+    The runtime's words: a ``read`` tool is recorded ``auto_executed`` (about to run), an
+    ``action`` tool ``pending_approval`` (waiting for a person).
+    """
+    values: dict[str, Any] = {
+        "id": _ident(tool_call_id, "tool call id"),
+        "message_id": _ident(message_id, "message_id"),
+        "tool_name": _ident(tool_name, "tool_name"),
+        "tool_type": _ident(tool_type, "tool_type"),
+        "input": _dump(input),
+        "output": None,
+        "status": _ident(status, "status"),
+        "executed_by_ref": None,
+        "execution_ms": None,
+        "error": None,
+        "run_id": _ident(run_id, "run_id", optional=True),
+        "created_at": _clock(clock).now_ms(),
+        "executed_at": None,
+    }
+    sealer = sealer_for(conn, _tool_call_tenant(conn, values["message_id"]))
+    conn.execute(
+        insert(tool_call).values(seal_columns(sealer, tool_call.name, values["id"], values))
+    )
+    return _tool_call(values, "plain" if sealer is None else "opened")
+
+
+def get_tool_call(conn: Connection, tool_call_id: str) -> ToolCall:
+    """Return a tool call; ``NotFound`` if there is none."""
+    check_identity("tool_call_id", tool_call_id)
+    q = select(tool_call).where(exact_eq(tool_call.c.id, tool_call_id))
+    row = conn.execute(q).mappings().first()
+    if row is None:
+        raise NotFound(f"no tool call {tool_call_id!r}")
+    return _tool_calls(conn, [row])[0]
+
+
+def complete_tool_call(
+    conn: Connection,
+    tool_call_id: str,
+    *,
+    status: str = "executed",
+    output: Any = None,
+    error: str | None = None,
+    executed_by_ref: str | None = None,
+    clock: Clock | None = None,
+) -> ToolCall:
+    """Record a tool call's result (``executed`` or ``failed``, the runtime's words); the first
+    completion wins and a later one changes nothing. For a keyed tenant the output is sealed
+    (``KeyUnavailable`` without the KEK: never written in plaintext)."""
+    check_identity("tool_call_id", tool_call_id)
+    now = _clock(clock).now_ms()
+    text = _dump(output)
+    if text is not None:
+        owner = select(tool_call.c.message_id).where(exact_eq(tool_call.c.id, tool_call_id))
+        message_id = conn.execute(owner).scalar()
+        if message_id is not None:
+            sealer = sealer_for(conn, _tool_call_tenant(conn, message_id))
+            text = seal_columns(sealer, tool_call.name, tool_call_id, {"output": text})["output"]
+    stmt = (
+        update(tool_call)
+        .where(exact_eq(tool_call.c.id, tool_call_id), tool_call.c.executed_at.is_(None))
+        .values(
+            status=_ident(status, "status"),
+            output=text,
+            error=error,
+            executed_by_ref=_ident(executed_by_ref, "executed_by_ref", optional=True),
+            executed_at=now,
+            execution_ms=case(
+                (tool_call.c.created_at < now, now - tool_call.c.created_at), else_=0
+            ),
+        )
+    )
+    conn.execute(stmt)
+    return get_tool_call(conn, tool_call_id)
+
+
+def set_tool_call_status(
+    conn: Connection, tool_call_id: str, *, status: str, error: str | None = None
+) -> ToolCall:
+    """Record a new status of a tool call that has not run (``rejected``, ``expired``…).
+
+    A call already completed keeps its outcome: this changes only calls without ``executed_at``.
+    """
+    stmt = (
+        update(tool_call)
+        .where(
+            exact_eq(tool_call.c.id, check_identity("tool_call_id", tool_call_id)),
+            tool_call.c.executed_at.is_(None),
+        )
+        .values(
+            status=_ident(status, "status"),
+            error=None if error is None else check_text("error", error),
+        )
+    )
+    conn.execute(stmt)
+    return get_tool_call(conn, tool_call_id)
+
+
+# --- runs ----------------------------------------------------------------------------------
+
+
+def start_run(
+    conn: Connection,
+    *,
+    thread_id: str,
+    actor_ref: str,
+    tenant_ref: str | None = None,
+    agent_name: str | None = None,
+    run_id: str | None = None,
+    durable: bool = False,
+    clock: Clock | None = None,
+) -> Run:
+    """Start a run (status ``running``) on a thread and return it."""
+    now = _clock(clock).now_ms()
+    values: dict[str, Any] = {
+        "id": _ident(run_id or new_id(now), "run id"),
+        "thread_id": _ident(thread_id, "thread_id"),
+        "agent_name": _ident(agent_name, "agent_name", optional=True),
+        "actor_ref": _ident(actor_ref, "actor_ref"),
+        "tenant_ref": _ident(tenant_ref, "tenant_ref", optional=True),
+        "status": "running",
+        "started_at": now,
+        "finished_at": None,
+        "step_count": 0,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cost_usd": None,
+        "error": None,
+        "durable": 1 if durable else 0,
+    }
+    check_thread_tenant(conn, thread_id, tenant_ref)  # never on another tenant's thread
+    conn.execute(insert(run).values(values))
+    return _run(values)
+
+
+def get_run(conn: Connection, run_id: str) -> Run:
+    """Return a run; ``NotFound`` if there is none."""
+    check_identity("run_id", run_id)
+    row = conn.execute(select(run).where(exact_eq(run.c.id, run_id))).mappings().first()
+    if row is None:
+        raise NotFound(f"no run {run_id!r}")
+    return _run(row)
+
+
+def end_run(
+    conn: Connection,
+    run_id: str,
+    *,
+    status: str,
+    error: str | None = None,
+    step_count: int | None = None,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    cost_usd: float | None = None,
+    clock: Clock | None = None,
+) -> RunEnd:
+    """End a run with a terminal status; the first terminal status wins (fenced update)."""
+    if status not in RUN_TERMINAL_STATUSES:
+        raise InvalidInput(
+            f"run status {status!r} is not terminal: use one of {', '.join(RUN_TERMINAL_STATUSES)}"
+        )
+    changes: dict[str, Any] = {
+        "status": status,
+        "finished_at": _clock(clock).now_ms(),
+        "error": error,
+    }
+    extra: Mapping[str, Any] = {
+        "step_count": step_count,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "cost_usd": cost_usd,
+    }
+    changes.update({k: v for k, v in extra.items() if v is not None})
+    stmt = (
+        update(run)
+        .where(exact_eq(run.c.id, run_id), run.c.status.not_in(RUN_TERMINAL_STATUSES))
+        .values(changes)
+    )
+    ended = conn.execute(stmt).rowcount == 1
+    return RunEnd(ended=ended, run=get_run(conn, run_id))
