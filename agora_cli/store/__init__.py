@@ -76,6 +76,9 @@ if _typing.TYPE_CHECKING:
         ModelPrice,
         set_price,
     )
+    from agora_cli.store._problems import (
+        Problem,
+    )
     from agora_cli.store._proposals import (
         ActionProposalStore,
         ClaimResult,
@@ -94,7 +97,6 @@ if _typing.TYPE_CHECKING:
         proposal_id,
     )
     from agora_cli.store._provision import (
-        Problem,
         ProvisionReport,
         check_agent_tables,
         ensure_agent_tables,
@@ -239,7 +241,7 @@ _EXPORTS: dict[str, str] = {
     "ModelPrice": "_pricing",
     "NewProposal": "_proposals",
     "NotFound": "_errors",
-    "Problem": "_provision",
+    "Problem": "_problems",
     "Proposal": "_proposals",
     "ProvisionReport": "_provision",
     "PurgeReport": "_frames",

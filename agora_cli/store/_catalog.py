@@ -154,6 +154,7 @@ def catalog_cache_dir() -> Path:
     explicit = os.environ.get("AGORA_CACHE_DIR")
     if explicit:
         return Path(explicit)
+    # lazy: start-up — platformdirs (~7 ms) only when AGORA_CACHE_DIR is unset
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("agora", appauthor=False))
@@ -365,6 +366,7 @@ class _HttpFetch:
         )
 
     def _fetch(self, cached: _Cached | None) -> ModelCatalog:
+        # lazy: httpx (heavy) loads only when a catalog is fetched over HTTP
         import httpx
 
         deadline = time.monotonic() + self.timeout
@@ -430,6 +432,7 @@ class _HttpFetch:
         ) from cause
 
     def _attempt(self, client: httpx.Client, deadline: float) -> _Body:
+        # lazy: httpx (heavy) loads only when a catalog is fetched over HTTP
         import httpx
 
         watchdog = _Watchdog(deadline + _WATCHDOG_GRACE_S)

@@ -28,14 +28,53 @@ unsealed rather than invent a key nobody keeps (``demo_kek``).
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import delete, exists, select
+
+from agora_cli.store import _schema as schema
+from agora_cli.store._budgets import list_budgets, set_budget, sum_scope_usage
 from agora_cli.store._clock import DAY_MS, Clock, ManualClock, SystemClock, day_start_ms
-from agora_cli.store._errors import DemoRefused
+from agora_cli.store._errors import DemoRefused, InvalidInput
+from agora_cli.store._fold import day_number, mark_range_dirty
+from agora_cli.store._frames import FrameWriter, close
+from agora_cli.store._pricing import current_prices, set_price
+from agora_cli.store._proposals import (
+    NewProposal,
+    Scope,
+    claim_proposal,
+    create_proposal,
+    decide_proposal,
+    expire_proposals,
+    settle_proposal,
+)
+from agora_cli.store._provision import ensure_agent_tables
+from agora_cli.store._sealing import (
+    KEK_FILE_ENV,
+    create_tenant_key,
+    current_kek,
+    find_active_key,
+    generate_kek,
+    using_kek,
+)
+from agora_cli.store._threads import (
+    append_message,
+    complete_tool_call,
+    create_thread,
+    delete_thread,
+    end_run,
+    record_tool_call,
+    set_tool_call_status,
+    soft_delete_thread,
+    start_run,
+)
+from agora_cli.store._usage import record_usage
+from agora_cli.store._windows import period_window
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
@@ -142,10 +181,6 @@ class DemoSummary:
 
 def demo_has_agent_data(conn: Connection) -> bool:
     """Whether any agent table the demo writes to already holds a row."""
-    from sqlalchemy import exists, select
-
-    from agora_cli.store import _schema as schema
-
     tables = (
         schema.thread,
         schema.token_usage,
@@ -157,12 +192,6 @@ def demo_has_agent_data(conn: Connection) -> bool:
 
 
 def _delete_previous_demo(engine: Engine) -> None:
-    from sqlalchemy import delete, select
-
-    from agora_cli.store import _schema as schema
-    from agora_cli.store._frames import close
-    from agora_cli.store._threads import delete_thread
-
     with engine.begin() as conn:
         ids = conn.execute(
             select(schema.thread.c.id).where(schema.thread.c.id.like(f"{PREFIX}%"))
@@ -189,10 +218,6 @@ def _delete_previous_demo(engine: Engine) -> None:
 def demo_kek(engine: Engine) -> tuple[Kek | None, str | None]:
     """The KEK the demo seals with, and the file it made or reused (``None`` when the KEK came
     from the environment, or when there is none: a server database without ``AGORA_KEK``)."""
-    import os
-
-    from agora_cli.store._sealing import KEK_FILE_ENV, current_kek, generate_kek
-
     found = current_kek()
     if found is not None:
         return found, None
@@ -222,10 +247,6 @@ def write_demo_data(
     ``kek`` (or what the callable returns, asked only once the demo is sure to write), tenant
     ``globex`` gets a data key first and its messages are written sealed.
     """
-    from agora_cli.store._errors import InvalidInput
-    from agora_cli.store._fold import day_number, mark_range_dirty
-    from agora_cli.store._provision import ensure_agent_tables
-
     if not 1 <= days <= 365:
         raise InvalidInput(f"days must be between 1 and 365, not {days}", param="days")
     ensure_agent_tables(engine)
@@ -256,8 +277,6 @@ def write_demo_data(
         mark_range_dirty(conn, day_number(_date(first)), day_number(today))
     _write_prices(engine, demo_clock, summary)
     if kek is not None:
-        from agora_cli.store._sealing import create_tenant_key, find_active_key, using_kek
-
         with using_kek(kek), engine.begin() as conn:
             if find_active_key(conn, SEALED_TENANT) is None:
                 create_tenant_key(
@@ -271,8 +290,6 @@ def write_demo_data(
     # so that the main one — and every id drawn from it — is what it was before these existed.
     ops = random.Random(f"console-{seed}")
     if kek is not None:
-        from agora_cli.store._sealing import using_kek
-
         with using_kek(kek):
             _write_threads(engine, rng, ops, demo_clock, first, days, now, summary)
     else:
@@ -294,9 +311,6 @@ DEMO_BUDGET_BY = "demo"
 
 def _write_budgets(engine: Engine, now: int, summary: DemoSummary) -> None:
     """Saved budgets in each state; a budget the demo did not write is never changed."""
-    from agora_cli.store._budgets import list_budgets, set_budget, sum_scope_usage
-    from agora_cli.store._windows import period_window
-
     with engine.begin() as conn:
         for kind, ref, period, unit, share in DEMO_BUDGETS:
             taken = list_budgets(conn, scope_kind=kind, scope_ref=ref, period=period)
@@ -334,8 +348,6 @@ def _day(ms: int) -> str:
 
 
 def _write_prices(engine: Engine, clock: ManualClock, summary: DemoSummary) -> None:
-    from agora_cli.store._pricing import current_prices, set_price
-
     with engine.begin() as conn:
         # Never touch a price the demo did not write: an operator's `prices set` (or a seeded
         # catalog price) of a demo model stays current, and the demo ledger is priced by it.
@@ -402,8 +414,6 @@ def _write_threads(
                     conn, rng, ops, clock, n, actor, tenant, topic, decision, summary, now
                 )
     with engine.begin() as conn:  # the runtime soft-deleted one conversation
-        from agora_cli.store._threads import soft_delete_thread
-
         clock.set(now - 2 * 3_600_000)
         soft_delete_thread(conn, f"{PREFIX}thread-{SOFT_DELETED:02d}", clock=clock)
     # the ledger also covers the days without a thread: background summarisation turns
@@ -423,17 +433,6 @@ def _write_thread(
     summary: DemoSummary,
     now: int,
 ) -> None:
-    from agora_cli.store._threads import (
-        append_message,
-        complete_tool_call,
-        create_thread,
-        end_run,
-        record_tool_call,
-        set_tool_call_status,
-        start_run,
-    )
-    from agora_cli.store._usage import record_usage
-
     title, tool, tool_input = topic
     thread_id = f"{PREFIX}thread-{n:02d}"
     create_thread(
@@ -613,8 +612,6 @@ def _write_agent_tool_calls(
 ) -> str | None:
     """Record the planned calls as the runtime does (``auto_executed``, then ``executed`` or
     ``failed``); the error of the last one that failed."""
-    from agora_cli.store._threads import complete_tool_call, record_tool_call
-
     failure = None
     for call_id, name, took, error in plan:
         record_tool_call(
@@ -659,16 +656,6 @@ def _write_proposal(
     summary: DemoSummary,
     now: int,
 ) -> str:
-    from agora_cli.store._proposals import (
-        NewProposal,
-        Scope,
-        claim_proposal,
-        create_proposal,
-        decide_proposal,
-        expire_proposals,
-        settle_proposal,
-    )
-
     scope = Scope(tenant_ref=tenant, actor_ref=actor, thread_id=thread_id)
     # pending ones stay decidable for a week after the demo ran; "expired" lapsed an hour in
     expires = clock.now_ms() + 3_600_000 if decision == "expired" else now + 7 * DAY_MS
@@ -751,9 +738,6 @@ def _write_background_usage(
     now: int,
     summary: DemoSummary,
 ) -> None:
-    from agora_cli.store._threads import create_thread
-    from agora_cli.store._usage import record_usage
-
     with engine.begin() as conn:
         clock.set(first)
         thread_id = f"{PREFIX}thread-summaries"
@@ -788,8 +772,6 @@ def _write_background_usage(
 
 
 def _write_frames(engine: Engine, clock: ManualClock, now: int, summary: DemoSummary) -> None:
-    from agora_cli.store._frames import FrameWriter
-
     words = "Your refund for order 7 has been approved and will arrive in 3 days.".split(" ")
     plans = (
         ("finished", f"{PREFIX}stream-finished", now - 5 * 60_000, True),
@@ -821,8 +803,6 @@ def _write_frames(engine: Engine, clock: ManualClock, now: int, summary: DemoSum
 
 def _write_running_run(engine: Engine, clock: ManualClock, summary: DemoSummary) -> None:
     """The run still going as the demo ends: a tool call of it is still executing."""
-    from agora_cli.store._threads import append_message, record_tool_call, start_run
-
     thread_id = f"{PREFIX}thread-12"
     with engine.begin() as conn:
         start_run(

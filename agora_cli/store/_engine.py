@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
+from urllib.parse import unquote
 
 from agora_cli.store._errors import (
     AgoraError,
@@ -39,6 +40,7 @@ from agora_cli.store._errors import (
     UnknownDialect,
 )
 from agora_cli.store._masking import mask_url, remember_url, scrub, url_password
+from agora_cli.store._tenant_setting import install_tenant_hook
 from agora_cli.store._values import check_identity
 
 if TYPE_CHECKING:
@@ -51,7 +53,6 @@ __all__ = [
     "describe_url",
     "dialect_name",
     "galera_slot",
-    "install_tenant_hook",
     "is_galera",
     "is_retryable",
     "mask_url",
@@ -106,8 +107,7 @@ def normalize_url(url: str) -> URL:
     character that ends the password (``@``): SQLAlchemy would cut ``u:p@ss@host`` after ``p``
     and send the rest of the password to the server as a host name, into its error messages.
     """
-    from urllib.parse import unquote
-
+    # lazy: start-up — the engine module imports without SQLAlchemy (agora config)
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
@@ -187,6 +187,7 @@ def open_engine(
     Raises ``InvalidInput`` for a malformed URL or unknown dialect and ``DatabaseUnreachable``
     when the server cannot be reached or refuses the credentials.
     """
+    # lazy: start-up — the engine module imports without SQLAlchemy (agora config)
     from sqlalchemy import create_engine, event
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -244,8 +245,6 @@ def open_engine(
 
 
 _SESSION_TENANT = "agora_tenant"  # execution option: the engine's session tenant
-_TENANT_SQL = "SELECT set_config('agora.tenant', %s, %s)"  # rls.TENANT_SETTING
-_SESSION_SET = "agora_tenant_session"  # connection-record key: the tenant set for the session
 
 
 def session_tenant(bind: Engine | Connection) -> str | None:
@@ -253,40 +252,6 @@ def session_tenant(bind: Engine | Connection) -> str | None:
     ``AGORA_TENANT``), or ``None``."""
     value = bind.get_execution_options().get(_SESSION_TENANT)
     return None if value is None else str(value)
-
-
-def install_tenant_hook(engine: Engine, tenant: str) -> None:
-    """Make every connection of a PostgreSQL ``engine`` carry ``agora.tenant = tenant``.
-
-    A transaction begins with ``set_config(…, true)`` (``SET LOCAL``: it ends with the
-    transaction). An autocommit connection — the proposal worker's renew, settle and claim,
-    which run without BEGIN — has no transaction to scope it: its driver connection gets the
-    setting for the session, once (the connection record remembers it). That is no leak through
-    the pool: the pool is this engine's, and every connection of it is ``tenant``'s. Statements
-    run on the driver's cursor (``run_on_driver``) use the same connection, so they carry it too.
-    """
-    from sqlalchemy import event
-
-    check_identity("tenant", tenant)
-    if dialect_name(engine) != "postgresql":
-        return
-
-    def _on_begin(conn: Connection) -> None:
-        fairy = conn.connection
-        autocommit = conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
-        if autocommit and fairy.info.get(_SESSION_SET) == tenant:
-            return
-        cursor = fairy.dbapi_connection.cursor()  # type: ignore[union-attr]
-        try:
-            # In a transaction (psycopg is not in autocommit) this opens it: the setting is
-            # local to it. In autocommit it holds for the session.
-            cursor.execute(_TENANT_SQL, (tenant, not autocommit))
-        finally:
-            cursor.close()
-        if autocommit:
-            fairy.info[_SESSION_SET] = tenant
-
-    event.listen(engine, "begin", _on_begin)
 
 
 _GALERA = "agora_galera"  # connection-record key: this server is a Galera node (wsrep_on)
@@ -391,6 +356,7 @@ def _unreachable(exc: BaseException, url: str, path: Path | None = None) -> Agor
 
 def translate_error(exc: BaseException, url: str | None = None) -> AgoraError | None:
     """Map a SQLAlchemy/driver exception to agora's tree, or ``None`` if it is not one."""
+    # lazy: start-up — the engine module imports without SQLAlchemy (agora config)
     from sqlalchemy import exc as sa_exc
 
     if isinstance(exc, AgoraError):
@@ -641,6 +607,7 @@ def _on_driver(
     *,
     pipeline: bool,
 ) -> list[DriverResult]:
+    # lazy: start-up — the engine module imports without SQLAlchemy (agora config)
     from sqlalchemy.exc import DBAPIError
 
     if not conn.in_transaction():

@@ -54,11 +54,14 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    inspect,
     literal_column,
     or_,
     select,
+    text,
     update,
 )
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.schema import CreateTable
 
@@ -66,6 +69,7 @@ from agora_cli.store._clock import DAY_MS, Clock, SystemClock
 from agora_cli.store._engine import dialect_name, retry_transient, session_tenant
 from agora_cli.store._errors import InvalidInput
 from agora_cli.store._ledger_tenant import effective_tenant, ledger_with_threads
+from agora_cli.store._schema import apply_mysql_options
 from agora_cli.store._schema import token_usage as u
 from agora_cli.store._schema import usage_daily as d
 from agora_cli.store._schema import usage_fold as f
@@ -73,7 +77,7 @@ from agora_cli.store._schema import usage_model_daily as m
 from agora_cli.store._sqlexpr import finite_cost, provider_cost
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection, Engine
+    from sqlalchemy.engine import Connection
     from sqlalchemy.sql import ColumnElement, Select
 
 __all__ = [
@@ -180,16 +184,12 @@ ROLLUP_TABLE = m.name
 
 def has_rollup(conn: Connection) -> bool:
     """Whether the optional ``rollup`` branch's table exists (one catalog lookup)."""
-    from sqlalchemy import inspect
-
     return bool(inspect(conn).has_table(ROLLUP_TABLE))
 
 
 def rollup_statements(dialect: Any) -> list[str]:
     """The DDL of the ``rollup`` branch for ``dialect`` (offline ``db upgrade --sql``)."""
     if dialect.name == "mysql":
-        from agora_cli.store._schema import apply_mysql_options
-
         apply_mysql_options()
     return [str(CreateTable(m).compile(dialect=dialect)).strip()]
 
@@ -198,8 +198,6 @@ def create_rollup(conn: Connection) -> bool:
     """Create the per-model rollup table if it is missing (the ``rollup`` branch); ``True`` if
     it was created. Its days are filled by the next ``fold``, which refolds every folded day
     the rollup does not cover. Refuses (``InvalidInput``) before the fold tables exist."""
-    from sqlalchemy import inspect
-
     inspector = inspect(conn)
     if not inspector.has_table(f.name) or not inspector.has_table(d.name):
         raise InvalidInput(
@@ -271,9 +269,6 @@ def check_fold_privilege(bind: Engine | Connection) -> None:
     role and its members: ``db rls enable`` grants them SELECT only), and a role subject to
     row-level security where it is enabled (it would fold only the rows it sees). One query.
     """
-    from sqlalchemy import text
-    from sqlalchemy.engine import Engine
-
     if isinstance(bind, Engine):
         with bind.connect() as conn:
             try:
@@ -345,8 +340,6 @@ def mark_days_dirty(conn: Connection, where: ColumnElement[bool]) -> int:
 def _may_mark(conn: Connection) -> bool:
     if dialect_name(conn) != "postgresql":
         return True
-    from sqlalchemy import text
-
     held = conn.execute(
         text("SELECT has_table_privilege(CAST(:t AS regclass), 'UPDATE')"), {"t": f.name}
     ).scalar()

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agora_cli.store._engine import is_galera
+from agora_cli.store._problems import Problem
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
-    from agora_cli.store._provision import Problem
 
 __all__ = ["GaleraStatus", "galera_problems", "galera_status"]
 
@@ -89,8 +89,6 @@ def galera_problems(conn: Connection, agent_tables: set[str]) -> list[Problem]:
     (Explicit ``LOCK TABLES`` and XA transactions, which Galera also refuses, agora never
     issues; its ``GET_LOCK`` is node-local, which provisioning allows for.)
     """
-    from agora_cli.store._provision import Problem
-
     if not is_galera(conn):
         return []
     problems: list[Problem] = []

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import agora_cli.migrations as shipped_migrations
 from agora_cli.store._engine import dialect_name
 from agora_cli.store._errors import InvalidInput
+from agora_cli.store._provision import bounded_lock_waits, provisioning_lock, table_lock_timeout
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -57,13 +59,12 @@ class UpgradeResult:
 
 
 def _script_location() -> str:
-    import agora_cli.migrations as pkg
-
-    return str(Path(pkg.__file__).parent)
+    return str(Path(shipped_migrations.__file__).parent)
 
 
 def make_config(connection: Connection | None = None, **attributes: Any) -> Config:
     """An Alembic ``Config`` for the shipped migrations, bound to ``connection``."""
+    # lazy: Alembic loads only for migrations, never for the store's other work
     from alembic.config import Config
 
     cfg = Config()
@@ -74,6 +75,7 @@ def make_config(connection: Connection | None = None, **attributes: Any) -> Conf
 
 
 def script_directory() -> ScriptDirectory:
+    # lazy: Alembic loads only for migrations, never for the store's other work
     from alembic.script import ScriptDirectory
 
     return ScriptDirectory.from_config(make_config())
@@ -87,6 +89,7 @@ def head_revision(branch: str = MAIN_BRANCH) -> str:
 
 
 def _heads(conn: Connection) -> tuple[str, ...]:
+    # lazy: Alembic loads only for migrations, never for the store's other work
     from alembic.runtime.migration import MigrationContext
 
     ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
@@ -141,6 +144,7 @@ def _target_branch(script: ScriptDirectory, revision: str) -> str:
         raise InvalidInput(
             "give a branch: agent@head (the default), documents@head, rag@head or rollup@head"
         )
+    # lazy: Alembic loads only for migrations, never for the store's other work
     from alembic.util import CommandError
 
     try:
@@ -170,14 +174,9 @@ def upgrade(
     naming the table and who holds it; the revision that was running is rolled back where the
     dialect can (PostgreSQL, SQLite) and not recorded.
     """
+    # lazy: Alembic loads only for migrations, never for the store's other work
     from alembic import command
     from alembic.util import CommandError
-
-    from agora_cli.store._provision import (
-        bounded_lock_waits,
-        provisioning_lock,
-        table_lock_timeout,
-    )
 
     seconds = table_lock_timeout(table_lock_timeout_s)
     script = script_directory()
@@ -220,9 +219,8 @@ def upgrade(
 def downgrade(engine: Engine, revision: str) -> list[str]:
     """Downgrade to ``revision`` (forward-only revisions refuse with ``ForwardOnlyMigration``);
     the revisions undone."""
+    # lazy: Alembic loads only for migrations, never for the store's other work
     from alembic import command
-
-    from agora_cli.store._provision import provisioning_lock
 
     with engine.connect() as conn, provisioning_lock(conn):
         applied: list[str] = []

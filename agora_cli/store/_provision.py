@@ -35,6 +35,7 @@ from typing import Any
 
 from sqlalchemy import Column, ForeignKeyConstraint, Table, select, text, update
 from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.exc import DBAPIError
 
 from agora_cli.store._ddl import (
     Step,
@@ -60,6 +61,7 @@ from agora_cli.store._errors import (
     LockTimeout,
     SchemaDrift,
 )
+from agora_cli.store._galera import galera_problems
 from agora_cli.store._live_schema import (
     ForeignKeyShape,
     RowCount,
@@ -76,6 +78,8 @@ from agora_cli.store._lock_waits import (
     lock_wait_error,
     table_lock_timeout,
 )
+from agora_cli.store._problems import Problem
+from agora_cli.store._rls import policy_problems
 from agora_cli.store._schema import RETIRED_INDEXES, metadata
 
 __all__ = [
@@ -83,7 +87,6 @@ __all__ = [
     "MAX_TABLE_LOCK_TIMEOUT_S",
     "PROBLEM_KINDS",
     "ForeignKeyShape",
-    "Problem",
     "ProvisionReport",
     "RowCount",
     "SchemaCatalog",
@@ -115,15 +118,6 @@ PROBLEM_KINDS = (
 
 
 _PG_LOCK_KEY = 0x61676F7261  # "agora"
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One difference between the live schema and the expected one."""
-
-    kind: str
-    table: str
-    detail: str
 
 
 @dataclass(frozen=True)
@@ -452,8 +446,6 @@ def _apply_converging(conn: Connection, dialect: Dialect, *, convert: bool) -> l
 
 def _lost_race(exc: BaseException) -> bool:
     """A DDL or catalog failure that another node's concurrent provisioning explains."""
-    from sqlalchemy.exc import DBAPIError
-
     cause: BaseException | None = exc
     while cause is not None and not isinstance(cause, DBAPIError):
         cause = cause.__cause__
@@ -623,8 +615,6 @@ def check_agent_tables(bind: Engine | Connection) -> list[Problem]:
     database (``galera.galera_problems``: ``no_primary_key``, ``wrong_engine``,
     ``galera_setting``).
     """
-    from agora_cli.store._galera import galera_problems
-
     names = {t.name for t in metadata.sorted_tables}
     if isinstance(bind, Engine):
         with bind.connect().execution_options(sqlite_deferred=True) as conn:
@@ -685,8 +675,6 @@ def check_agent_tables(bind: Engine | Connection) -> list[Problem]:
                         "(agora db provision --convert-collation converts it)",
                     )
                 )
-    from agora_cli.store._rls import policy_problems  # PostgreSQL, once RLS is enabled
-
     problems.extend(policy_problems(bind))
     return problems + cluster
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -58,15 +57,20 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.sqltypes import NullType
-from sqlalchemy.sql.visitors import InternalTraversal
 
 from agora_cli.store._clock import DAY_MS, Clock, SystemClock, parse_duration
 from agora_cli.store._engine import supports_skip_locked
-from agora_cli.store._errors import InvalidInput
+from agora_cli.store._errors import InvalidInput, KeyUnavailable
+from agora_cli.store._redaction_form import (
+    FRAME_FORM,
+    REDACTED_PREFIX,
+    TAG_HEX,
+    is_redacted,
+    is_redacted_sql,
+)
 from agora_cli.store._schema import action_proposal, message, run, stream_frame, thread, tool_call
+from agora_cli.store._sealing import KEK_ENV, KEK_FILE_ENV, current_kek, derive_key
 from agora_cli.store._sqlexpr import exact_eq
 from agora_cli.store._values import check_int, check_optional_identity
 
@@ -79,14 +83,11 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_REDACT_BATCH",
     "MAX_REDACT_BATCH",
-    "REDACTED_PREFIX",
     "REDACTED_TABLES",
     "RedactBatch",
     "RedactReport",
     "TableCounts",
     "count_redactable_tool_io",
-    "is_redacted",
-    "is_redacted_sql",
     "redact_cutoff",
     "redact_tool_io",
     "redact_tool_io_batch",
@@ -94,95 +95,11 @@ __all__ = [
     "redaction_marker",
 ]
 
-REDACTED_PREFIX = "agora:redacted:v1:"
 DEFAULT_REDACT_BATCH = 500
 MAX_REDACT_BATCH = 10_000
 # --older-than: up to a hundred years (a retention period, not a report window).
 _MAX_AGE_MS = 36_500 * DAY_MS
-_TAG_HEX = 8
-_DIGEST_HEX = 64
-_HEX = "0123456789abcdef"
 _KEY_TAG_LABEL = b"agora:redaction-key-tag:v1"
-
-# The two stored forms: a JSON string (a value) and a frame object (a stream frame).
-_VALUE_FORM = ('"' + REDACTED_PREFIX, '"')
-_FRAME_FORM = ('{"type":"redacted","digest":"' + REDACTED_PREFIX, '"}')
-_FORM_LENGTH = _TAG_HEX + 1 + _DIGEST_HEX
-_BODY = f"[{_HEX}]{{{_TAG_HEX}}}:[{_HEX}]{{{_DIGEST_HEX}}}"
-
-
-def _form_regex(head: str, tail: str) -> str:
-    # Every non-alphanumeric character escaped: a literal in PostgreSQL's ARE, PCRE and ICU.
-    def esc(text: str) -> str:
-        return "".join(c if c.isalnum() else "\\" + c for c in text)
-
-    return f"^{esc(head)}{_BODY}{esc(tail)}$"
-
-
-_PY_FORMS = {
-    form: re.compile(re.escape(form[0]) + _BODY + re.escape(form[1]))
-    for form in (_VALUE_FORM, _FRAME_FORM)
-}
-
-
-def is_redacted(value: str | None, *, frame: bool = False) -> bool:
-    """Whether a stored value is exactly a redaction marker (a frame's form with ``frame``)."""
-    form = _FRAME_FORM if frame else _VALUE_FORM
-    return value is not None and _PY_FORMS[form].fullmatch(value) is not None
-
-
-def is_redacted_sql(column: Any, *, frame: bool = False) -> ColumnElement[bool]:
-    """``column`` is exactly a redaction marker, in SQL (``db seal`` leaves such values alone:
-    they hold an HMAC and nothing else, and sealing them would make ``db redact`` hash again)."""
-    return _IsRedacted(column, _FRAME_FORM if frame else _VALUE_FORM)
-
-
-# --- the strict form in SQL ------------------------------------------------------------------
-
-
-class _IsRedacted(ColumnElement[bool]):
-    """``column`` is exactly ``head + <8 hex> + ':' + <64 hex> + tail`` (see the module docs)."""
-
-    inherit_cache = True
-    type = NullType()  # type: ignore[assignment]
-    _traverse_internals = [  # noqa: RUF012 - SQLAlchemy's own class-level protocol
-        ("column", InternalTraversal.dp_clauseelement),
-        ("head", InternalTraversal.dp_string),
-        ("tail", InternalTraversal.dp_string),
-    ]
-
-    def __init__(self, column: Any, form: tuple[str, str]) -> None:
-        self.column = column
-        self.head, self.tail = form
-
-
-@compiles(_IsRedacted)
-def _is_redacted_sqlite(element: _IsRedacted, compiler: Any, **kw: Any) -> str:
-    # GLOB matches the whole text, case-sensitively; the heads and tails hold no GLOB syntax.
-    hex_class = f"[{_HEX}]"
-    pattern = element.head + hex_class * _TAG_HEX + ":" + hex_class * _DIGEST_HEX + element.tail
-    return f"({compiler.process(element.column.op('GLOB')(literal(pattern)), **kw)})"
-
-
-@compiles(_IsRedacted, "postgresql")
-def _is_redacted_pg(element: _IsRedacted, compiler: Any, **kw: Any) -> str:
-    pattern = _form_regex(element.head, element.tail)
-    return f"({compiler.process(element.column.op('~')(literal(pattern)), **kw)})"
-
-
-@compiles(_IsRedacted, "mysql")
-@compiles(_IsRedacted, "mariadb")
-def _is_redacted_mysql(element: _IsRedacted, compiler: Any, **kw: Any) -> str:
-    # ``$`` also matches before a final newline in PCRE and ICU: the length makes it exact.
-    # The binary collation makes REGEXP case-sensitive whatever the column's (a database the
-    # upstream runtime made has utf8mb4_general_ci).
-    column = compiler.process(element.column, **kw)
-    pattern = compiler.process(literal(_form_regex(element.head, element.tail)), **kw)
-    length = len(element.head) + _FORM_LENGTH + len(element.tail)
-    return (
-        f"(CONVERT({column} USING utf8mb4) COLLATE utf8mb4_bin REGEXP {pattern} "
-        f"AND char_length({column}) = {length})"
-    )
 
 
 # --- keys and markers ------------------------------------------------------------------------
@@ -194,10 +111,8 @@ class _RedactionKey:
     __slots__ = ("_key", "tag")
 
     def __init__(self, kek: Kek, tenant: str | None) -> None:
-        from agora_cli.store._sealing import derive_key
-
         self._key = derive_key(kek, "redact", tenant)
-        self.tag = hmac.new(self._key, _KEY_TAG_LABEL, hashlib.sha256).hexdigest()[:_TAG_HEX]
+        self.tag = hmac.new(self._key, _KEY_TAG_LABEL, hashlib.sha256).hexdigest()[:TAG_HEX]
 
     def __repr__(self) -> str:
         return f"_RedactionKey(tag={self.tag!r})"
@@ -210,15 +125,12 @@ class _RedactionKey:
         return json.dumps(self.digest(text))
 
     def frame(self, text: str) -> str:
-        return _FRAME_FORM[0] + self.digest(text)[len(REDACTED_PREFIX) :] + _FRAME_FORM[1]
+        return FRAME_FORM[0] + self.digest(text)[len(REDACTED_PREFIX) :] + FRAME_FORM[1]
 
 
 def redaction_kek(kek: Kek | None = None) -> Kek:
     """The KEK redaction derives its keys from: ``kek``, else the environment's; else
     ``KeyUnavailable`` (exit 3)."""
-    from agora_cli.store._errors import KeyUnavailable
-    from agora_cli.store._sealing import KEK_ENV, KEK_FILE_ENV, current_kek
-
     found = kek if kek is not None else current_kek()
     if found is None:
         raise KeyUnavailable(
@@ -285,9 +197,11 @@ class _Target:
         return str(self.table.name)
 
     def pending(self) -> ColumnElement[bool]:
-        form = _FRAME_FORM if self.frame else _VALUE_FORM
         c = self.table.c
-        parts = [and_(c[n].is_not(None), not_(_IsRedacted(c[n], form))) for n in self.hashed]
+        parts = [
+            and_(c[n].is_not(None), not_(is_redacted_sql(c[n], frame=self.frame)))
+            for n in self.hashed
+        ]
         parts += [c[n].contains("\n", autoescape=True) for n in self.trimmed]
         return or_(*parts)
 

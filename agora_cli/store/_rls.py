@@ -74,21 +74,27 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import BigInteger, Double, Integer, and_, func, select, text, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
+
 from agora_cli.store._engine import dialect_name
 from agora_cli.store._errors import InvalidInput, SchemaDrift
+from agora_cli.store._masking import scrub
+from agora_cli.store._problems import Problem
+from agora_cli.store._schema import metadata
+from agora_cli.store._tenant_setting import TENANT_SETTING, install_tenant_hook
 from agora_cli.store._values import check_identity
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection, Engine
+    from sqlalchemy.engine import Connection
     from sqlalchemy.sql.schema import Table
 
-    from agora_cli.store._provision import Problem
 
 __all__ = [
     "POLICY_NAME",
     "PROTECTED_TABLES",
     "SHARED_TABLES",
-    "TENANT_SETTING",
     "RlsPlan",
     "RlsStatus",
     "RlsTableCheck",
@@ -104,7 +110,6 @@ __all__ = [
     "verify_isolation",
 ]
 
-TENANT_SETTING = "agora.tenant"
 POLICY_NAME = "agent_tenant_isolation"
 
 _SETTING = f"current_setting('{TENANT_SETTING}', true)"
@@ -355,8 +360,6 @@ def _tenant_tables(columns: dict[str, set[str]], keys: list[tuple[str, str]]) ->
 
 def _read_catalog(conn: Connection) -> _Catalog:
     """Every table of the schema (the live catalog, not a fixed list) and its policy."""
-    from sqlalchemy import text
-
     schema = str(conn.execute(text("SELECT current_schema()")).scalar())
     rows = conn.execute(
         text(
@@ -432,8 +435,6 @@ def _read_catalog(conn: Connection) -> _Catalog:
 def _role_kind(conn: Connection, role: str | None = None) -> tuple[str, str]:
     """(role name, kind): ``superuser`` and ``bypassrls`` bypass the policies; ``subject``
     roles (the owner too: the policies are forced) see only their tenant's rows."""
-    from sqlalchemy import text
-
     row = conn.execute(
         text(
             "SELECT rolname, rolsuper, rolbypassrls FROM pg_roles "
@@ -455,8 +456,6 @@ def _app_role_refusal(conn: Connection, role: str, cat: _Catalog) -> str | None:
     can run ``ALTER TABLE … NO FORCE ROW LEVEL SECURITY``), nor hold CREATE on the schema (it
     could create objects there and, with an owner's help, re-own tables).
     """
-    from sqlalchemy import text
-
     _, kind = _role_kind(conn, role)
     if kind == "missing":
         return None
@@ -522,8 +521,6 @@ class RlsStatus:
 
 def rls_status(conn: Connection) -> RlsStatus:
     """Row-level security on every agent table, and which kind of role is connected."""
-    from sqlalchemy import text
-
     _require_postgresql(conn)
     cat = _read_catalog(conn)
     role, kind = _role_kind(conn)
@@ -553,10 +550,6 @@ def policy_problems(bind: Engine | Connection) -> list[Problem]:
 
     Nothing on MySQL/SQLite, nor on a PostgreSQL database where RLS was never enabled.
     """
-    from sqlalchemy.engine import Engine
-
-    from agora_cli.store._provision import Problem
-
     if dialect_name(bind) != "postgresql":
         return []
     if isinstance(bind, Engine):
@@ -647,8 +640,6 @@ def _comment_sql(conn: Connection, table: str) -> str:
 
 def _privileges(conn: Connection, role: str, tables: list[str]) -> dict[str, set[str]]:
     """The DML privileges ``role`` holds on each of ``tables`` (schema-qualified by search_path)."""
-    from sqlalchemy import text
-
     rows = conn.execute(
         text(
             "SELECT t, p FROM unnest(CAST(:tables AS text[])) t, unnest(CAST(:privs AS text[])) p "
@@ -663,10 +654,6 @@ def _privileges(conn: Connection, role: str, tables: list[str]) -> dict[str, set
 
 
 def _grant_sql(conn: Connection, role: str, cat: _Catalog, *, revoke: bool) -> list[str]:
-    from sqlalchemy import text
-
-    from agora_cli.store._schema import metadata
-
     agent = sorted(t.name for t in metadata.sorted_tables if cat.tables.get(t.name, None))
     agent = [t for t in agent if cat.tables[t].exists]
     held = _privileges(conn, role, agent)
@@ -697,8 +684,6 @@ def _grant_sql(conn: Connection, role: str, cat: _Catalog, *, revoke: bool) -> l
 
 
 def _run(engine: Engine, build: Any, *, dry_run: bool, lock_timeout_s: float) -> RlsPlan:
-    from sqlalchemy import text
-
     _require_postgresql(engine)
     with engine.connect() as conn:
         plan: RlsPlan = build(conn)
@@ -729,8 +714,6 @@ def _run_online(engine: Engine, statements: list[str], ms: dict[str, str]) -> No
     ``lock_timeout`` bounds the wait for older transactions; a build that fails leaves an
     invalid index, which the next ``enable`` drops and builds again.
     """
-    from sqlalchemy import text
-
     if not statements:
         return
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
@@ -824,8 +807,6 @@ def enable_rls(
 
 
 def _grant_sql_for_new_role(conn: Connection, role: str, cat: _Catalog) -> list[str]:
-    from agora_cli.store._schema import metadata
-
     qrole = _quote(conn, role)
     names = [t.name for t in metadata.sorted_tables if cat.tables.get(t.name)]
     names = [t for t in names if cat.tables[t].exists]
@@ -853,8 +834,6 @@ def disable_rls(
     ``drop_role`` as well, drop the role — refused while it holds privileges or objects in
     another database of the cluster.
     """
-    from sqlalchemy import text
-
     if app_role is not None:
         _check_role_name(app_role)
     if drop_role and app_role is None:
@@ -929,8 +908,6 @@ def tenant_session(conn: Connection, tenant: str | None) -> Iterator[Connection]
     caller has not, and restores the previous value on leaving the block while the transaction
     is still open. Does nothing on MySQL/MariaDB and SQLite, which have no row-level security.
     """
-    from sqlalchemy import text
-
     if tenant:
         check_identity("tenant", tenant)
     if dialect_name(conn) != "postgresql":
@@ -948,8 +925,6 @@ def tenant_session(conn: Connection, tenant: str | None) -> Iterator[Connection]
 
 def session_tenant(conn: Connection) -> str | None:
     """The tenant this transaction is scoped to (``agora.tenant``; PostgreSQL), else None."""
-    from sqlalchemy import text
-
     if dialect_name(conn) != "postgresql":
         return None
     value = conn.execute(text(f"SELECT {_TENANT}")).scalar()
@@ -958,9 +933,7 @@ def session_tenant(conn: Connection) -> str | None:
 
 def install_tenant_setting(engine: Engine, tenant: str) -> None:
     """Make every transaction on ``engine`` begin with ``agora.tenant = tenant`` (SET LOCAL), and
-    every autocommit connection carry it (``engine.install_tenant_hook``; PostgreSQL only)."""
-    from agora_cli.store._engine import install_tenant_hook
-
+    every autocommit connection carry it (``install_tenant_hook``; PostgreSQL only)."""
     install_tenant_hook(engine, tenant)
 
 
@@ -1038,8 +1011,6 @@ def _fixture_row(
     table: Table, tag: str, tenant: str, parents: dict[str, dict[str, Any]], n: int
 ) -> dict[str, Any]:
     """A valid row of ``table`` for ``tenant``: every NOT NULL column without a default filled."""
-    from sqlalchemy import BigInteger, Double, Integer
-
     row: dict[str, Any] = {}
     for column in table.columns:
         if column.nullable and not column.primary_key:
@@ -1063,8 +1034,6 @@ def _fixture_row(
 
 
 def _pk_where(table: Table, row: dict[str, Any]) -> Any:
-    from sqlalchemy import and_
-
     return and_(*(c == row[c.name] for c in table.primary_key.columns))
 
 
@@ -1083,10 +1052,6 @@ def verify_isolation(engine: Engine, *, app_role: str | None = None) -> RlsVerif
     shared fail; so does an app role that may write the fold's tables. ``app_role`` is refused
     (``InvalidInput``) when it could switch the policies off: see ``enable_rls``.
     """
-    from sqlalchemy import text
-
-    from agora_cli.store._schema import metadata
-
     _require_postgresql(engine)
     if app_role is not None:
         _check_role_name(app_role)
@@ -1194,8 +1159,6 @@ def _unprotected_check(table: str) -> RlsTableCheck:
 
 def _fold_writes(conn: Connection, role: str, cat: _Catalog) -> list[str]:
     """The fold's tables ``role`` may write (issue 24, finding 6: the fold is privileged)."""
-    from sqlalchemy import text
-
     present = [t for t in FOLD_TABLES if t in cat.tables and cat.tables[t].exists]
     rows = conn.execute(
         text(
@@ -1221,8 +1184,6 @@ def _check_parent(
     ghost: dict[str, Any],
 ) -> RlsTableCheck:
     """As A: a row of A's tenant on B's parent, and on no parent, fail with the same error."""
-    from sqlalchemy.exc import DBAPIError
-
     details = [check.detail] if check.detail else []
     errors: list[str | None] = []
     for row in (cross, ghost):
@@ -1262,9 +1223,6 @@ def _check_table(
     intruder: dict[str, Any],
 ) -> RlsTableCheck:
     """As tenant A under the app role: the five probes on one table, each in a savepoint."""
-    from sqlalchemy import func, select, update
-    from sqlalchemy.exc import DBAPIError
-
     count = select(func.count()).select_from(table)
     first = next(c for c in table.columns if not c.primary_key)
     probes: dict[str, Any] = {
@@ -1313,8 +1271,6 @@ def _check_table(
 
 def _insert_or_why(conn: Connection, table: Table, row: dict[str, Any]) -> dict[str, Any] | str:
     """Insert ``row`` in a savepoint: the row, or why it could not be written."""
-    from sqlalchemy.exc import DBAPIError
-
     savepoint = conn.begin_nested()
     try:
         conn.execute(table.insert().values(**row))
@@ -1333,9 +1289,6 @@ def _check_threads_tenant(
     tenants: dict[str, str],
 ) -> RlsTableCheck:
     """As the app role: a row with no tenant_ref on A's thread is A's, and only A's."""
-    from sqlalchemy import func, select, text
-    from sqlalchemy.exc import DBAPIError
-
     details = [check.detail] if check.detail else []
     if isinstance(row, str):
         details.append(f"tenant A could not write a row with no tenant_ref on its thread: {row}")
@@ -1387,7 +1340,5 @@ def _is_rls_violation(exc: Any) -> bool:
 
 
 def _first_line(exc: Any) -> str:
-    from agora_cli.store._masking import scrub
-
     text = str(getattr(exc, "orig", exc)).strip()
     return scrub(text.splitlines()[0] if text else type(exc).__name__)

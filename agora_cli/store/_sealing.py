@@ -44,6 +44,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import and_, bindparam, func, insert, not_, or_, select, text, tuple_, update
+
+from agora_cli.store._clock import SystemClock
 from agora_cli.store._errors import (
     Conflict,
     InvalidInput,
@@ -52,6 +55,18 @@ from agora_cli.store._errors import (
     SealBroken,
     WrongKek,
 )
+from agora_cli.store._redaction_form import is_redacted_sql
+from agora_cli.store._schema import (
+    action_proposal,
+    message,
+    queued_message,
+    run,
+    stream_frame,
+    thread,
+    tool_call,
+)
+from agora_cli.store._schema import tenant_key as k  # the keys table, in every key query here
+from agora_cli.store._sqlexpr import exact_eq
 from agora_cli.store._values import check_identity, check_int
 
 if TYPE_CHECKING:
@@ -239,12 +254,14 @@ def _require_kek(kek: Kek | None, why: str) -> Kek:
 
 
 def _aead(key: bytes) -> Any:
+    # lazy: cryptography loads only when a value is sealed or opened
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
     return AESGCM(key)
 
 
 def _invalid_tag() -> type[Exception]:
+    # lazy: cryptography loads only when a value is sealed or opened
     from cryptography.exceptions import InvalidTag
 
     return InvalidTag
@@ -330,11 +347,6 @@ def _tenant_key(row: Mapping[Any, Any]) -> TenantKey:
 
 
 def _active_row(conn: Connection, tenant: str, *, lock: bool = False) -> Mapping[Any, Any] | None:
-    from sqlalchemy import select
-
-    from agora_cli.store._schema import tenant_key as k
-    from agora_cli.store._sqlexpr import exact_eq
-
     q = (
         select(k)
         .where(exact_eq(k.c.tenant_key, tenant), k.c.retired_at.is_(None))
@@ -354,11 +366,6 @@ def find_active_key(conn: Connection, tenant: str) -> TenantKey | None:
 
 def list_tenant_keys(conn: Connection, *, tenant: str | None = None) -> list[TenantKey]:
     """The keys (all, or one tenant's), by tenant then newest first; never key material."""
-    from sqlalchemy import select
-
-    from agora_cli.store._schema import tenant_key as k
-    from agora_cli.store._sqlexpr import exact_eq
-
     cols = [
         k.c.id,
         k.c.tenant_key,
@@ -375,10 +382,6 @@ def list_tenant_keys(conn: Connection, *, tenant: str | None = None) -> list[Ten
 
 def _check_database_kek(conn: Connection, kek: Kek) -> None:
     """Refuse a KEK other than the one that wrapped the keys already stored (one per database)."""
-    from sqlalchemy import select
-
-    from agora_cli.store._schema import tenant_key as k
-
     other = conn.execute(
         select(k.c.kek_fingerprint).where(k.c.kek_fingerprint != kek.fingerprint).limit(1)
     ).scalar()
@@ -394,10 +397,6 @@ def _new_key_id() -> str:
 
 
 def _insert_key(conn: Connection, kek: Kek, tenant: str, key_id: str | None, now: int) -> TenantKey:
-    from sqlalchemy import insert
-
-    from agora_cli.store._schema import tenant_key as k
-
     ident = check_identity("key_id", key_id or _new_key_id())
     if ":" in ident:
         raise InvalidInput("a key id cannot hold ':'", param="key_id")
@@ -426,8 +425,6 @@ def create_tenant_key(
     ``Conflict`` when the tenant already has an active key (rotate it instead); ``WrongKek``
     when the database's keys were wrapped by another KEK.
     """
-    from agora_cli.store._clock import SystemClock
-
     tenant = check_identity("tenant", tenant)
     kek = _require_kek(kek, "a tenant key is wrapped by the key-encryption key")
     _check_database_kek(conn, kek)
@@ -449,8 +446,6 @@ def rotate_tenant_key(
     The old active key is unwrapped first: a wrong KEK is ``WrongKek`` with nothing written.
     Rows sealed under retired keys stay readable; ``seal_tenant(rotate=True)`` re-seals them.
     """
-    from agora_cli.store._clock import SystemClock
-
     tenant = check_identity("tenant", tenant)
     kek = _require_kek(kek, "a tenant key is wrapped by the key-encryption key")
     current = _active_row(conn, tenant, lock=True)
@@ -475,21 +470,11 @@ _ROTATE_ROUNDS = 50
 
 
 def _has_keys(conn: Connection, tenant: str) -> bool:
-    from sqlalchemy import select
-
-    from agora_cli.store._schema import tenant_key as k
-    from agora_cli.store._sqlexpr import exact_eq
-
     found = conn.execute(select(k.c.id).where(exact_eq(k.c.tenant_key, tenant)).limit(1))
     return found.first() is not None
 
 
 def _retire(conn: Connection, tenant: str, now: int) -> list[str]:
-    from sqlalchemy import select, update
-
-    from agora_cli.store._schema import tenant_key as k
-    from agora_cli.store._sqlexpr import exact_eq
-
     live = exact_eq(k.c.tenant_key, tenant), k.c.retired_at.is_(None)
     ids = list(conn.execute(select(k.c.id).where(*live)).scalars())
     conn.execute(update(k).where(*live).values(retired_at=now))
@@ -497,10 +482,6 @@ def _retire(conn: Connection, tenant: str, now: int) -> list[str]:
 
 
 def _key_rows(conn: Connection, key_ids: Sequence[str]) -> dict[str, Mapping[Any, Any]]:
-    from sqlalchemy import select
-
-    from agora_cli.store._schema import tenant_key as k
-
     if not key_ids:
         return {}
     rows = conn.execute(select(k).where(k.c.id.in_(sorted(set(key_ids))))).mappings()
@@ -811,10 +792,6 @@ def open_columns(
 
 def tenants_of_threads(conn: Connection, thread_ids: Sequence[str]) -> dict[str, str | None]:
     """Each thread's tenant (one read; a missing thread is left out)."""
-    from sqlalchemy import select
-
-    from agora_cli.store._schema import thread
-
     ids = sorted(set(thread_ids))
     if not ids:
         return {}
@@ -850,19 +827,6 @@ def _sealed_tables() -> list[tuple[Table, Callable[[str], ColumnElement[bool]]]]
     A message, a tool call (through its message) and a frame (through its run) belong to their
     thread's tenant; a thread, a queued message and a proposal to their own ``tenant_ref``.
     """
-    from sqlalchemy import select
-
-    from agora_cli.store._schema import (
-        action_proposal,
-        message,
-        queued_message,
-        run,
-        stream_frame,
-        thread,
-        tool_call,
-    )
-    from agora_cli.store._sqlexpr import exact_eq
-
     # A batch reads the primary key in order from where the last one ended, so that a whole run
     # reads each row once. Given the thread index, SQLite (always), MariaDB and PostgreSQL (by
     # their statistics) drive a batch from the tenant's threads instead and sort every remaining
@@ -927,11 +891,6 @@ def _seal_targets() -> list[tuple[Table, str, Callable[[str], ColumnElement[bool
 def _sealing_key_ids(conn: Connection, tenant: str, active_id: str, rotate: bool) -> list[str]:
     """The key ids a value may already be sealed under: the tenant's (``rotate``: the active
     one). Read once per count or batch, not once per column."""
-    from sqlalchemy import select
-
-    from agora_cli.store._schema import tenant_key as k
-    from agora_cli.store._sqlexpr import exact_eq
-
     if rotate:
         return [active_id]
     return list(conn.execute(select(k.c.id).where(exact_eq(k.c.tenant_key, tenant))).scalars())
@@ -951,10 +910,6 @@ def _needs_sealing(
     active key) and not a redaction marker (``db redact``'s keyed hash: nothing left to seal,
     and sealing it would have the next ``db redact`` hash it again). Text in the sealed form
     naming no key of the tenant is plaintext: sealed."""
-    from sqlalchemy import and_, func, not_, or_
-
-    from agora_cli.store._redact import is_redacted_sql
-
     col = table.c[column]
     redacted = is_redacted_sql(col, frame=table.name == "agent_stream_frame")
     if ids is None:
@@ -982,8 +937,6 @@ def _by_table(counts: Mapping[str, int]) -> dict[str, int]:
 
 
 def _count_columns(conn: Connection, tenant: str, rotate: bool) -> dict[str, int]:
-    from sqlalchemy import func, select
-
     row = _active_row(conn, tenant)
     active_id = "" if row is None else row["id"]
     ids = _sealing_key_ids(conn, tenant, active_id, rotate)
@@ -1003,11 +956,6 @@ def _count_columns(conn: Connection, tenant: str, rotate: bool) -> dict[str, int
 def _tenant_keys(conn: Connection, tenant: str, kek: Kek) -> tuple[_DataKey, dict[str, _DataKey]]:
     """Every live key of the tenant unwrapped (so a wrong KEK fails before any write), the
     active one first; destroyed keys are left out (their values stay shredded)."""
-    from sqlalchemy import select
-
-    from agora_cli.store._schema import tenant_key as k
-    from agora_cli.store._sqlexpr import exact_eq
-
     active = _active_row(conn, tenant)
     if active is None:
         raise NotFound(f"tenant {tenant!r} has no active key: `agora keys create` first")
@@ -1039,8 +987,6 @@ def seal_tenant(
     twice. A value that names a key of the tenant but does not open is left as it is and
     counted in ``broken``. ``progress(n)`` is called with the values of each batch.
     """
-    from sqlalchemy import and_, bindparam, select, tuple_, update
-
     tenant = check_identity("tenant", tenant)
     check_int("batch", batch, low=1, high=MAX_SEAL_BATCH)
     if max_batches is not None:
@@ -1143,12 +1089,6 @@ def destroy_tenant_keys(conn: Connection, *, tenant: str, clock: Clock | None = 
     never had a key. Until ``create_tenant_key`` gives it a new key, writes of the tenant's
     content are refused (``KeyUnavailable``) rather than stored in plaintext.
     """
-    from sqlalchemy import func, select, update
-
-    from agora_cli.store._clock import SystemClock
-    from agora_cli.store._schema import tenant_key as k
-    from agora_cli.store._sqlexpr import exact_eq
-
     tenant = check_identity("tenant", tenant)
     mine = exact_eq(k.c.tenant_key, tenant)
     ids = sorted(conn.execute(select(k.c.id).where(mine).with_for_update()).scalars())
@@ -1168,11 +1108,6 @@ def destroy_tenant_keys(conn: Connection, *, tenant: str, clock: Clock | None = 
 
 def key_destroyed(conn: Connection, tenant: str) -> bool:
     """Whether the tenant's keys were destroyed (it has keys, none of them live)."""
-    from sqlalchemy import select
-
-    from agora_cli.store._schema import tenant_key as k
-    from agora_cli.store._sqlexpr import exact_eq
-
     q = select(k.c.wrapped_key).where(exact_eq(k.c.tenant_key, tenant)).limit(50)
     states = [w == _SHREDDED_KEY for w in conn.execute(q).scalars()]
     return bool(states) and all(states)
@@ -1186,8 +1121,6 @@ def vacuum_sealed_tables(engine: Engine) -> list[str]:
     then a WAL checkpoint (the whole file rebuilt under an exclusive lock). Returns the
     statements run. WAL already archived, replicas' own files and backups keep what they hold.
     """
-    from sqlalchemy import text
-
     dialect = engine.dialect.name
     tables = list(SEALED_COLUMNS)
     if dialect == "postgresql":

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, case, func, literal, literal_column
+from sqlalchemy import and_, case, func, literal, literal_column, text
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.sqltypes import NullType
@@ -172,8 +172,6 @@ def _code_point_range(column: Column[Any], prefix: str) -> ColumnElement[bool]:
 
 def _orders_by_code_point(conn: Connection, column: Column[Any]) -> bool:
     """Whether PostgreSQL orders ``column`` by code point (its collation, or the database's)."""
-    from sqlalchemy import text
-
     row = conn.execute(
         text(
             "SELECT c.collname, c.collprovider, c.collcollate, to_jsonb(d) AS db "

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 from agora_cli.store._engine import dialect_name, server_version
 from agora_cli.store._galera import GaleraStatus, galera_status
 from agora_cli.store._migrate import applied_branches, current_revision, head_revision
-from agora_cli.store._provision import Problem, RowCount, check_agent_tables, table_row_counts
+from agora_cli.store._problems import Problem
+from agora_cli.store._proposals import count_legacy_proposals
+from agora_cli.store._provision import RowCount, check_agent_tables, table_row_counts
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -37,8 +39,6 @@ class SchemaStatus:
 
 def schema_status(engine: Engine) -> SchemaStatus:
     """Read the migration state, the drift, the legacy proposals left and the row counts."""
-    from agora_cli.store._proposals import count_legacy_proposals
-
     problems = check_agent_tables(engine)
     with engine.connect().execution_options(sqlite_deferred=True) as conn:
         tables = table_row_counts(conn)

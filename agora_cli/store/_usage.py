@@ -21,8 +21,13 @@ import math
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import Double, and_, case, func, insert, literal, select, update
+from sqlalchemy.exc import IntegrityError
+
 from agora_cli.store._clock import Clock, SystemClock
+from agora_cli.store._engine import dialect_name
 from agora_cli.store._errors import InvalidInput, NotFound
+from agora_cli.store._fold import mark_days_dirty
 from agora_cli.store._ids import new_hex_id
 from agora_cli.store._pricing import (
     ModelPrice,
@@ -34,6 +39,9 @@ from agora_cli.store._pricing import (
     resolve_model_price,
     tier_rates,
 )
+from agora_cli.store._schema import token_usage as u  # the ledger table, in every query here
+from agora_cli.store._sqlexpr import exact_eq, known_usd
+from agora_cli.store._tenant_guard import check_thread_tenant
 from agora_cli.store._values import (
     check_count,
     check_finite,
@@ -153,12 +161,6 @@ def record_usage(
     ``created_at``. A thread that does not exist is ``NotFound`` (the caller's transaction is
     then unusable on PostgreSQL and must be rolled back, as ``engine.begin()`` does).
     """
-    from sqlalchemy import insert
-    from sqlalchemy.exc import IntegrityError
-
-    from agora_cli.store._schema import token_usage
-    from agora_cli.store._tenant_guard import check_thread_tenant
-
     for name, value in (
         ("thread_id", thread_id),
         ("actor_ref", actor_ref),
@@ -231,7 +233,7 @@ def record_usage(
     row = {k: v for k, v in asdict(record).items() if k not in ("priced_as", "price_rule")}
     check_thread_tenant(conn, thread_id, tenant_ref)  # never on another tenant's thread
     try:
-        conn.execute(insert(token_usage).values(**row))
+        conn.execute(insert(u).values(**row))
     except IntegrityError as exc:
         if "foreign key" in str(exc.orig).lower():
             raise NotFound(f"thread {thread_id!r} not found: usage needs its thread") from exc
@@ -254,13 +256,6 @@ def reprice(
     rates are out of range (written around the library) counts as no price. Both are reported
     with the still-unpriced rows.
     """
-    from sqlalchemy import and_, func, select, update
-
-    from agora_cli.store._engine import dialect_name
-    from agora_cli.store._fold import mark_days_dirty
-    from agora_cli.store._schema import token_usage as u
-    from agora_cli.store._sqlexpr import exact_eq
-
     for name, bound in (("from_ms", from_ms), ("to_ms", to_ms)):
         if bound is not None:
             check_instant(name, bound)
@@ -352,12 +347,6 @@ def recompute_estimates(
     until ``batch.done``. Repeating an interrupted run is safe: rows already recomputed are at
     the current price and count as unchanged.
     """
-    from sqlalchemy import select, update
-
-    from agora_cli.store._fold import mark_days_dirty
-    from agora_cli.store._schema import token_usage as u
-    from agora_cli.store._sqlexpr import known_usd
-
     for name, bound in (("from_ms", from_ms), ("to_ms", to_ms)):
         if bound is not None:
             check_instant(name, bound)
@@ -438,10 +427,6 @@ def _estimate_sql(price: ModelPrice) -> ColumnElement[Any]:
     The rates are ``applicable_rates``/``tier_rates``, computed once in Python and sent as
     literals, so a row costs the same here as in ``estimate_cost``.
     """
-    from sqlalchemy import case
-
-    from agora_cli.store._schema import token_usage as u
-
     expr = _rates_sql(applicable_rates(price, 0))
     for tier in sorted(price.tiers, key=lambda t: t.size):
         # Built lowest tier first so the highest exceeded tier is the outermost test.
@@ -450,10 +435,6 @@ def _estimate_sql(price: ModelPrice) -> ColumnElement[Any]:
 
 
 def _rates_sql(rates: ModelPrice | PriceTier) -> ColumnElement[Any]:
-    from sqlalchemy import Double, case, func, literal
-
-    from agora_cli.store._schema import token_usage as u
-
     def rate(value: float | None) -> ColumnElement[Any]:
         return literal(rates.input_per_1m if value is None else value, Double())
 

@@ -18,7 +18,8 @@ from sqlalchemy import select, text, update
 from agora_cli.store._clock import DAY_MS, ManualClock, SystemClock
 from agora_cli.store._engine import open_engine
 from agora_cli.store._provision import ensure_agent_tables
-from agora_cli.store._redact import is_redacted, redaction_marker
+from agora_cli.store._redact import redaction_marker
+from agora_cli.store._redaction_form import is_redacted
 from agora_cli.store._rls import enable_rls
 from agora_cli.store._schema import tool_call
 from agora_cli.store._sealing import Kek, generate_kek

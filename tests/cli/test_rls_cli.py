@@ -437,7 +437,7 @@ def test_redact_asks_and_needs_yes_without_a_terminal(cli: Any, engine: Any, db_
 
 
 def test_redact_dry_run_then_yes_then_again(cli: Any, engine: Any, db_url: str) -> None:
-    from agora_cli.store._redact import is_redacted
+    from agora_cli.store._redaction_form import is_redacted
     from agora_cli.store._sealing import generate_kek
 
     _seed_calls(engine)

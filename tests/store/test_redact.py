@@ -30,11 +30,11 @@ from agora_cli.store._proposals import (
 from agora_cli.store._redact import (
     REDACTED_TABLES,
     count_redactable_tool_io,
-    is_redacted,
     redact_tool_io,
     redact_tool_io_batch,
     redaction_marker,
 )
+from agora_cli.store._redaction_form import is_redacted
 from agora_cli.store._schema import action_proposal, message, stream_frame, tool_call
 from agora_cli.store._sealing import Kek, generate_kek, using_kek
 from agora_cli.store._threads import (
@@ -513,7 +513,9 @@ def test_the_sql_check_and_is_redacted_agree_whatever_the_collation(engine: Any)
     # database the upstream runtime made has: the check must not depend on the column's.
     from sqlalchemy import literal
 
-    from agora_cli.store._redact import _FRAME_FORM, _VALUE_FORM, _IsRedacted
+    from agora_cli.store._redaction_form import FRAME_FORM as _FRAME_FORM
+    from agora_cli.store._redaction_form import VALUE_FORM as _VALUE_FORM
+    from agora_cli.store._redaction_form import _IsRedacted
 
     value = redaction_marker("x", tenant="acme")
     frame = redaction_marker("x", tenant="acme", frame=True)

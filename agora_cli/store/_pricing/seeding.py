@@ -15,7 +15,10 @@ from dataclasses import dataclass, replace
 from difflib import get_close_matches
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import func, select
+
 from agora_cli.store._clock import Clock
+from agora_cli.store._engine import dialect_name
 from agora_cli.store._errors import InvalidInput, ModelNotInCatalog
 from agora_cli.store._pricing.rules import (
     ARN_RE,
@@ -34,6 +37,7 @@ from agora_cli.store._pricing.rules import (
     strip_date_suffix,
 )
 from agora_cli.store._pricing.table import PriceChange, current_prices, write_prices
+from agora_cli.store._schema import token_usage as u
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -316,11 +320,6 @@ def seed_missing_prices(
     ``spelling_conflict``) and candidates. Estimates already written keep their cost until
     ``recompute_estimates``.
     """
-    from sqlalchemy import func, select
-
-    from agora_cli.store._engine import dialect_name
-    from agora_cli.store._schema import token_usage as u
-
     # DISTINCT on MySQL's PAD SPACE collation would merge 'a' and 'a '; their lengths keep them
     # apart (usage.reprice groups the same way).
     keys: list[Any] = [u.c.model_id]

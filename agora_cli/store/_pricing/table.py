@@ -28,7 +28,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from sqlalchemy import bindparam, insert, select, text, update
+
 from agora_cli.store._clock import Clock, SystemClock
+from agora_cli.store._engine import dialect_name
 from agora_cli.store._errors import DatabaseError, InvalidInput
 from agora_cli.store._ids import new_hex_id
 from agora_cli.store._pricing.rules import (
@@ -42,6 +45,8 @@ from agora_cli.store._pricing.rules import (
     tiers_from_json,
     tiers_to_json,
 )
+from agora_cli.store._schema import model_pricing as mp
+from agora_cli.store._sqlexpr import exact_eq
 from agora_cli.store._values import (
     check_count,
     check_identity,
@@ -104,10 +109,6 @@ def current_prices(
 ) -> dict[str, ModelPrice]:
     """The current price of every model (or of ``model_ids``), keyed by model id."""
     if model_ids is None:
-        from sqlalchemy import select
-
-        from agora_cli.store._schema import model_pricing as mp
-
         q = select(mp).where(mp.c.is_current == 1).order_by(mp.c.effective_from, mp.c.id)
         return {row["model_id"]: _price(row) for row in conn.execute(q).mappings()}
     return {m: rows[-1] for m, rows in _current_rows(conn, model_ids, lock=False).items()}
@@ -122,10 +123,6 @@ def _current_rows(
     those rows are dropped here. ``lock`` reads ``FOR UPDATE`` (on MySQL forced onto the
     ``(model_id, is_current)`` index, so that the read locks no other model's rows).
     """
-    from sqlalchemy import select
-
-    from agora_cli.store._schema import model_pricing as mp
-
     ids = sorted(set(model_ids))
     wanted = set(ids)
     out: dict[str, list[ModelPrice]] = {}
@@ -151,11 +148,6 @@ def list_prices(
     conn: Connection, *, model_id: str | None = None, history: bool = False
 ) -> list[ModelPrice]:
     """Current prices (with ``history``, every row), by model, newest first within a model."""
-    from sqlalchemy import select
-
-    from agora_cli.store._schema import model_pricing as mp
-    from agora_cli.store._sqlexpr import exact_eq
-
     q = select(mp).order_by(mp.c.model_id, mp.c.effective_from.desc(), mp.c.is_current.desc())
     if not history:
         q = q.where(mp.c.is_current == 1)
@@ -240,8 +232,6 @@ def write_prices(
     Every price is checked first (identity, rates), so a batch is refused whole before anything
     is written, with the same message on every dialect.
     """
-    from agora_cli.store._engine import dialect_name
-
     for _catalog_id, price in wanted:
         _check_storable(price)
     now = (clock or SystemClock()).now_ms()
@@ -291,10 +281,6 @@ def _apply(
 
     ``new=False`` leaves out models that have no current row (the caller handles them).
     """
-    from sqlalchemy import insert, update
-
-    from agora_cli.store._schema import model_pricing as mp
-
     current = _current_rows(conn, [price.model_id for _, price in wanted], lock=lock)
     changes: list[PriceChange] = []
     inserts: list[dict[str, Any]] = []
@@ -339,13 +325,9 @@ def _update_in_place(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
     one round trip per row). PostgreSQL (psycopg pipelines an executemany) and SQLite (in
     process): an executemany of UPDATEs.
     """
-    from sqlalchemy import bindparam, update
-
-    from agora_cli.store._engine import dialect_name
-    from agora_cli.store._schema import model_pricing as mp
-
     columns = [name for name in rows[0] if name != "id"]
     if dialect_name(conn) == "mysql":
+        # lazy: a dialect's module (MySQL's ~50 ms) loads only where that dialect is used
         from sqlalchemy.dialects.mysql import insert as mysql_insert
 
         upsert = mysql_insert(mp)
@@ -362,8 +344,6 @@ def _update_in_place(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
 
 def _advisory_lock_models(conn: Connection, model_ids: Sequence[str]) -> None:
     """PostgreSQL: transaction-scoped advisory locks, one per model, taken in sorted order."""
-    from sqlalchemy import text
-
     if not model_ids:
         return
     conn.execute(
@@ -386,8 +366,6 @@ def _mysql_new_prices_lock(conn: Connection) -> Iterator[None]:
     commit): from then on a later writer waits on the rows themselves. It waits as long as a
     row lock would (``innodb_lock_wait_timeout``).
     """
-    from sqlalchemy import text
-
     key = "CONCAT('agora.price.new:', SHA1(DATABASE()))"  # GET_LOCK names: 64 characters at most
     got = conn.execute(text(f"SELECT GET_LOCK({key}, @@innodb_lock_wait_timeout)")).scalar()
     if got != 1:

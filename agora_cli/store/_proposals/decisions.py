@@ -43,6 +43,7 @@ from agora_cli.store._proposals.sealed import open_proposals
 from agora_cli.store._schema import action_proposal as p
 from agora_cli.store._schema import thread as t
 from agora_cli.store._sealing import seal_columns, sealer_for
+from agora_cli.store._short_ids import resolve_prefix
 from agora_cli.store._sqlexpr import exact_eq
 from agora_cli.store._tenant_guard import check_thread_tenant
 from agora_cli.store._values import (
@@ -223,8 +224,6 @@ def find_proposal_id(conn: Connection, text: str, *, scope: Scope) -> str | None
     scope it finds nothing, like a full id), and an ambiguity (``AmbiguousId``, exit 2) lists
     only ids of that scope.
     """
-    from agora_cli.store._short_ids import resolve_prefix
-
     if not isinstance(scope, Scope):
         raise InvalidInput("scope must be a Scope(tenant_ref, actor_ref, thread_id)")
     return resolve_prefix(conn, p, text, where=scope_filter(scope), what="proposal")
