@@ -73,7 +73,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "ground: pure Python, imports no SQLAlchemy (the command line loads these at start-up)",
         ("errors", "values", "masking", "clock", "ids", "vocabulary", "problems", "windows"),
     ),
-    ("SQL expressions", ("sqlexpr", "redaction_form")),
+    ("SQL expressions and the dialects", ("dialects", "sqlexpr", "redaction_form")),
     ("the engine and its tenant setting", ("tenant_setting", "engine")),
     ("the schema", ("schema",)),
     (
