@@ -82,7 +82,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "retired",
         ),
     ),
-    ("SQL expressions", ("sqlexpr", "redaction_form")),
+    ("SQL expressions and the dialects", ("dialects", "sqlexpr", "redaction_form")),
     ("the engine and its tenant setting", ("tenant_setting", "engine")),
     ("the schema", ("schema",)),
     (

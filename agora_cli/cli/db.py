@@ -20,6 +20,7 @@ from agora_cli.cli.output import (
     safe_text,
     say,
 )
+from agora_cli.store._dialects import DIALECT_CHOICES
 
 LockTimeoutOpt = Annotated[
     float,
@@ -309,7 +310,7 @@ def check(db: DbOpt = None, as_json: JsonOpt = False) -> None:
 
 
 DialectChoice = enum.StrEnum(  # type: ignore[misc]
-    "DialectChoice", {v: v for v in ("postgresql", "postgres", "mysql", "mariadb", "sqlite")}
+    "DialectChoice", {v: v for v in DIALECT_CHOICES}
 )
 
 

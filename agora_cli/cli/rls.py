@@ -9,6 +9,7 @@ import typer
 
 from agora_cli.cli.options import DbOpt, JsonOpt, YesOpt, open_db, scoped_tenant
 from agora_cli.cli.output import Col, finish, out_console, progress, render_table, say
+from agora_cli.store._dialects import RLS_DIALECT
 from agora_cli.store._errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ LockTimeoutOpt = Annotated[
 def _plan_doc(plan: RlsPlan) -> dict[str, Any]:
     return {
         "action": plan.action,
-        "dialect": "postgresql",
+        "dialect": RLS_DIALECT,
         "app_role": plan.app_role,
         "role_created": plan.role_created,
         "role_dropped": plan.role_dropped,
@@ -162,7 +163,7 @@ def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
         st = rls_status(conn)
         conn.rollback()
     doc = {
-        "dialect": "postgresql",
+        "dialect": RLS_DIALECT,
         "role": st.role,
         "role_kind": st.role_kind,
         "bypasses_rls": st.bypasses_rls,

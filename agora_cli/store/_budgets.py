@@ -26,7 +26,7 @@ from sqlalchemy import delete, func, insert, literal_column, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agora_cli.store._clock import Clock, SystemClock
-from agora_cli.store._engine import dialect_name
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._errors import Conflict, InvalidInput
 from agora_cli.store._fold import fold_filter, raw_filter, rollup_covers, window_parts
 from agora_cli.store._ids import new_hex_id
@@ -371,7 +371,7 @@ def _sums(
             total = (total[0] + int(tokens), total[1] + float(usd), total[2] + int(unpriced))
         return {refs[0]: total}
     out: dict[str, Sums] = {}
-    padded = dialect_name(conn) == "mysql"
+    padded = dialect_of(conn).pads_spaces
     for chunk in (refs[i : i + 500] for i in range(0, len(refs), 500)):
         exact = {(ref.rstrip(" "), len(ref.encode())): ref for ref in chunk}
         size = func.length(column) if padded else literal_column("0")  # MySQL: bytes

@@ -30,9 +30,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import DDL, CreateColumn, CreateIndex, CreateTable, ExecutableDDLElement
 
-from agora_cli.store._errors import (
-    UnknownDialect,
-)
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._live_schema import ColumnType, ForeignKeyShape, SchemaCatalog
 from agora_cli.store._schema import (
     RETIRED_INDEXES,
@@ -84,26 +82,11 @@ class Step:
 
 def compile_dialect(name: str) -> Dialect:
     """A SQLAlchemy dialect object for ``postgresql``, ``mysql`` or ``sqlite`` (no database)."""
-    if name in ("postgresql", "postgres"):
-        # lazy: a dialect's module (MySQL's ~50 ms) loads only when SQL is compiled for it
-        from sqlalchemy.dialects.postgresql import psycopg
-
-        return psycopg.dialect()  # type: ignore[no-untyped-call]
-    if name in ("mysql", "mariadb"):
-        # lazy: a dialect's module (MySQL's ~50 ms) loads only when SQL is compiled for it
-        from sqlalchemy.dialects.mysql import pymysql
-
-        return pymysql.dialect()
-    if name == "sqlite":
-        # lazy: a dialect's module (MySQL's ~50 ms) loads only when SQL is compiled for it
-        from sqlalchemy.dialects.sqlite import pysqlite
-
-        return pysqlite.dialect()
-    raise UnknownDialect(f"unknown dialect {name!r}: use postgresql, mysql or sqlite")
+    return dialect_of(name).sqlalchemy_dialect()
 
 
 def _sql(element: ExecutableDDLElement, dialect: Dialect) -> str:
-    if dialect.name == "mysql":
+    if dialect_of(dialect).has_table_options:
         apply_mysql_options()
     return "\n".join(
         line.rstrip() for line in str(element.compile(dialect=dialect)).strip().splitlines()
@@ -118,7 +101,7 @@ def _create_table(table: Table, dialect: Dialect) -> Step:
 def _create_index(index: Index, dialect: Dialect) -> Step:
     table = index.table
     assert table is not None
-    element = CreateIndex(index, if_not_exists=dialect.name != "mysql")
+    element = CreateIndex(index, if_not_exists=dialect_of(dialect).create_index_if_not_exists)
     return Step("index", table.name, str(index.name), element, _sql(element, dialect))
 
 
@@ -165,7 +148,7 @@ def plan(
     exists or is planned before it, after its backfill.
     """
     steps: list[Step] = []
-    if convert and dialect.name == "mysql":
+    if convert and dialect_of(dialect).has_table_options:
         steps += conversion_steps(cat, dialect)
     fk_steps: list[Step] = []
     for table in meta.sorted_tables:
@@ -184,7 +167,7 @@ def plan(
         for index in sorted_indexes(table):
             if index.name not in live_indexes:
                 steps.append(_create_index(index, dialect))
-        if dialect.name != "sqlite":
+        if dialect_of(dialect).adds_foreign_keys:
             live_fks = cat.foreign_keys.get(table.name, [])
             for fk in table.foreign_key_constraints:
                 if not any(same_shape(fk, s) for s in live_fks):
@@ -239,10 +222,7 @@ def backfill_step(retired: RetiredIndex, dialect: Dialect) -> Step:
 
 def drop_index_step(retired: RetiredIndex, dialect: Dialect) -> Step:
     prep = dialect.identifier_preparer
-    if dialect.name == "mysql":
-        sql = f"DROP INDEX {prep.quote(retired.name)} ON {prep.quote(retired.table)}"
-    else:
-        sql = f"DROP INDEX IF EXISTS {prep.quote(retired.name)}"
+    sql = dialect_of(dialect).drop_index_sql(prep, retired.name, retired.table)
     return Step(
         "drop_index",
         retired.table,
@@ -418,7 +398,7 @@ def _expected_kind(column: Column[Any], dialect: str) -> tuple[str, int] | None:
     if isinstance(t, type(LongText)):
         return ("text", 4)
     if isinstance(t, Text):
-        return ("text", 2 if dialect == "mysql" else 4)
+        return ("text", 2 if dialect_of(dialect).sized_text else 4)  # MySQL's TEXT: 64 KB
     return None
 
 
@@ -428,7 +408,7 @@ def _live_kind(live: ColumnType, dialect: str) -> tuple[str, int] | None:
         return ("int", _INT_RANK[name])
     if name in _FLOAT_RANK:
         return ("float", _FLOAT_RANK[name])
-    ranks = _MYSQL_TEXT_RANK if dialect == "mysql" else _PG_TEXT_RANK
+    ranks = _MYSQL_TEXT_RANK if dialect_of(dialect).sized_text else _PG_TEXT_RANK
     if name in ranks:
         return ("text", ranks[name])
     return None
@@ -462,7 +442,7 @@ def type_verdict(column: Column[Any], live: ColumnType | None, dialect: str) -> 
     want = _expected_kind(column, dialect)
     if want is None or live is None:
         return "ok"
-    if dialect == "sqlite":
+    if dialect_of(dialect).types_are_affinities:
         return "ok" if sqlite_affinity(live.name) in _SQLITE_AFFINITY[want[0]] else "wrong"
     have = _live_kind(live, dialect)
     if have is None or have[0] != want[0]:
@@ -477,7 +457,7 @@ def expected_type_sql(column: Column[Any], dialect: Dialect) -> str:
 def _widen(table: Table, cat: SchemaCatalog, dialect: Dialect) -> Step | None:
     """One ``ALTER TABLE`` widening every column of ``table`` that holds less than it should
     (one rewrite of the table, not one per column); nullability is kept as it is live."""
-    if dialect.name == "sqlite":
+    if not dialect_of(dialect).alters_column_types:
         return None
     live_types = cat.column_types.get(table.name, {})
     prep = dialect.identifier_preparer
@@ -489,7 +469,7 @@ def _widen(table: Table, cat: SchemaCatalog, dialect: Dialect) -> Step | None:
             continue
         names.append(column.name)
         new_type = expected_type_sql(column, dialect)
-        if dialect.name == "mysql":
+        if dialect_of(dialect).widens_by_modify:
             default = ""
             if column.server_default is not None:
                 default = f" DEFAULT {column.server_default.arg.text}"  # type: ignore[attr-defined]
@@ -521,7 +501,7 @@ def create_table_statements(dialect: str, *, if_not_exists: bool = False) -> lis
     for table in metadata.sorted_tables:
         out.append(_sql(CreateTable(table, if_not_exists=if_not_exists), d))
         for index in sorted_indexes(table):
-            ine = if_not_exists and d.name != "mysql"
+            ine = if_not_exists and dialect_of(d).create_index_if_not_exists
             out.append(_sql(CreateIndex(index, if_not_exists=ine), d))
     return out
 

@@ -40,6 +40,7 @@ from sqlalchemy import delete, exists, select
 from agora_cli.store import _schema as schema
 from agora_cli.store._budgets import list_budgets, set_budget, sum_scope_usage
 from agora_cli.store._clock import DAY_MS, Clock, ManualClock, SystemClock, day_start_ms
+from agora_cli.store._engine import sqlite_path
 from agora_cli.store._errors import DemoRefused, InvalidInput
 from agora_cli.store._fold import day_number, mark_range_dirty
 from agora_cli.store._frames import FrameWriter, close
@@ -222,7 +223,7 @@ def demo_kek(engine: Engine) -> tuple[Kek | None, str | None]:
     if found is not None:
         return found, None
     database = engine.url.database
-    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+    if sqlite_path(engine.url) is None:  # no database file to keep a key file beside
         return None, None
     path = f"{database}.kek"
     if not os.path.exists(path):

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 from urllib.parse import unquote
 
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._errors import (
     AgoraError,
     DatabaseError,
@@ -296,7 +297,7 @@ def galera_slot(conn: Connection) -> tuple[int, int]:
 def is_galera(bind: Engine | Connection) -> bool:
     """Whether ``bind``'s server is a Galera cluster node (MariaDB Galera, Percona XtraDB
     Cluster) with replication on: asked once per pooled connection, when it connects."""
-    if dialect_name(bind) != "mysql":
+    if not dialect_of(bind).may_be_galera:
         return False
     if hasattr(bind, "info") and hasattr(bind, "in_transaction"):  # a Connection
         return bool(cast("Connection", bind).info.get(_GALERA, False))
@@ -448,13 +449,7 @@ def dialect_name(bind: Engine | Connection) -> str:
 
 def server_version(conn: Connection) -> str:
     """The server's version string (SQLite: the library's)."""
-    name = dialect_name(conn)
-    sql = {
-        "postgresql": "SHOW server_version",
-        "mysql": "SELECT VERSION()",
-        "sqlite": "SELECT sqlite_version()",
-    }[name]
-    return str(conn.exec_driver_sql(sql).scalar())
+    return str(conn.exec_driver_sql(dialect_of(conn).server_version_sql).scalar())
 
 
 def supports_skip_locked(conn: Connection) -> bool:
@@ -462,17 +457,7 @@ def supports_skip_locked(conn: Connection) -> bool:
 
     SQLAlchemy renders SKIP LOCKED without checking the server, so the store asks this first.
     """
-    name = dialect_name(conn)
-    if name == "postgresql":
-        return True
-    if name != "mysql":
-        return False
-    text = server_version(conn)
-    nums = [int(x) for x in re.findall(r"\d+", text)[:3]] + [0, 0, 0]
-    major, minor, patch = nums[:3]
-    if "mariadb" in text.lower() or getattr(conn.dialect, "is_mariadb", False):
-        return (major, minor) >= (10, 6)
-    return (major, minor, patch) >= (8, 0, 1)
+    return dialect_of(conn).supports_skip_locked(conn)
 
 
 _RETRYABLE_SQLSTATES = {"40001", "40P01"}

@@ -66,7 +66,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.schema import CreateTable
 
 from agora_cli.store._clock import DAY_MS, Clock, SystemClock
-from agora_cli.store._engine import dialect_name, retry_transient, session_tenant
+from agora_cli.store._dialects import dialect_of
+from agora_cli.store._engine import retry_transient, session_tenant
 from agora_cli.store._errors import InvalidInput
 from agora_cli.store._ledger_tenant import effective_tenant, ledger_with_threads
 from agora_cli.store._schema import apply_mysql_options
@@ -111,10 +112,8 @@ def day_number(day: date) -> int:
 
 
 def day_bucket(conn: Connection) -> ColumnElement[Any]:
-    """``created_at`` as a UTC day number, the divisor inlined as a literal."""
-    divisor = literal_column(str(DAY_MS), BigInteger())
-    operator = "DIV" if dialect_name(conn) == "mysql" else "/"  # both integer division
-    return u.c.created_at.op(operator, return_type=BigInteger())(divisor)
+    """``created_at`` as a UTC day number (``Dialect.day_bucket``)."""
+    return dialect_of(conn).day_bucket(u.c.created_at)
 
 
 # --- which days a window reads from the fold --------------------------------------------------
@@ -189,7 +188,7 @@ def has_rollup(conn: Connection) -> bool:
 
 def rollup_statements(dialect: Any) -> list[str]:
     """The DDL of the ``rollup`` branch for ``dialect`` (offline ``db upgrade --sql``)."""
-    if dialect.name == "mysql":
+    if dialect_of(dialect).has_table_options:
         apply_mysql_options()
     return [str(CreateTable(m).compile(dialect=dialect)).strip()]
 
@@ -245,7 +244,7 @@ def rollup_covers(conn: Connection, parts: WindowParts) -> bool:
     if not parts.fold_days or not has_rollup(conn):
         return False
     missing = select(func.count()).select_from(_uncovered_days(parts.fold_days).subquery())
-    if dialect_name(conn) == "postgresql":
+    if dialect_of(conn).has_row_level_security:
         # The rollup holds every tenant's rows; a session under row-level security sees its
         # tenant's ledger and fold rows only (and its role has no grant on the rollup).
         subject: Select[Any] = select(literal_column("row_security_active('agent_usage_daily')"))
@@ -276,7 +275,7 @@ def check_fold_privilege(bind: Engine | Connection) -> None:
             finally:
                 conn.rollback()
     tenant = session_tenant(bind)
-    if dialect_name(bind) == "postgresql":
+    if dialect_of(bind).has_row_level_security:
         row = bind.execute(
             text(
                 "SELECT current_user, nullif(current_setting('agora.tenant', true), ''), "
@@ -322,7 +321,7 @@ def mark_days_dirty(conn: Connection, where: ColumnElement[bool]) -> int:
     if not _may_mark(conn):
         return 0
     days = select(day_bucket(conn)).where(where).distinct()
-    if dialect_name(conn) == "mysql":
+    if not dialect_of(conn).updates_read_own_table:
         # MySQL refuses a subquery of a derived table it must materialise in UPDATE … IN; the
         # list of days is short (a day per distinct date of the rows).
         listed = [int(n) for (n,) in conn.execute(days)]
@@ -338,7 +337,7 @@ def mark_days_dirty(conn: Connection, where: ColumnElement[bool]) -> int:
 
 
 def _may_mark(conn: Connection) -> bool:
-    if dialect_name(conn) != "postgresql":
+    if not dialect_of(conn).has_row_level_security:
         return True
     held = conn.execute(
         text("SELECT has_table_privilege(CAST(:t AS regclass), 'UPDATE')"), {"t": f.name}
@@ -403,8 +402,9 @@ def _measures() -> list[ColumnElement[Any]]:
 def _claim_day(conn: Connection, day: int, now: int) -> str:
     """Take the day's fold row for this transaction: ``claimed``, ``busy`` or ``clean``."""
     locked = select(f.c.dirty).where(f.c.day == day)
-    if dialect_name(conn) != "sqlite":
-        locked = locked.with_for_update(skip_locked=dialect_name(conn) == "postgresql")
+    d = dialect_of(conn)
+    if d.locks_rows:
+        locked = locked.with_for_update(skip_locked=d.always_skips_locked)
     found = conn.execute(locked).first()
     if found is None:
         try:
@@ -426,7 +426,7 @@ def _day_groups(conn: Connection, day: int, now: int) -> Select[Any]:
     """
     lo = day * DAY_MS
     keys: list[ColumnElement[Any]] = [u.c.model_id, u.c.actor_ref, _tenant_key()]
-    lengths = [func.char_length(k) for k in keys] if dialect_name(conn) == "mysql" else []
+    lengths = [func.char_length(k) for k in keys] if dialect_of(conn).pads_spaces else []
     return (
         select(
             literal_column(str(int(day)), BigInteger()),
@@ -474,7 +474,7 @@ def _model_groups(conn: Connection, day: int, now: int) -> Select[Any]:
     On MySQL the model's length is grouped by too (see ``_day_groups``): ``'m'`` and ``'m '``
     on one day (of different actors) make the rollup's primary key refuse the day.
     """
-    lengths = [func.char_length(d.c.model_id)] if dialect_name(conn) == "mysql" else []
+    lengths = [func.char_length(d.c.model_id)] if dialect_of(conn).pads_spaces else []
     return (
         select(
             literal_column(str(int(day)), BigInteger()),
@@ -702,7 +702,7 @@ def _negated(t: Any, names: list[str]) -> list[ColumnElement[Any]]:
 
 def _keys_with_lengths(conn: Connection, keys: list[ColumnElement[Any]]) -> list[Any]:
     """``keys``, and on MySQL each one's length (PAD SPACE groups ``'a'`` with ``'a '``)."""
-    if dialect_name(conn) != "mysql":
+    if not dialect_of(conn).pads_spaces:
         return keys
     return [*keys, *(func.char_length(k) for k in keys)]
 

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import BigInteger, case, func, literal_column, select
+from sqlalchemy import case, func, literal_column, select
 
 from agora_cli.store._budgets import sum_scope_usage
-from agora_cli.store._clock import DAY_MS, day_start_ms, day_window, month_window, ms_to_date
-from agora_cli.store._engine import dialect_name
+from agora_cli.store._clock import day_start_ms, day_window, month_window, ms_to_date
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._errors import InvalidInput
 from agora_cli.store._fold import fold_filter, raw_filter, rollup_covers, window_parts
 from agora_cli.store._ledger_tenant import (
@@ -164,13 +164,6 @@ class QuotaReport:
 
 
 # --- spend ---------------------------------------------------------------------------------
-
-
-def _day_bucket(conn: Connection) -> ColumnElement[Any]:
-    """``created_at`` as a UTC day number, the divisor inlined as a literal."""
-    divisor = literal_column(str(DAY_MS), BigInteger())
-    operator = "DIV" if dialect_name(conn) == "mysql" else "/"  # both integer division
-    return token_usage.c.created_at.op(operator, return_type=BigInteger())(divisor)
 
 
 def _window(from_day: date, to_day: date) -> tuple[int, int]:
@@ -344,7 +337,7 @@ def _exact_keys(
     their PAD SPACE collation would merge ``'alice'`` and ``'alice '`` into one group (and name
     it either way). Elsewhere text compares exactly already."""
     identities = keys[1:] if time else keys
-    if dialect_name(conn) != "mysql" or not identities:
+    if not dialect_of(conn).pads_spaces or not identities:
         return keys
     return [*keys, *(func.char_length(k) for k in identities)]
 
@@ -361,7 +354,7 @@ def _raw_groups(
     u = token_usage.c
     keys: list[ColumnElement[Any]] = []
     if time:
-        keys.append(_day_bucket(conn).label("day"))
+        keys.append(dialect_of(conn).day_bucket(token_usage.c.created_at).label("day"))
     if dim == "tenant":  # the row's own tenant, else its thread's (ledger_tenant.py)
         keys.append(effective_tenant().label("key"))
     elif dim:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, func, or_, select
 
+from agora_cli.store._dialects import index_hint
 from agora_cli.store._schema import thread as t
 from agora_cli.store._schema import token_usage as u
 from agora_cli.store._sqlexpr import exact_eq
@@ -95,4 +96,4 @@ def window_first(q: Select[Any]) -> Select[Any]:
     """``q`` (over rows matching ``inherits_tenant``) read on MySQL/MariaDB through the
     window's range of ``(tenant_ref, created_at)`` — rows with no tenant in the window — so that
     its cost is bounded by the window, never by the threads' whole history."""
-    return q.with_hint(u, _WINDOW_FIRST, "mysql").with_hint(u, _WINDOW_FIRST, "mariadb")
+    return index_hint(q, u, _WINDOW_FIRST)

@@ -8,13 +8,20 @@ number of tables; ``table_row_counts`` counts rows, from the catalog's estimates
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from agora_cli.store._engine import dialect_name
+from agora_cli.store._dialects import (
+    Dialect,
+    MySQLDialect,
+    PostgresDialect,
+    SQLiteDialect,
+    dialect_of,
+)
 from agora_cli.store._schema import metadata
 
 __all__ = [
@@ -80,8 +87,7 @@ def read_catalog(conn: Connection, *, full: bool = True) -> SchemaCatalog:
     Three queries, whatever the number of tables. ``full=False`` leaves out the foreign keys
     (two queries).
     """
-    name = dialect_name(conn)
-    reader = {"postgresql": _read_pg, "mysql": _read_mysql, "sqlite": _read_sqlite}[name]
+    reader = _READERS[type(dialect_of(conn))]
     return reader(conn, full)
 
 
@@ -271,28 +277,22 @@ class RowCount:
     estimated: bool
 
 
+# Each dialect's catalog is read its own way; keyed by the impl (``dialects.py``), not its name.
+_READERS: dict[type[Dialect], Callable[[Connection, bool], SchemaCatalog]] = {
+    PostgresDialect: _read_pg,
+    MySQLDialect: _read_mysql,
+    SQLiteDialect: _read_sqlite,
+}
+
+
 def table_row_counts(conn: Connection) -> dict[str, RowCount]:
     """Row counts of the agent tables that exist: exact, or a catalog estimate on large tables.
 
     Two queries: the catalog's estimates (PostgreSQL ``reltuples``, MySQL ``table_rows``), then
     one ``UNION ALL`` of exact counts for the tables estimated below 100,000 rows.
     """
-    name = dialect_name(conn)
     estimates: dict[str, int] = {}
-    if name == "postgresql":
-        sql = (
-            "SELECT c.relname, c.reltuples::bigint FROM pg_catalog.pg_class c "
-            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') "
-            "AND c.relname LIKE :p ESCAPE '!'"
-        )
-    elif name == "mysql":
-        sql = (
-            "SELECT table_name, table_rows FROM information_schema.tables "
-            "WHERE table_schema = DATABASE() AND table_name LIKE :p ESCAPE '!'"
-        )
-    else:
-        sql = "SELECT name, 0 FROM sqlite_master WHERE type = 'table' AND name LIKE :p ESCAPE '!'"
+    sql = dialect_of(conn).row_estimates_sql
     for table, estimate in _rows(conn, sql):
         estimates[str(table)] = int(estimate or 0)
     expected = [t.name for t in metadata.sorted_tables if t.name in estimates]

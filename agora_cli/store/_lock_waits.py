@@ -18,7 +18,7 @@ from sqlalchemy import bindparam, text
 from sqlalchemy.engine import Connection
 
 from agora_cli.store._ddl import Step
-from agora_cli.store._engine import dialect_name
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._errors import (
     AgoraError,
     InvalidInput,
@@ -69,7 +69,7 @@ def bounded_lock_waits(conn: Connection, seconds: float, *, doing: str = "") -> 
     """
     seconds = table_lock_timeout(seconds)
     ours = not conn.in_transaction()
-    restore = _set_lock_bound(conn, dialect_name(conn), seconds)
+    restore = _set_lock_bound(conn, seconds)
     conn.info[_BOUND_KEY] = seconds
     try:
         yield
@@ -85,58 +85,9 @@ def bounded_lock_waits(conn: Connection, seconds: float, *, doing: str = "") -> 
             restore()
 
 
-def _set_lock_bound(conn: Connection, name: str, seconds: float) -> Callable[[], None]:
+def _set_lock_bound(conn: Connection, seconds: float) -> Callable[[], None]:
     """Set the session's lock-wait bound; return what puts the old one back."""
-    if name == "sqlite":
-        # Through the driver: a statement through SQLAlchemy would BEGIN IMMEDIATE first, which
-        # is itself the wait we are bounding.
-        raw = conn.connection.driver_connection
-        assert raw is not None
-        old = int(raw.execute("PRAGMA busy_timeout").fetchone()[0])
-        raw.execute(f"PRAGMA busy_timeout = {max(1, round(seconds * 1000))}")
-
-        def restore_sqlite() -> None:
-            raw.execute(f"PRAGMA busy_timeout = {old}")
-
-        return restore_sqlite
-    if name == "postgresql":
-        get = text("SELECT current_setting('lock_timeout')")
-        put = text("SELECT set_config('lock_timeout', :v, false)")
-        old_pg = str(conn.execute(get).scalar())
-        conn.execute(put, {"v": f"{max(1, round(seconds * 1000))}ms"})
-        conn.commit()
-
-        def restore_pg() -> None:
-            if conn.in_transaction():
-                conn.rollback()
-            conn.execute(put, {"v": old_pg})
-            conn.commit()
-
-        return restore_pg
-    # One round trip each way: the old values wait in user variables of the session.
-    conn.execute(
-        text(
-            "SET @agora_lwt = @@SESSION.lock_wait_timeout, "
-            "@agora_ilwt = @@SESSION.innodb_lock_wait_timeout, "
-            "SESSION lock_wait_timeout = :n, SESSION innodb_lock_wait_timeout = :n"
-        ),
-        {"n": max(1, math.ceil(seconds))},
-    )
-    conn.commit()
-
-    def restore_mysql() -> None:
-        if conn.in_transaction():
-            conn.rollback()
-        conn.execute(
-            text(
-                "SET SESSION lock_wait_timeout = @agora_lwt, "
-                "SESSION innodb_lock_wait_timeout = @agora_ilwt, @agora_lwt = NULL, "
-                "@agora_ilwt = NULL"
-            )
-        )
-        conn.commit()
-
-    return restore_mysql
+    return dialect_of(conn).set_lock_bound(conn, seconds)
 
 
 def is_lock_wait(exc: BaseException) -> bool:
@@ -183,7 +134,7 @@ def lock_wait_error(
     seconds = conn.info.get(_BOUND_KEY)
     after = f" after {seconds:g} s" if seconds else ""
     doing = _describe(step) if step is not None else doing
-    if dialect_name(conn) == "sqlite":
+    if dialect_of(conn).single_writer:
         head = (
             f"gave up{after} waiting for SQLite's write lock {doing}: another connection holds "
             "a transaction open on this database file (SQLite cannot tell which)"
@@ -207,7 +158,7 @@ def lock_wait_error(
 
 def _lock_holders(conn: Connection, tables: list[str]) -> str:
     """Who holds a lock on ``tables``, as far as the server tells; best effort, never raises."""
-    if dialect_name(conn) == "postgresql":
+    if dialect_of(conn).has_pg_catalog:
         rows = _diagnose(conn, _PG_HOLDERS, tables)
         if not rows:
             return "the session holding it could not be identified (it may have just ended)"
@@ -257,7 +208,7 @@ def _diagnose(conn: Connection, sql: str, tables: list[str]) -> list[Any] | None
     began = not conn.in_transaction()
     rows: list[Any] | None
     try:
-        if began or dialect_name(conn) != "postgresql":
+        if began or not dialect_of(conn).aborts_on_error:
             rows = list(conn.execute(stmt, params).all())
         else:  # inside a migration's transaction: a failure must not abort it
             with conn.begin_nested():

@@ -55,6 +55,7 @@ from agora_cli.store._ddl import (
     tables_to_convert,
     type_verdict,
 )
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._engine import dialect_name, is_galera, retry_transient, translate_error
 from agora_cli.store._errors import (
     DatabaseError,
@@ -181,7 +182,7 @@ def _refuse_unbuildable(
                 f"already has that name (index names are shared by the whole schema on {name}): "
                 f"rename or drop that index on {owner}, then provision again"
             )
-    if name == "mysql":
+    if dialect_of(name).has_table_options:
         wrong = tables_to_convert(cat)
         if wrong and not convert:
             described = ", ".join(
@@ -284,7 +285,7 @@ def orphan_rows(conn: Connection, table: str, fk: ForeignKeyShape) -> str | None
     c = f"c.{prep.quote(col)}"
     p = f"p.{prep.quote(target_col)}"
     match = f"{p} = {c}"
-    if dialect_name(conn) == "mysql":
+    if dialect_of(conn).has_table_options:  # tables of their own collation
         match = f"{p} = CONVERT({c} USING utf8mb4) COLLATE utf8mb4_bin"
     sql = (
         f"SELECT COUNT(*), MIN({c}) FROM {prep.quote(table)} c WHERE {c} IS NOT NULL "
@@ -307,11 +308,11 @@ def provisioning_lock(conn: Connection, *, timeout_s: float = 300.0) -> Iterator
     PostgreSQL: ``pg_try_advisory_lock`` polled until ``timeout_s``. MySQL: ``GET_LOCK`` on a name
     salted with the database name. Raises ``LockTimeout`` when not granted in time.
     """
-    name = dialect_name(conn)
-    if name == "sqlite":
+    d = dialect_of(conn)
+    if d.single_writer:
         yield
         return
-    if name == "postgresql":
+    if d.keyed_advisory_locks:
         deadline = time.monotonic() + timeout_s
         while True:
             got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": _PG_LOCK_KEY})
@@ -397,15 +398,15 @@ def ensure_agent_tables(
     doing = "to provision " + ", ".join(dict.fromkeys(s.table for s in steps))
     convert = convert_collation
     if isinstance(bind, Connection) and not lock:
-        nested = bind.in_transaction() and name != "mysql"
+        nested = bind.in_transaction() and dialect_of(name).transactional_ddl
         done = _apply_on(bind, dialect, nested=nested, convert=convert)
-    elif isinstance(bind, Connection) and name == "sqlite":
+    elif isinstance(bind, Connection) and dialect_of(name).single_writer:
         with bounded_lock_waits(bind, seconds, doing=doing):
             done = _apply_on(bind, dialect, nested=bind.in_transaction(), convert=convert)
     else:
         engine = bind if isinstance(bind, Engine) else bind.engine
         with engine.connect() as conn, bounded_lock_waits(conn, seconds, doing=doing):
-            if name == "sqlite":
+            if dialect_of(name).single_writer:
                 with conn.begin():
                     done = _apply_on(conn, dialect, nested=False, convert=convert)
             else:
@@ -470,7 +471,7 @@ def _apply_on(conn: Connection, dialect: Dialect, *, nested: bool, convert: bool
                 _execute(conn, step)
         except Exception as exc:
             # MySQL commits each DDL statement; elsewhere the caller's transaction undoes them.
-            kept = i if dialect.name == "mysql" else 0
+            kept = 0 if dialect_of(dialect).transactional_ddl else i
             if not is_lock_wait(exc):
                 _raise_orphans(conn, step, exc, kept=kept, own=False)
                 raise
@@ -529,7 +530,7 @@ def _backfill(conn: Connection, step: Step, *, commit: bool) -> int:
     assert retired is not None and retired.backfill is not None
     table = metadata.tables[retired.table]
     column, source = (table.c[name] for name in retired.backfill)
-    if dialect_name(conn) == "postgresql":
+    if dialect_of(conn).has_row_level_security:
         bound = conn.execute(text("SELECT row_security_active(:t)"), {"t": table.name}).scalar()
         if bound:
             if commit and conn.in_transaction():
@@ -625,7 +626,7 @@ def check_agent_tables(bind: Engine | Connection) -> list[Problem]:
         cat = read_catalog(bind, full=True)
         cluster = galera_problems(bind, names)
     dialect = dialect_name(bind)
-    is_mysql = dialect == "mysql"
+    table_options = dialect_of(dialect).has_table_options
     problems: list[Problem] = []
     for table in metadata.sorted_tables:
         t = table.name
@@ -662,7 +663,7 @@ def check_agent_tables(bind: Engine | Connection) -> list[Problem]:
         for fk in table.foreign_key_constraints:
             problems.extend(_check_fk(t, fk, cat.foreign_keys.get(t, [])))
         problems.extend(_check_types(cat, table, dialect))
-        if is_mysql:
+        if table_options:
             engine, collation = cat.table_options.get(t, (None, None))
             if str(engine).lower() != "innodb":
                 problems.append(Problem("wrong_engine", t, f"{t} uses ENGINE={engine}, not InnoDB"))
@@ -689,7 +690,7 @@ def _check_types(cat: SchemaCatalog, table: Table, dialect: str) -> list[Problem
             continue
         where = f"column {table.name}.{column.name}"
         declared = _declared(cat, table.name, column.name)
-        if dialect == "sqlite":
+        if dialect_of(dialect).types_are_affinities:
             detail = (
                 f"{where} is declared {declared} (affinity {sqlite_affinity(declared)}), not "
                 f"{_expected(column, dialect)}: SQLite cannot change it (rebuild the table)"

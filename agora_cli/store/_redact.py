@@ -60,6 +60,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.elements import ColumnElement
 
 from agora_cli.store._clock import DAY_MS, Clock, SystemClock, parse_duration
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._engine import supports_skip_locked
 from agora_cli.store._errors import InvalidInput, KeyUnavailable
 from agora_cli.store._redaction_form import (
@@ -340,7 +341,7 @@ def _batch(
         # A run reads each table once in key order: rows behind it were done (or are another
         # redactor's, locked), and re-testing them every batch would cost O(rows²).
         query = query.where(tuple_(*key_columns) > tuple_(*(literal(v) for v in after)))
-    if conn.dialect.name != "sqlite":
+    if dialect_of(conn).locks_rows:
         query = query.with_for_update(skip_locked=supports_skip_locked(conn))
     rows = conn.execute(query).all()
     if not rows:

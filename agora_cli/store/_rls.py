@@ -78,7 +78,7 @@ from sqlalchemy import BigInteger, Double, Integer, and_, func, select, text, up
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
-from agora_cli.store._engine import dialect_name
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._errors import InvalidInput, SchemaDrift
 from agora_cli.store._masking import scrub
 from agora_cli.store._problems import Problem
@@ -272,9 +272,9 @@ class RlsUnsupported(InvalidInput):
 
 
 def _require_postgresql(bind: Engine | Connection) -> None:
-    name = dialect_name(bind)
-    if name != "postgresql":
-        where = "MySQL/MariaDB" if name == "mysql" else "SQLite"
+    d = dialect_of(bind)
+    if not d.has_row_level_security:
+        where = d.label
         raise RlsUnsupported(
             f"{where} has no row-level security: isolate tenants by database there "
             "(one database per tenant); `agora db rls` needs PostgreSQL"
@@ -550,7 +550,7 @@ def policy_problems(bind: Engine | Connection) -> list[Problem]:
 
     Nothing on MySQL/SQLite, nor on a PostgreSQL database where RLS was never enabled.
     """
-    if dialect_name(bind) != "postgresql":
+    if not dialect_of(bind).has_row_level_security:
         return []
     if isinstance(bind, Engine):
         with bind.connect() as conn:
@@ -910,7 +910,7 @@ def tenant_session(conn: Connection, tenant: str | None) -> Iterator[Connection]
     """
     if tenant:
         check_identity("tenant", tenant)
-    if dialect_name(conn) != "postgresql":
+    if not dialect_of(conn).has_row_level_security:
         yield conn
         return
     setter = text(f"SELECT set_config('{TENANT_SETTING}', :t, true)")
@@ -925,7 +925,7 @@ def tenant_session(conn: Connection, tenant: str | None) -> Iterator[Connection]
 
 def session_tenant(conn: Connection) -> str | None:
     """The tenant this transaction is scoped to (``agora.tenant``; PostgreSQL), else None."""
-    if dialect_name(conn) != "postgresql":
+    if not dialect_of(conn).has_row_level_security:
         return None
     value = conn.execute(text(f"SELECT {_TENANT}")).scalar()
     return None if value is None else str(value)

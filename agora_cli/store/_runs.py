@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, case, func, or_, select
 
-from agora_cli.store._engine import dialect_name
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._errors import InvalidInput
 from agora_cli.store._proposals.model import Proposal
 from agora_cli.store._proposals.queries import proposal_row, select_rows
@@ -239,7 +239,7 @@ def usage_by_run(conn: Connection, run_ids: Sequence[str]) -> dict[str, ThreadUs
         return {}
     key = token_usage.c.run_id
     keys: list[ColumnElement[Any]] = [key]
-    pad = dialect_name(conn) == "mysql"
+    pad = dialect_of(conn).pads_spaces
     if pad:
         # PAD SPACE: 'r' and 'r ' are one group and both match IN ('r'); their lengths part them,
         # and only the row whose run_id is exactly the id counts (run_id has no foreign key).

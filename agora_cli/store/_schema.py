@@ -28,6 +28,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
+from agora_cli.store._dialects import dialect_of
+
 __all__ = [
     "AGENT_TABLES",
     "UPGRADE_COLUMNS",
@@ -53,7 +55,7 @@ class _LongText(TypeDecorator[str]):
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "mysql":
+        if dialect_of(dialect).sized_text:
             # lazy: a dialect's module (MySQL's ~50 ms) loads only where that dialect is used
             from sqlalchemy.dialects.mysql import LONGTEXT
 
@@ -92,7 +94,7 @@ def apply_mysql_options() -> None:
 @event.listens_for(metadata, "before_create")
 @event.listens_for(rollup_metadata, "before_create")
 def _before_create(target: MetaData, connection: Any, **_: Any) -> None:
-    if connection.dialect.name == "mysql":
+    if dialect_of(connection).has_table_options:
         apply_mysql_options()
 
 

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import and_, bindparam, func, insert, not_, or_, select, text, tuple_, update
 
 from agora_cli.store._clock import SystemClock
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._errors import (
     Conflict,
     InvalidInput,
@@ -1121,14 +1122,9 @@ def vacuum_sealed_tables(engine: Engine) -> list[str]:
     then a WAL checkpoint (the whole file rebuilt under an exclusive lock). Returns the
     statements run. WAL already archived, replicas' own files and backups keep what they hold.
     """
-    dialect = engine.dialect.name
-    tables = list(SEALED_COLUMNS)
-    if dialect == "postgresql":
-        stmts = [f'VACUUM (FULL) "{t}"' for t in tables]
-    elif dialect == "mysql":
-        stmts = [f"OPTIMIZE TABLE `{t}`" for t in tables]
-    else:
-        stmts = ["VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"]
+    d = dialect_of(engine)
+    stmts = d.compaction_statements(list(SEALED_COLUMNS))
+    if d.compacts_on_driver:
         # outside any transaction: the engine's own BEGIN (IMMEDIATE) would refuse VACUUM
         raw = engine.raw_connection()
         try:

@@ -46,6 +46,8 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.sqltypes import NullType
 from sqlalchemy.sql.visitors import InternalTraversal
 
+from agora_cli.store._dialects import dialect_of
+
 if TYPE_CHECKING:
     from sqlalchemy import Column
     from sqlalchemy.engine import Connection
@@ -194,11 +196,11 @@ def _orders_by_code_point(conn: Connection, column: Column[Any]) -> bool:
 def starts_with(conn: Connection, column: Column[Any], prefix: str) -> ColumnElement[bool]:
     """``column`` begins with ``prefix``: exact on every dialect, indexed where it can be (see
     the module docs)."""
-    name = str(conn.dialect.name)
-    if name == "sqlite":
+    d = dialect_of(conn)
+    if d.prefix_by_range:
         return _code_point_range(column, prefix)
     like = column.like(escape_like(prefix) + "%", escape=LIKE_ESCAPE)
-    if name == "postgresql" and _orders_by_code_point(conn, column):
+    if d.asks_collation and _orders_by_code_point(conn, column):
         return and_(_code_point_range(column, prefix), like)
     return like
 

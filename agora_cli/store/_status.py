@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._engine import dialect_name, server_version
 from agora_cli.store._galera import GaleraStatus, galera_status
 from agora_cli.store._migrate import applied_branches, current_revision, head_revision
@@ -58,7 +59,7 @@ def schema_status(engine: Engine) -> SchemaStatus:
             problems=problems,
             legacy_proposals=legacy,
             tables=tables,
-            cluster=galera_status(conn) if dialect_name(engine) == "mysql" else None,
+            cluster=galera_status(conn) if dialect_of(engine).may_be_galera else None,
         )
         conn.rollback()
     return status

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._values import check_identity
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ def install_tenant_hook(engine: Engine, tenant: str) -> None:
     from sqlalchemy import event
 
     check_identity("tenant", tenant)
-    if engine.dialect.name != "postgresql":
+    if not dialect_of(engine).has_row_level_security:
         return
 
     def _on_begin(conn: Connection) -> None:

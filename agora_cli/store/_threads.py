@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import LargeBinary, case, cast, delete, func, insert, or_, select, update
 
 from agora_cli.store._clock import Clock, SystemClock
-from agora_cli.store._engine import dialect_name
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._errors import InvalidInput, KeyUnavailable, NotFound, SealBroken
 from agora_cli.store._fold import mark_days_dirty
 from agora_cli.store._ids import new_id
@@ -495,7 +495,7 @@ def _lock_thread(conn: Connection, thread_id: str) -> Thread:
 def _delete_tool_calls_of_messages(conn: Connection, where: ColumnElement[bool]) -> int:
     """Delete the tool calls of the messages matching ``where`` (one statement)."""
     stmt: Delete
-    if dialect_name(conn) == "sqlite":
+    if not dialect_of(conn).deletes_through_joins:
         doomed = select(message.c.id).where(where)
         stmt = delete(tool_call).where(tool_call.c.message_id.in_(doomed))
     else:
@@ -636,7 +636,7 @@ def usage_by_thread(conn: Connection, thread_ids: Sequence[str]) -> dict[str, Th
     # MySQL's PAD SPACE: a ledger row may name its thread with trailing spaces (its foreign key
     # still reaches the thread, and IN and GROUP BY take it for the thread); two thread ids that
     # differ only so cannot both exist there, so stripping them names the thread.
-    pad = dialect_name(conn) == "mysql"
+    pad = dialect_of(conn).pads_spaces
     wanted = {(i.rstrip(" ") if pad else i): i for i in ids}
     found: dict[str, ThreadUsageTotals] = {}
     for r in conn.execute(q).mappings():
@@ -964,7 +964,7 @@ def _delete_frames_of_thread(conn: Connection, thread_id: str) -> int:
     for i in range(0, len(ids), _FRAME_RUNS_PER_DELETE):
         chunk = ids[i : i + _FRAME_RUNS_PER_DELETE]
         where = [stream_frame.c.run_id.in_(chunk)]
-        if dialect_name(conn) == "mysql":  # PAD SPACE: 'r1 ' is another run's; bytes are exact
+        if dialect_of(conn).pads_spaces:  # PAD SPACE: 'r1 ' is another run's; bytes are exact
             exact = cast(stream_frame.c.run_id, LargeBinary())
             where.append(exact.in_([r.encode() for r in chunk]))
         deleted += int(conn.execute(delete(stream_frame).where(*where)).rowcount)

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, bindparam, case, func, literal_column, select, text
 
-from agora_cli.store._engine import dialect_name
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._errors import InvalidInput
 from agora_cli.store._schema import message, run, thread, tool_call
 from agora_cli.store._sqlexpr import exact_eq
@@ -177,7 +177,7 @@ _LOOSE_SCAN = (
 
 def tool_call_statuses(conn: Connection) -> list[str]:
     """Every distinct ``agent_tool_call.status``, by a loose scan of the status index."""
-    if dialect_name(conn) == "mysql":
+    if dialect_of(conn).loose_index_scan:
         sql = "SELECT DISTINCT status FROM agent_tool_call"  # a loose index scan of its own
     else:
         sql = _LOOSE_SCAN
@@ -212,7 +212,7 @@ def _exact_keys(column: ColumnElement[Any], padded: bool) -> tuple[ColumnElement
 
 @functools.cache
 def _tool_stats_statement(
-    postgres: bool, ranges: bool, tenant: bool, padded: bool = False
+    percentiles: bool, ranges: bool, tenant: bool, padded: bool = False
 ) -> Select[Any]:
     """The per-tool ``GROUP BY`` over the window ``:lo``–``:hi`` (statuses ``:statuses``), built
     once per shape: SQLAlchemy then caches its SQL per dialect, as for a hand-written string.
@@ -234,7 +234,7 @@ def _tool_stats_statement(
         source = source.where(tc.c.status.in_(bindparam("statuses", expanding=True)))
     if tenant:
         source = _tenant_of_call(source)
-    if not postgres:
+    if not percentiles:
         untimed = case((latency.is_(None), 1), else_=0)
         source = source.add_columns(
             func.row_number().over(partition_by=(*name, untimed), order_by=latency).label("rank"),
@@ -252,7 +252,7 @@ def _tool_stats_statement(
         func.sum(w.c.derived).label("derived"),
         func.max(case((w.c.status.in_(groups["failed"]), w.c.created_at))).label("failed_at"),
     ]
-    if postgres:
+    if percentiles:
         columns += [
             func.percentile_cont(0.5).within_group(w.c.latency).label("p50"),
             func.percentile_cont(0.95).within_group(w.c.latency).label("p95"),
@@ -276,10 +276,11 @@ def stats_by_tool(
     statuses = tool_call_statuses(conn)
     if not statuses:
         return []
-    postgres = dialect_name(conn) == "postgresql"
+    d = dialect_of(conn)
+    percentiles = d.has_percentiles  # percentile_cont (PostgreSQL), else interpolated ranks
     ranges = len(statuses) <= MAX_STATUS_RANGES
-    padded = dialect_name(conn) == "mysql"
-    q = _tool_stats_statement(postgres, ranges, tenant_ref is not None, padded)
+    padded = d.pads_spaces
+    q = _tool_stats_statement(percentiles, ranges, tenant_ref is not None, padded)
     params: dict[str, Any] = {"lo": lo, "hi": hi}
     if ranges:
         params["statuses"] = statuses
@@ -287,14 +288,14 @@ def stats_by_tool(
         params["tenant"] = tenant_ref
     rows = conn.execute(q, params).mappings().all()
     failures = _last_failures(conn, rows, tenant_ref)
-    found = [_tool_stat(r, postgres, failures.get(r["tool_name"])) for r in rows]
+    found = [_tool_stat(r, percentiles, failures.get(r["tool_name"])) for r in rows]
     return sorted(found, key=lambda s: (-s.calls, s.tool_name))
 
 
-def _tool_stat(row: RowMapping, postgres: bool, failure: ToolFailure | None) -> ToolStat:
+def _tool_stat(row: RowMapping, percentiles: bool, failure: ToolFailure | None) -> ToolStat:
     counts = {name: int(row[name] or 0) for name in TOOL_STATUS_GROUPS}
     calls, timed = int(row["calls"]), int(row["timed"])
-    if postgres:
+    if percentiles:
         p50, p95 = _ms(row["p50"]), _ms(row["p95"])
     else:
         p50 = _interpolate(row["p50_low"], row["p50_high"], timed, 50)
@@ -357,7 +358,9 @@ def _last_failures(
 
 
 @functools.cache
-def _run_reliability_statement(postgres: bool, tenant: bool, padded: bool = False) -> Select[Any]:
+def _run_reliability_statement(
+    percentiles: bool, tenant: bool, padded: bool = False
+) -> Select[Any]:
     agent = _exact_keys(run.c.agent_name, padded)
     duration = case((run.c.finished_at.is_not(None), run.c.finished_at - run.c.started_at))
     source = select(
@@ -368,7 +371,7 @@ def _run_reliability_statement(postgres: bool, tenant: bool, padded: bool = Fals
     ).where(run.c.started_at >= bindparam("lo"), run.c.started_at <= bindparam("hi"))
     if tenant:
         source = source.where(exact_eq(run.c.tenant_ref, bindparam("tenant")))
-    if not postgres:
+    if not percentiles:
         unfinished = case((run.c.finished_at.is_(None), 1), else_=0)
         source = source.add_columns(
             func.row_number()
@@ -383,7 +386,7 @@ def _run_reliability_statement(postgres: bool, tenant: bool, padded: bool = Fals
         *(_count_in(w.c.status, s).label(name) for name, s in RUN_STATUS_GROUPS.items()),
         func.count(w.c.duration).label("finished"),
     ]
-    if postgres:
+    if percentiles:
         columns.append(func.percentile_cont(0.5).within_group(w.c.duration).label("median"))
     else:
         low, high = _percentile_bounds(w.c.duration, w.c.rank, w.c.size, 50)
@@ -401,8 +404,9 @@ def run_reliability(
     """
     lo, hi = _window(from_ms, to_ms)
     check_optional_identity("tenant_ref", tenant_ref)
-    postgres = dialect_name(conn) == "postgresql"
-    q = _run_reliability_statement(postgres, tenant_ref is not None, dialect_name(conn) == "mysql")
+    d = dialect_of(conn)
+    percentiles = d.has_percentiles  # percentile_cont (PostgreSQL), else interpolated ranks
+    q = _run_reliability_statement(percentiles, tenant_ref is not None, d.pads_spaces)
     params: dict[str, Any] = {"lo": lo, "hi": hi}
     if tenant_ref is not None:
         params["tenant"] = tenant_ref
@@ -412,7 +416,7 @@ def run_reliability(
         runs, finished = int(r["runs"]), int(r["finished"])
         median = (
             _ms(r["median"])
-            if postgres
+            if percentiles
             else _interpolate(r["median_low"], r["median_high"], finished, 50)
         )
         found.append(

@@ -25,7 +25,7 @@ from sqlalchemy import Double, and_, case, func, insert, literal, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agora_cli.store._clock import Clock, SystemClock
-from agora_cli.store._engine import dialect_name
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._errors import InvalidInput, NotFound
 from agora_cli.store._fold import mark_days_dirty
 from agora_cli.store._ids import new_hex_id
@@ -271,7 +271,7 @@ def reprice(
         where.append(u.c.created_at <= to_ms)
     # MySQL's PAD SPACE collation groups 'a' and 'a ' together; their lengths keep them apart.
     keys: list[ColumnElement[Any]] = [u.c.model_id]
-    if dialect_name(conn) == "mysql":
+    if dialect_of(conn).pads_spaces:
         keys.append(func.length(u.c.model_id))
     counts: dict[str, int] = {}
     for row in conn.execute(select(u.c.model_id, func.count()).where(*where).group_by(*keys)):

@@ -17,10 +17,11 @@ depends_on = None
 
 
 def upgrade() -> None:
+    from agora_cli.store._dialects import dialect_of
     from agora_cli.store._pg_extras import create_agent_rag_chunks, rag_statements
 
     dialect = op.get_context().dialect.name
-    if dialect != "postgresql":
+    if not dialect_of(dialect).has_pg_extras:
         say(f"the rag branch is PostgreSQL-only: nothing to do on {dialect}")
         return
     if context.is_offline_mode():
@@ -31,5 +32,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    if op.get_context().dialect.name == "postgresql":
+    from agora_cli.store._dialects import dialect_of
+
+    if dialect_of(op.get_context().dialect.name).has_pg_extras:
         op.execute("DROP TABLE IF EXISTS agent_rag_chunk")

@@ -23,7 +23,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from agora_cli.store._clock import Clock, SystemClock
-from agora_cli.store._engine import dialect_name, retry_transient
+from agora_cli.store._dialects import Dialect, dialect_of
+from agora_cli.store._engine import retry_transient
 from agora_cli.store._errors import InvalidInput
 from agora_cli.store._frames.reader import check_run_id
 from agora_cli.store._schema import run, stream_frame
@@ -158,9 +159,9 @@ def _candidate_runs(engine: Engine, cutoff: int, page: int) -> Iterator[str]:
             return
 
 
-def _newest_query(dialect: str) -> Select[Any]:
+def _newest_query(d: Dialect) -> Select[Any]:
     """Each listed run's newest row's ``created_at`` (bind ``ids``), through the primary key."""
-    if dialect == "mysql":
+    if d.loose_index_scan:
         # MySQL/MariaDB read MAX(seq) per run off the primary key by a loose index scan
         # ("Using index for group-by"), then one eq_ref probe per run.
         newest = (
@@ -174,7 +175,7 @@ def _newest_query(dialect: str) -> Select[Any]:
         )
     # PostgreSQL (no loose index scan) and SQLite: one backward primary-key probe per run,
     # driven by the list as a table (an array / a JSON array), so the statement caches.
-    if dialect == "postgresql":
+    if d.binds_arrays:
         ids = (
             func.unnest(bindparam("ids", type_=ARRAY(String())))
             .table_valued(column("run_id", String))
@@ -196,11 +197,13 @@ def _newest_query(dialect: str) -> Select[Any]:
 
 def _newest_created(conn: Connection, run_ids: Sequence[str]) -> dict[str, int]:
     """Each run's newest row's ``created_at`` (runs without rows left out); one query."""
-    dialect = dialect_name(conn)
-    ids: Any = json.dumps(list(run_ids)) if dialect == "sqlite" else list(run_ids)
+    d = dialect_of(conn)
+    # A list binds as a list (expanded) or an array, else as the JSON array json_each reads.
+    as_list = d.loose_index_scan or d.binds_arrays
+    ids: Any = list(run_ids) if as_list else json.dumps(list(run_ids))
     return {
         str(row.run_id): int(row.last_at)
-        for row in conn.execute(_newest_query(dialect), {"ids": ids})
+        for row in conn.execute(_newest_query(d), {"ids": ids})
         if row.last_at is not None
     }
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, select
 
 from agora_cli.store._clock import Clock
-from agora_cli.store._engine import dialect_name
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._errors import InvalidInput, ModelNotInCatalog
 from agora_cli.store._pricing.rules import (
     ARN_RE,
@@ -323,7 +323,7 @@ def seed_missing_prices(
     # DISTINCT on MySQL's PAD SPACE collation would merge 'a' and 'a '; their lengths keep them
     # apart (usage.reprice groups the same way).
     keys: list[Any] = [u.c.model_id]
-    if dialect_name(conn) == "mysql":
+    if dialect_of(conn).pads_spaces:
         keys.append(func.length(u.c.model_id))
     ledger_ids = sorted(conn.execute(select(u.c.model_id).group_by(*keys)).scalars())
     prices = current_prices(conn)

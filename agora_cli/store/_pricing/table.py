@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import bindparam, insert, select, text, update
 
 from agora_cli.store._clock import Clock, SystemClock
-from agora_cli.store._engine import dialect_name
+from agora_cli.store._dialects import dialect_of, index_hint
 from agora_cli.store._errors import DatabaseError, InvalidInput
 from agora_cli.store._ids import new_hex_id
 from agora_cli.store._pricing.rules import (
@@ -133,8 +133,7 @@ def _current_rows(
             .order_by(mp.c.model_id, mp.c.effective_from, mp.c.id)
         )
         if lock:
-            for name in ("mysql", "mariadb"):
-                q = q.with_hint(mp, f"FORCE INDEX ({_MODEL_INDEX})", dialect_name=name)
+            q = index_hint(q, mp, f"FORCE INDEX ({_MODEL_INDEX})")
             q = q.with_for_update()
         for row in conn.execute(q).mappings():
             if row["model_id"] in wanted:
@@ -238,10 +237,10 @@ def write_prices(
     if dry_run:
         return _apply(conn, wanted, overwrite=overwrite, now=now, lock=False, write=False)
     ids = sorted({price.model_id for _, price in wanted})
-    name = dialect_name(conn)
-    if name == "postgresql":
+    d = dialect_of(conn)
+    if d.keyed_advisory_locks:
         _advisory_lock_models(conn, ids)
-    if name != "mysql":
+    if not d.named_locks:
         return _apply(conn, wanted, overwrite=overwrite, now=now, lock=True)
     # MySQL/MariaDB: queue on the models' current rows (all of them, in index order); models
     # without one have nothing to queue on, so their writers take turns on a named lock.
@@ -326,7 +325,7 @@ def _update_in_place(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
     process): an executemany of UPDATEs.
     """
     columns = [name for name in rows[0] if name != "id"]
-    if dialect_name(conn) == "mysql":
+    if dialect_of(conn).upserts_on_duplicate_key:
         # lazy: a dialect's module (MySQL's ~50 ms) loads only where that dialect is used
         from sqlalchemy.dialects.mysql import insert as mysql_insert
 

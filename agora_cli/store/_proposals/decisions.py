@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 
 from agora_cli.store._clock import Clock
@@ -31,20 +30,23 @@ from agora_cli.store._proposals.model import (
     raced_too_often,
 )
 from agora_cli.store._proposals.queries import (
+    EXPIRE_DUE,
+    EXPIRE_ONE,
     fenced_update,
     in_scope,
+    insert_proposal,
     proposal_row,
     rows_by_id_or_key,
     scope_filter,
-    select_rows,
+    select_proposal,
+    select_proposals,
+    select_thread_id,
     tenant_key_of,
 )
 from agora_cli.store._proposals.sealed import open_proposals
 from agora_cli.store._schema import action_proposal as p
-from agora_cli.store._schema import thread as t
 from agora_cli.store._sealing import seal_columns, sealer_for
 from agora_cli.store._short_ids import resolve_prefix
-from agora_cli.store._sqlexpr import exact_eq
 from agora_cli.store._tenant_guard import check_thread_tenant
 from agora_cli.store._values import (
     check_identity,
@@ -176,7 +178,7 @@ def create_proposal(
         # A savepoint, so that losing an insert race leaves the caller's transaction usable.
         with conn.begin_nested():
             sealed = seal_columns(sealer, p.name, row["id"], row)
-            conn.execute(p.insert().values(**sealed, tenant_key=tenant_key_of(tenant)))
+            conn.execute(insert_proposal({**sealed, "tenant_key": tenant_key_of(tenant)}))
     except IntegrityError:
         found = _rows_by_id_or_key(conn, pid, key, tenant)
         if found:
@@ -192,7 +194,7 @@ def _refuse_failed_insert(conn: Connection, values: dict[str, Any]) -> NoReturn:
     is another tenant's proposal's (ids are global). ``Conflict`` names neither that tenant nor
     anything of its row."""
     thread_id = values["thread_id"]
-    if conn.execute(select(t.c.id).where(exact_eq(t.c.id, thread_id))).first() is None:
+    if conn.execute(select_thread_id(thread_id)).first() is None:
         raise NotFound(f"thread {thread_id!r} does not exist") from None
     raise Conflict(
         f"proposal id {values['id']!r} cannot be used: give another id, or another "
@@ -206,8 +208,7 @@ def _refuse_failed_insert(conn: Connection, values: dict[str, Any]) -> NoReturn:
 def find_proposal(conn: Connection, proposal_id: str, *, scope: Scope) -> Proposal | None:
     """Return the proposal with this id in this scope, or ``None``."""
     check_identity("id", proposal_id)
-    stmt = select_rows().where(exact_eq(p.c.id, proposal_id), scope_filter(scope))
-    row = conn.execute(stmt).mappings().first()
+    row = conn.execute(select_proposal(proposal_id, scope)).mappings().first()
     if row is None:
         return None
     found = proposal_row(row)
@@ -243,10 +244,7 @@ def list_proposals(
     """List a scope's proposals, newest first, optionally of one decision (limit 1–1000)."""
     check_decision_filter(decision)
     check_limit(limit)
-    stmt = select_rows().where(scope_filter(scope))
-    if decision is not None:
-        stmt = stmt.where(p.c.decision == decision)
-    stmt = stmt.order_by(p.c.created_at.desc(), p.c.id.desc()).limit(limit)
+    stmt = select_proposals(scope, decision, limit)
     rows = [proposal_row(r) for r in conn.execute(stmt).mappings()]
     return open_proposals(conn, [r for r in rows if in_scope(r, r.id, scope)])
 
@@ -312,36 +310,13 @@ def decide_proposal(
 
 # --- expire -----------------------------------------------------------------------------------
 
-_EXPIRE_DUE = (
-    select_rows()
-    .with_only_columns(p.c.id, p.c.version)
-    .where(p.c.discovery_state == "pending", p.c.discovery_at <= bindparam("now"))
-    .order_by(p.c.discovery_at)
-    .limit(bindparam("limit"))
-)
-_EXPIRE_ONE = (
-    update(p)
-    .where(
-        p.c.id == bindparam("b_id"),
-        p.c.version == bindparam("b_version"),
-        p.c.decision == "pending",
-    )
-    .values(
-        decision="expired",
-        discovery_state="done",
-        discovery_at=None,
-        updated_at=bindparam("now"),
-        version=p.c.version + 1,
-    )
-)
-
 
 def expire_proposals(conn: Connection, *, limit: int = 100, clock: Clock | None = None) -> int:
     """Expire up to ``limit`` (1–1000) pending proposals past ``expires_at``, oldest first."""
     check_limit(limit)
     now = clock_or_system(clock).now_ms()
-    due = conn.execute(_EXPIRE_DUE, {"now": now, "limit": limit}).all()
+    due = conn.execute(EXPIRE_DUE, {"now": now, "limit": limit}).all()
     if not due:
         return 0
     params = [{"b_id": pid, "b_version": version, "now": now} for pid, version in due]
-    return int(conn.execute(_EXPIRE_ONE, params).rowcount)
+    return int(conn.execute(EXPIRE_ONE, params).rowcount)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select, update
-
 from agora_cli.store._clock import Clock, iso_ms
 from agora_cli.store._errors import NotFound
 from agora_cli.store._proposals.model import (
@@ -16,12 +14,15 @@ from agora_cli.store._proposals.model import (
     clock_or_system,
     raced_too_often,
 )
-from agora_cli.store._proposals.queries import fenced_update, proposal_row, select_rows
+from agora_cli.store._proposals.queries import (
+    fenced_update,
+    proposal_row,
+    select_message_thread,
+    select_proposal,
+    select_undelivered,
+    update_message_outcome,
+)
 from agora_cli.store._proposals.sealed import open_proposals
-from agora_cli.store._schema import action_proposal as p
-from agora_cli.store._schema import message as m
-from agora_cli.store._schema import thread as t
-from agora_cli.store._sqlexpr import exact_eq
 from agora_cli.store._threads import seal_message_values
 from agora_cli.store._values import check_identity, dump_json
 
@@ -34,12 +35,7 @@ __all__ = ["deliver_outcome", "list_undelivered_outcomes"]
 def list_undelivered_outcomes(conn: Connection, *, limit: int = 100) -> list[Proposal]:
     """List settled proposals whose outcome is not yet in their thread, oldest settled first."""
     check_limit(limit)
-    stmt = (
-        select_rows()
-        .where(p.c.settled_at.is_not(None), p.c.outcome_delivered_at.is_(None))
-        .order_by(p.c.settled_at, p.c.id)
-        .limit(limit)
-    )
+    stmt = select_undelivered(limit)
     return open_proposals(conn, [proposal_row(r) for r in conn.execute(stmt).mappings()])
 
 
@@ -72,7 +68,7 @@ def deliver_outcome(
     check_identity("message_id", message_id)
     clock = clock_or_system(clock)
     for _ in range(FENCE_ROUNDS):
-        found = conn.execute(select_rows().where(exact_eq(p.c.id, proposal_id))).mappings().first()
+        found = conn.execute(select_proposal(proposal_id)).mappings().first()
         if found is None or found["id"] != proposal_id:
             return DeliveryResult("not_found", None)
         row = open_proposals(conn, [proposal_row(found)])[0]
@@ -80,11 +76,7 @@ def deliver_outcome(
             return DeliveryResult("already_delivered", row.outcome_message_id)
         if row.settled_at is None:
             return DeliveryResult("not_settled", None)
-        target = conn.execute(
-            select(m.c.thread_id, t.c.tenant_ref)
-            .join(t, t.c.id == m.c.thread_id)
-            .where(exact_eq(m.c.id, message_id))
-        ).first()
+        target = conn.execute(select_message_thread(message_id)).first()
         if target is None or target[0] != row.thread_id:
             raise NotFound(f"no message {message_id!r} in thread {row.thread_id!r}")
         if row.tenant_ref is not None and target[1] != row.tenant_ref:
@@ -102,6 +94,6 @@ def deliver_outcome(
         outcome = seal_message_values(
             conn, row.thread_id, message_id, {"outcome": _outcome_document(row)}
         )
-        conn.execute(update(m).where(m.c.id == message_id).values(outcome))
+        conn.execute(update_message_outcome(message_id, outcome))
         return DeliveryResult("delivered", message_id)
     raise raced_too_often(proposal_id)

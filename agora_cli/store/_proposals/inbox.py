@@ -31,13 +31,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, get_args
 
-from sqlalchemy import func, select
-
 from agora_cli.store._clock import DAY_MS, Clock
 from agora_cli.store._errors import InvalidInput
 from agora_cli.store._proposals.backfill import count_legacy_proposals
 from agora_cli.store._proposals.model import Proposal, check_limit, clock_or_system
-from agora_cli.store._proposals.queries import proposal_row, select_rows
+from agora_cli.store._proposals.queries import (
+    count_past_expiry,
+    proposal_row,
+    select_inbox,
+    select_pending_expiring,
+    select_pending_without_expiry,
+)
 from agora_cli.store._proposals.sealed import open_proposals
 from agora_cli.store._proposals.tool_calls import ToolCallApproval, read_tool_call_approvals
 from agora_cli.store._schema import action_proposal as p
@@ -138,14 +142,8 @@ def list_inbox(
     past_expiry = 0
     if state == "pending":
         rows, past_expiry = _pending(conn, where, now, expiring_within_ms, limit + 1)
-    elif state == "failed":
-        q = select_rows().where(
-            p.c.discovery_state == "done", p.c.execution_state == "failed", *where
-        )
-        rows = _read(conn, q.order_by(p.c.settled_at.desc(), p.c.id.desc()), limit + 1)
     else:
-        q = select_rows().where(p.c.discovery_state == state, *where)
-        rows = _read(conn, q.order_by(p.c.discovery_at, p.c.id), limit + 1)
+        rows = _read(conn, select_inbox(state, where), limit + 1)
     calls: list[ToolCallApproval] = []
     if state == "pending" and expiring_within_ms is None and len(rows) <= limit:
         calls = read_tool_call_approvals(
@@ -182,16 +180,7 @@ def _pending(
     """Pending proposals not past their expiry, soonest first, then those without one; and the
     count of those past it. Two ranges of the index, because NULL sorts first on MySQL and SQLite
     and last on PostgreSQL."""
-    pending = p.c.discovery_state == "pending"
-    expiring = select_rows().where(pending, p.c.discovery_at > now, *where)
-    if within is not None:
-        expiring = expiring.where(p.c.discovery_at <= now + within)
-    rows = _read(conn, expiring.order_by(p.c.discovery_at, p.c.id), limit)
+    rows = _read(conn, select_pending_expiring(now, within, where), limit)
     if within is None and len(rows) < limit:
-        never = select_rows().where(pending, p.c.discovery_at.is_(None), *where)
-        # ordered as the index is (discovery_at is NULL throughout): PostgreSQL would otherwise
-        # walk the primary key for ORDER BY id and filter the whole table
-        never = never.order_by(p.c.discovery_at, p.c.id)
-        rows += _read(conn, never, limit - len(rows))
-    overdue = select(func.count()).select_from(p).where(pending, p.c.discovery_at <= now, *where)
-    return rows, int(conn.execute(overdue).scalar_one())
+        rows += _read(conn, select_pending_without_expiry(where), limit - len(rows))
+    return rows, int(conn.execute(count_past_expiry(now, where)).scalar_one())

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agora_cli.store._clock import Clock
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._engine import (
     dialect_name,
     galera_slot,
@@ -188,7 +189,7 @@ def settle_proposal(
 
 def _skip_locked(conn: Connection) -> bool:
     """Whether this connection's server has SKIP LOCKED (asked once per pooled connection)."""
-    if dialect_name(conn) == "sqlite":
+    if not dialect_of(conn).locks_rows:
         return False
     info = conn.info
     if "agora_skip_locked" not in info:
@@ -325,7 +326,7 @@ def claim_next_proposals(
     dialect = dialect_name(conn)
     locked = _skip_locked(conn)
     tokens = [secrets.token_urlsafe(32) for _ in range(limit)]
-    if locked and dialect == "postgresql":
+    if locked and dialect_of(dialect).binds_arrays:
         pg_args = _claim_many_args(worker_id, tokens, now, expires)
         return _claims_from_rows(
             conn, run_on_driver(conn, claim_many_pg(limit), pg_args).rows, tokens, expires
@@ -421,7 +422,8 @@ def settle_proposals(
     now = clock_or_system(clock).now_ms()
     hashes = [token_hash(item.token) for item in settlements]
     dialect = dialect_name(conn)
-    if dialect == "postgresql":
+    d = dialect_of(dialect)
+    if d.binds_arrays:
         args: tuple[Any, ...] = (
             now,
             now,
@@ -434,7 +436,7 @@ def settle_proposals(
             now,
         )
         settled = {row[0] for row in run_on_driver(conn, SETTLE_MANY_PG, args).rows}
-    elif dialect == "mysql":
+    elif d.updates_through_joins:
         live = run_on_driver(conn, holders_mysql(len(ids)), (*ids, now)).rows
         held = {(pid, hashed, int(gen)) for pid, hashed, gen in live}
         holding = [
@@ -484,7 +486,7 @@ def settle_and_claim_next(
     PostgreSQL (with SKIP LOCKED): the settle and the claim are sent together in one round trip
     (psycopg's pipeline mode), which PostgreSQL runs as one transaction even in autocommit.
     """
-    if dialect_name(conn) == "postgresql" and _skip_locked(conn):
+    if dialect_of(conn).pipelines and _skip_locked(conn):
         return _settle_and_claim_pg(conn, settlement, worker_id, lease_ms, limit, clock)
     settled = settle_proposals(conn, [settlement], clock=clock)[0]
     claimed = claim_next_proposals(
@@ -520,7 +522,7 @@ def _settle_and_claim_pg(
     settled, claimed = run_pipelined(
         conn,
         [
-            (worker_sql("postgresql").settle, settle_args),
+            (worker_sql(dialect_name(conn)).settle, settle_args),
             (claim_many_pg(limit), _claim_many_args(worker_id, tokens, now, expires)),
         ],
     )

@@ -1,7 +1,9 @@
 """Every statement the proposal store runs, each defined once.
 
 Two kinds live here. Rows are read and fenced with SQLAlchemy Core (``select_rows``,
-``scope_filter``, ``fenced_update``): those paths are rare and clarity wins. The statements a
+``scope_filter``, ``fenced_update``, and one named statement or builder for each read and write
+of ``decisions``, ``delivery``, ``backfill`` and ``inbox``): those paths are rare and clarity
+wins. The statements a
 worker runs in a loop — discover due work, take a lease, renew it, settle it — are named SQL
 text, like procrastinate's ``sql/queries.sql``: one definition each, rendered once per dialect
 (placeholder style, derived-table syntax) by ``worker_sql`` and run on the driver's cursor
@@ -31,16 +33,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, bindparam, case, func, or_, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._proposals.model import PROPOSAL_FIELDS, WORK_FIELDS, Proposal, Scope
 from agora_cli.store._schema import action_proposal as p
+from agora_cli.store._schema import message as m
+from agora_cli.store._schema import thread as t
 from agora_cli.store._sqlexpr import exact_eq
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, RowMapping
-    from sqlalchemy.sql import Select
+    from sqlalchemy.sql import Insert, Select, Update
 
 __all__ = [
     "COLUMNS",
@@ -127,6 +132,194 @@ def fenced_update(conn: Connection, row: Proposal, changes: dict[str, Any]) -> P
     if conn.execute(stmt).rowcount != 1:
         return None
     return replace(row, **changes, version=version)
+
+
+# --- create, read, decide, expire (decisions.py) ---------------------------------------------
+
+
+def insert_proposal(values: dict[str, Any]) -> Insert:
+    """``INSERT`` of one proposal row (its columns already sealed where they are sealed)."""
+    return p.insert().values(**values)
+
+
+def select_thread_id(thread_id: str) -> Select[Any]:
+    """The thread's id, exactly this one: whether the thread exists."""
+    return select(t.c.id).where(exact_eq(t.c.id, thread_id))
+
+
+def select_proposal(proposal_id: str, scope: Scope | None = None) -> Select[Any]:
+    """The proposal with exactly this id, in ``scope`` (any scope: ``None``)."""
+    where = [exact_eq(p.c.id, proposal_id)]
+    if scope is not None:
+        where.append(scope_filter(scope))
+    return select_rows().where(*where)
+
+
+def select_proposals(scope: Scope, decision: str | None, limit: int) -> Select[Any]:
+    """A scope's proposals, newest first, optionally of one decision."""
+    stmt = select_rows().where(scope_filter(scope))
+    if decision is not None:
+        stmt = stmt.where(p.c.decision == decision)
+    return stmt.order_by(p.c.created_at.desc(), p.c.id.desc()).limit(limit)
+
+
+EXPIRE_DUE = (
+    select_rows()
+    .with_only_columns(p.c.id, p.c.version)
+    .where(p.c.discovery_state == "pending", p.c.discovery_at <= bindparam("now"))
+    .order_by(p.c.discovery_at)
+    .limit(bindparam("limit"))
+)
+"""The oldest pending proposals past their expiry (id, version). Parameters: now, limit."""
+EXPIRE_ONE = (
+    update(p)
+    .where(
+        p.c.id == bindparam("b_id"),
+        p.c.version == bindparam("b_version"),
+        p.c.decision == "pending",
+    )
+    .values(
+        decision="expired",
+        discovery_state="done",
+        discovery_at=None,
+        updated_at=bindparam("now"),
+        version=p.c.version + 1,
+    )
+)
+"""Expire one pending proposal, fenced by its version. Parameters: b_id, b_version, now."""
+
+
+# --- outcomes into their threads (delivery.py) -----------------------------------------------
+
+
+def select_undelivered(limit: int) -> Select[Any]:
+    """Settled proposals whose outcome is not yet in their thread, oldest settled first."""
+    return (
+        select_rows()
+        .where(p.c.settled_at.is_not(None), p.c.outcome_delivered_at.is_(None))
+        .order_by(p.c.settled_at, p.c.id)
+        .limit(limit)
+    )
+
+
+def select_message_thread(message_id: str) -> Select[Any]:
+    """The thread of exactly this message, and the thread's tenant."""
+    return (
+        select(m.c.thread_id, t.c.tenant_ref)
+        .join(t, t.c.id == m.c.thread_id)
+        .where(exact_eq(m.c.id, message_id))
+    )
+
+
+def update_message_outcome(message_id: str, values: dict[str, Any]) -> Update:
+    """Write a message's ``outcome`` (``values``: the column, sealed where it is sealed)."""
+    return update(m).where(m.c.id == message_id).values(values)
+
+
+# --- legacy rows and the discovery backfill (backfill.py) ------------------------------------
+
+# Computed from the row's own state columns inside the UPDATE, so the values always match the
+# version the fence admits. (MySQL applies SET left to right: neither reads discovery_state.)
+_LEGACY_STATE = case(
+    (p.c.decision == "pending", "pending"),
+    (p.c.execution_state == "running", "running"),
+    (
+        and_(
+            p.c.decision == "approved",
+            or_(p.c.execution_state.is_(None), p.c.execution_state == "queued"),
+        ),
+        "queued",
+    ),
+    else_="done",
+)
+_LEGACY_AT = case(
+    (p.c.decision == "pending", p.c.expires_at),
+    (p.c.execution_state == "running", func.coalesce(p.c.lease_expires_at, p.c.updated_at)),
+    (
+        and_(
+            p.c.decision == "approved",
+            or_(p.c.execution_state.is_(None), p.c.execution_state == "queued"),
+        ),
+        func.coalesce(p.c.decided_at, p.c.updated_at),
+    ),
+    else_=None,
+)
+
+COUNT_LEGACY = select(func.count()).select_from(p).where(p.c.discovery_state.is_(None))
+"""How many proposals older writers wrote (``discovery_state`` NULL)."""
+
+
+def select_legacy(limit: int, *, whole_index_key: bool) -> Select[Any]:
+    """Up to ``limit`` legacy rows (id, version), on the discovery index's NULL range.
+
+    ``whole_index_key`` (``Dialect.orders_by_whole_index_key``): ORDER BY both index columns.
+    Without them PostgreSQL picks a sequential scan that wades through every row earlier batches
+    filled; MariaDB sorts unless given ``discovery_at`` alone.
+    """
+    order = (p.c.discovery_state, p.c.discovery_at) if whole_index_key else (p.c.discovery_at,)
+    return (
+        select(p.c.id, p.c.version)
+        .where(p.c.discovery_state.is_(None))
+        .order_by(*order)
+        .limit(limit)
+    )
+
+
+def fill_legacy(by_version: dict[int, list[str]]) -> Update:
+    """Fill the discovery columns of these legacy rows (ids by the version each was read at),
+    each fenced by its version; nothing else changes."""
+    fence = or_(
+        *(
+            and_(p.c.version == version, p.c.id.in_(ids))
+            for version, ids in sorted(by_version.items())
+        )
+    )
+    return (
+        update(p)
+        .where(fence)
+        .values(discovery_state=_LEGACY_STATE, discovery_at=_LEGACY_AT, version=p.c.version + 1)
+    )
+
+
+# --- the operator's inbox (inbox.py) ----------------------------------------------------------
+
+_PENDING = p.c.discovery_state == "pending"
+
+
+def select_inbox(state: str, where: Sequence[ColumnElement[bool]]) -> Select[Any]:
+    """The inbox in ``state`` (``queued``/``running``: oldest due first; ``failed``: newest
+    settled first), narrowed by ``where``; the caller adds the limit."""
+    if state == "failed":
+        q = select_rows().where(
+            p.c.discovery_state == "done", p.c.execution_state == "failed", *where
+        )
+        return q.order_by(p.c.settled_at.desc(), p.c.id.desc())
+    q = select_rows().where(p.c.discovery_state == state, *where)
+    return q.order_by(p.c.discovery_at, p.c.id)
+
+
+def select_pending_expiring(
+    now: int, within: int | None, where: Sequence[ColumnElement[bool]]
+) -> Select[Any]:
+    """Pending proposals not past their expiry (within ``within`` ms of ``now``), soonest
+    first; the caller adds the limit."""
+    expiring = select_rows().where(_PENDING, p.c.discovery_at > now, *where)
+    if within is not None:
+        expiring = expiring.where(p.c.discovery_at <= now + within)
+    return expiring.order_by(p.c.discovery_at, p.c.id)
+
+
+def select_pending_without_expiry(where: Sequence[ColumnElement[bool]]) -> Select[Any]:
+    """Pending proposals that never expire; the caller adds the limit."""
+    never = select_rows().where(_PENDING, p.c.discovery_at.is_(None), *where)
+    # ordered as the index is (discovery_at is NULL throughout): PostgreSQL would otherwise
+    # walk the primary key for ORDER BY id and filter the whole table
+    return never.order_by(p.c.discovery_at, p.c.id)
+
+
+def count_past_expiry(now: int, where: Sequence[ColumnElement[bool]]) -> Select[Any]:
+    """How many pending proposals are past their expiry."""
+    return select(func.count()).select_from(p).where(_PENDING, p.c.discovery_at <= now, *where)
 
 
 # --- the worker's statements (named SQL, run on the driver's cursor) ---------------------------
@@ -236,15 +429,16 @@ class WorkerSql:
 
 
 def _render(dialect: str, sql: str) -> str:
-    return sql.replace("%s", "?") if dialect == "sqlite" else sql
+    return dialect_of(dialect).driver_sql(sql)
 
 
 @functools.cache
 def worker_sql(dialect: str) -> WorkerSql:
     """The worker's statements rendered for ``dialect`` (``postgresql``, ``mysql``, ``sqlite``)."""
+    d = dialect_of(dialect)
     due_columns = Due._fields
     claim_next = None
-    if dialect == "postgresql":
+    if d.claims_in_one_update:
         # The two locking reads and the fenced take-lease as one UPDATE: the oldest due row of
         # the two is taken under the same version fence, in one round trip. RETURNING gives the
         # new generation and attempts, and the state the row was discovered in (running: a
@@ -273,7 +467,7 @@ def worker_sql(dialect: str) -> WorkerSql:
         next_due_locked=_render(
             dialect,
             _union_of_due_reads(
-                due_columns, derived=dialect != "mysql", lock_running=dialect != "mysql"
+                due_columns, derived=d.unions_derived_tables, lock_running=not d.locks_next_key
             ),
         ),
         # On a Galera cluster SKIP LOCKED skips only this node's locks, and a replicated write
@@ -287,7 +481,7 @@ def worker_sql(dialect: str) -> WorkerSql:
             dialect,
             _union_of_due_reads(
                 due_columns,
-                derived=dialect != "mysql",
+                derived=d.unions_derived_tables,
                 share=True,
                 locked=False,
                 per_state=FALLBACK_CANDIDATES,
@@ -337,12 +531,13 @@ def next_due_many(dialect: str, k: int, *, locked: bool) -> str:
 
     Parameters: now, now.
     """
+    d = dialect_of(dialect)
     reads = _union_of_due_reads(
         Due._fields,
-        derived=dialect != "mysql" or not locked,
+        derived=d.unions_derived_tables or not locked,
         per_state=k,
         locked=locked,
-        lock_running=dialect != "mysql",
+        lock_running=not d.locks_next_key,
     )
     return _render(dialect, reads)
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from agora_cli.store._clock import Clock
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._engine import retry_transient
 from agora_cli.store._proposals.backfill import backfill_discovery_index
 from agora_cli.store._proposals.decisions import (
@@ -71,7 +72,7 @@ class ActionProposalStore:
     def __init__(self, engine: Engine, clock: Clock | None = None) -> None:
         self.engine = engine
         self.clock: Clock = clock_or_system(clock)
-        self._postgresql = engine.dialect.name == "postgresql"
+        self._autocommit_steps = dialect_of(engine).autocommit_worker_steps
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     def _write(
@@ -89,7 +90,7 @@ class ActionProposalStore:
         """A worker's statement that is atomic on its own: on PostgreSQL it runs without a
         surrounding transaction (autocommit: no BEGIN and COMMIT round trips; a fenced update
         proves each step whatever the isolation), elsewhere in a short transaction."""
-        if self._postgresql:
+        if self._autocommit_steps:
 
             def attempt() -> R:
                 with self._autocommit.connect() as conn:
