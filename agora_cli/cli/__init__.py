@@ -1,4 +1,5 @@
-"""The ``agora`` command line: the root Typer app and its command groups.
+"""The ``agora`` command line: the root group (``AgoraGroup``), the root Typer app and its
+command groups, one module (or package, ``db/``) per group, named for it.
 
 Commands are thin: parse the options, call the store library, render. Nothing here imports
 SQLAlchemy or httpx at module level, so ``agora --help`` stays fast.
@@ -6,9 +7,13 @@ SQLAlchemy or httpx at module level, so ``agora --help`` stays fast.
 
 from __future__ import annotations
 
-from typing import Annotated
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from agora_cli import __version__
 from agora_cli.cli import (
@@ -26,9 +31,78 @@ from agora_cli.cli import (
     threads,
     tools,
 )
-from agora_cli.cli.errors import AgoraGroup, set_debug
+from agora_cli.cli.errors import invoke_command, run_command, set_debug
+from agora_cli.cli.options import startup_done
+from agora_cli.cli.output import say
+from agora_cli.cli.shared import add_shared_options, reset_shared_state
 
-__all__ = ["app", "lazy_root", "main", "startup_done"]
+__all__ = ["AgoraGroup", "app", "lazy_root", "main", "startup_done"]
+
+
+class AgoraGroup(TyperGroup):
+    """The root command group: the shared options on every command, each command built when
+    first used, and every command line run through ``errors`` (where failures become exit
+    codes)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        add_shared_options(self)
+        # name -> builder of a command not yet built (``lazy_root``): a command line builds
+        # only the branch it runs, not the whole tree of ~60 commands.
+        self.lazy: dict[str, Callable[[], Any]] = {}
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        build = self.lazy.get(cmd_name)
+        if build is not None and cmd_name not in self.commands:
+            command = build()
+            add_shared_options(command)
+            self.commands[cmd_name] = command
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(dict.fromkeys([*self.lazy, *super().list_commands(ctx)]))
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        if args and args[0] not in self.lazy and args[0] not in self.commands:
+            for name in list(self.lazy):  # unknown: build them all, for "did you mean"
+                self.get_command(ctx, name)
+        return super().resolve_command(ctx, args)
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+
+        def call() -> Any:
+            if os.environ.get("AGORA_KEK_FILE"):
+                from agora_cli.cli.profiles import exposed_secrets
+
+                for warning in exposed_secrets(None):
+                    say(warning, style="yellow")
+            return super(AgoraGroup, self).main(
+                args=argv,
+                prog_name=prog_name,
+                complete_var=complete_var,
+                standalone_mode=False,
+                **extra,
+            )
+
+        try:
+            code = run_command(argv, call)
+        finally:
+            reset_shared_state()
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+    def invoke(self, ctx: Any) -> Any:
+        return invoke_command(lambda: super(AgoraGroup, self).invoke(ctx))
+
 
 app = typer.Typer(
     name="agora",
@@ -142,12 +216,3 @@ def main() -> None:
         lazy_root().main(prog_name="agora")
     finally:
         startup_done()
-
-
-def startup_done() -> None:
-    """Freeze the objects the start-up built and turn the garbage collector back on."""
-    import gc
-
-    if not gc.isenabled():
-        gc.freeze()
-        gc.enable()

@@ -8,8 +8,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db
-from agora_cli.cli.output import Col, emit_csv, finish, money, render_table
-from agora_cli.cli.spend import usd
+from agora_cli.cli.output import (
+    Col,
+    emit_csv,
+    finish,
+    money,
+    money_text,
+    one_format,
+    render_table,
+)
 from agora_cli.store._clock import iso_ms
 from agora_cli.store._errors import InvalidInput
 from agora_cli.store._windows import PERIODS
@@ -128,7 +135,7 @@ def set_(
     limits = ", ".join(
         part
         for part in (
-            None if b.limit_usd is None else usd(b.limit_usd),
+            None if b.limit_usd is None else money_text(b.limit_usd),
             None if b.limit_tokens is None else f"{b.limit_tokens:,} tokens",
         )
         if part
@@ -181,8 +188,7 @@ def list_(
     """
     from agora_cli.store._budgets import list_budgets
 
-    if as_json and csv:
-        raise InvalidInput("choose one of --json and --csv")
+    one_format(as_json, csv)
     filtered = actor is not None or tenant is not None or everyone
     kind, ref = _scope(actor, tenant, everyone) if filtered else (None, None)
     engine = open_db(db, readonly=True)
@@ -197,7 +203,7 @@ def list_(
         {
             "scope": "global" if b.scope_kind == "global" else f"{b.scope_kind} {b.scope_ref}",
             "period": b.period,
-            "usd": "—" if b.limit_usd is None else usd(b.limit_usd),
+            "usd": "—" if b.limit_usd is None else money_text(b.limit_usd),
             "tokens": "—" if b.limit_tokens is None else f"{b.limit_tokens:,}",
             "warn": f"{b.warn_at:.0%}",
             "note": b.note or "",

@@ -1,8 +1,10 @@
 """Turn every failure into one ``error: …`` line on stderr and the documented exit code.
 
 This is the only place that does. Commands never ``try``: an ``AgoraError`` (or a driver error
-that ``store.engine.translate_error`` recognises) raised anywhere below the root group ends here,
-and so do Typer's own usage errors, which get the same one-line style instead of a boxed panel.
+that ``store.engine.translate_error`` recognises) raised anywhere below the root group
+(``agora_cli.cli.AgoraGroup``, which runs every command line through ``run_command`` and
+``invoke_command``) ends here, and so do Typer's own usage errors, which get the same one-line
+style instead of a boxed panel.
 With ``--json`` the error is also one JSON document on stdout::
 
     {"error": {"exit_code": 2, "kind": "invalid_input", "message": "…"}}
@@ -22,19 +24,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
 
-from agora_cli.store._errors import AgoraError
+from agora_cli.cli.output import safe_text
+from agora_cli.store._errors import AgoraError, InvalidInput
 from agora_cli.store._masking import scrub
 
 __all__ = [
     "OUTPUT_ERROR",
-    "AgoraGroup",
     "OutputError",
     "debug_enabled",
     "error_line",
     "fail",
+    "invoke_command",
     "remember_json",
+    "run_command",
     "set_debug",
 ]
 
@@ -45,7 +48,6 @@ _BROKEN_PIPE = 141
 # The output could not be written (a full disk, /dev/full, an I/O error): not "the answer is
 # negative" (1), which a script must be able to tell apart.
 OUTPUT_ERROR = 4
-_ROOT_ONLY = ("--debug", "--version")
 _COMMAND_OPTIONS = ("--db", "--json", "--csv")
 
 
@@ -66,9 +68,7 @@ def remember_json(value: bool) -> bool:
 
 def error_line(message: str) -> None:
     """Write ``error: message`` (one line, credentials scrubbed, controls escaped) to stderr."""
-    from agora_cli.cli.output import safe_line
-
-    first = safe_line(" ".join(scrub(message).split())) or "unknown error"
+    first = safe_text(" ".join(scrub(message).split())) or "unknown error"
     typer.echo(f"error: {first}", err=True)
 
 
@@ -85,9 +85,6 @@ def fail(message: str, exit_code: int, kind: str) -> typer.Exit:
     return typer.Exit(exit_code)
 
 
-_fail = fail
-
-
 def _write_stdout(text: str) -> None:
     try:
         sys.stdout.write(text)
@@ -100,12 +97,8 @@ def _translate(exc: BaseException) -> AgoraError | None:
     if isinstance(exc, AgoraError):
         return exc
     if isinstance(exc, RecursionError):
-        from agora_cli.store._errors import InvalidInput
-
         return InvalidInput("the input is nested too deeply")
     if isinstance(exc, ValueError) and "embedded null" in str(exc):  # os.fspath / open()
-        from agora_cli.store._errors import InvalidInput
-
         return InvalidInput("a file name or path holds a NUL character (\\x00)")
     if "sqlalchemy" in sys.modules:
         from agora_cli.store._engine import translate_error
@@ -199,7 +192,7 @@ class _Stdout:
 
 def _output_failed(exc: OutputError) -> int:
     _silence_stdout()
-    return _fail(f"the output could not be written: {exc}", OUTPUT_ERROR, "output_error").exit_code
+    return fail(f"the output could not be written: {exc}", OUTPUT_ERROR, "output_error").exit_code
 
 
 def _print_traceback(exc: BaseException) -> None:
@@ -254,162 +247,105 @@ def _misplaced_option(args: Sequence[str]) -> tuple[str, list[str]] | None:
     return None
 
 
-class AgoraGroup(TyperGroup):
-    """The root command group: the single place where errors become exit codes."""
+def run_command(argv: list[str], call: Callable[[], Any]) -> int:
+    """Run one command line and return its exit code: ``call`` is Click's ``main`` without its
+    own error handling, and every failure of it (the output's too) ends here."""
+    _STATE["json"] = "--json" in argv
+    _STATE["argv"] = argv
+    if sys.stdout is None:  # started with stdout closed (`agora … >&-`)
+        sys.stdout = open(os.devnull, "w")  # lives as long as the process
+    real_stdout = sys.stdout
+    sys.stdout = _Stdout(real_stdout)
+    try:
+        return _flush(_run(argv, call))
+    finally:
+        sys.stdout = real_stdout
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        from agora_cli.cli.shared import add_shared_options
 
-        add_shared_options(self)
-        # name -> builder of a command not yet built (``agora_cli.cli.lazy_root``): a command
-        # line builds only the branch it runs, not the whole tree of ~60 commands.
-        self.lazy: dict[str, Callable[[], Any]] = {}
-
-    def get_command(self, ctx: Any, cmd_name: str) -> Any:
-        build = self.lazy.get(cmd_name)
-        if build is not None and cmd_name not in self.commands:
-            from agora_cli.cli.shared import add_shared_options
-
-            command = build()
-            add_shared_options(command)
-            self.commands[cmd_name] = command
-        return super().get_command(ctx, cmd_name)
-
-    def list_commands(self, ctx: Any) -> list[str]:
-        return list(dict.fromkeys([*self.lazy, *super().list_commands(ctx)]))
-
-    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
-        if args and args[0] not in self.lazy and args[0] not in self.commands:
-            for name in list(self.lazy):  # unknown: build them all, for "did you mean"
-                self.get_command(ctx, name)
-        return super().resolve_command(ctx, args)
-
-    def main(  # type: ignore[override]
-        self,
-        args: Sequence[str] | None = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        **extra: Any,
-    ) -> Any:
-        argv = list(sys.argv[1:] if args is None else args)
-        _STATE["json"] = "--json" in argv
-        _STATE["argv"] = argv
-        if sys.stdout is None:  # started with stdout closed (`agora … >&-`)
-            sys.stdout = open(os.devnull, "w")  # lives as long as the process
-        real_stdout = sys.stdout
-        sys.stdout = _Stdout(real_stdout)
-        try:
-            code = self._run(argv, prog_name, complete_var, extra)
-            code = self._flush(code)
-        finally:
-            sys.stdout = real_stdout
-            from agora_cli.cli.shared import reset_shared_state
-
-            reset_shared_state()
-        if standalone_mode:
-            sys.exit(code)
-        return code
-
-    def _run(
-        self, argv: list[str], prog_name: str | None, complete_var: str | None, extra: Any
-    ) -> int:
-        bad = _invalid_utf8(argv)
-        if bad is not None:
-            return self._exit_of(_fail(f"argument '{bad}' is not valid UTF-8", 2, "invalid_input"))
-        if os.environ.get("AGORA_KEK_FILE"):
-            from agora_cli.cli.output import say
-            from agora_cli.cli.profiles import exposed_secrets
-
-            for warning in exposed_secrets(None):
-                say(warning, style="yellow")
-        number = _non_ascii_number(argv)
-        if number is not None:
-            message = f"{number!r} is a number in other than ASCII digits; write it with 0-9"
-            return self._exit_of(_fail(message, 2, "invalid_input"))
-        try:
-            rv = super().main(
-                args=argv,
-                prog_name=prog_name,
-                complete_var=complete_var,
-                standalone_mode=False,
-                **extra,
-            )
-        except typer.Exit as exc:
-            return exc.exit_code
-        except typer.TyperException as exc:  # Typer's usage errors: the same one-line style
-            return self._exit_of(self._usage_error(exc, argv))
-        except typer.Abort:
-            typer.echo("aborted", err=True)
-            return 1
-        except BrokenPipeError:
-            _silence_stdout()
+def _run(argv: list[str], call: Callable[[], Any]) -> int:
+    bad = _invalid_utf8(argv)
+    if bad is not None:
+        return fail(f"argument '{bad}' is not valid UTF-8", 2, "invalid_input").exit_code
+    number = _non_ascii_number(argv)
+    if number is not None:
+        message = f"{number!r} is a number in other than ASCII digits; write it with 0-9"
+        return fail(message, 2, "invalid_input").exit_code
+    try:
+        rv = call()
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.TyperException as exc:  # Typer's usage errors: the same one-line style
+        return _usage_error(exc, argv).exit_code
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        return 1
+    except BrokenPipeError:
+        _silence_stdout()
+        return _BROKEN_PIPE
+    except OutputError as exc:
+        return _output_failed(exc)
+    except SystemExit as exc:
+        if _rich_broken_pipe(exc):  # Typer's help (`agora --help | head -1`)
             return _BROKEN_PIPE
-        except OutputError as exc:
-            return _output_failed(exc)
-        except SystemExit as exc:
-            if _rich_broken_pipe(exc):  # Typer's help (`agora --help | head -1`)
-                return _BROKEN_PIPE
+        raise
+    return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+
+
+def _usage_error(exc: typer.TyperException, argv: list[str]) -> typer.Exit:
+    message = exc.format_message().strip()
+    if not message:  # no arguments: the help was printed, as `no_args_is_help` asks
+        return typer.Exit(exc.exit_code)
+    misplaced = _misplaced_option(argv)
+    if misplaced is not None and "No such option" in message:
+        option, words = misplaced
+        shown = "--db URL" if option == "--db" else option
+        message = f"options go after the command: agora {' '.join(words or ['spend'])} {shown}"
+    else:
+        ctx = getattr(exc, "ctx", None)
+        if ctx is not None:
+            message += f" (see `{ctx.command_path} --help`)"
+    return fail(message, exc.exit_code, "usage")
+
+
+def _flush(code: int) -> int:
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+        return _BROKEN_PIPE
+    except OutputError as exc:
+        return _output_failed(exc)
+    except (OSError, ValueError):
+        _silence_stdout()
+    return code
+
+
+def invoke_command(call: Callable[[], Any]) -> Any:
+    """Invoke the command (``call``): an ``AgoraError``, or a driver error that
+    ``translate_error`` recognises, becomes ``error: …`` and its exit code; anything else is
+    ``unexpected …`` (exit 1), or its traceback under ``--debug``."""
+    try:
+        return call()
+    except (typer.Exit, typer.Abort, KeyboardInterrupt, OutputError):
+        raise
+    except BrokenPipeError:
+        # `agora … | head`: the reader left; stop quietly, as other Unix tools do.
+        _silence_stdout()
+        raise typer.Exit(_BROKEN_PIPE) from None
+    except Exception as exc:
+        if isinstance(exc, typer.TyperException):
             raise
-        return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
-
-    @staticmethod
-    def _exit_of(exit_: typer.Exit) -> int:
-        return exit_.exit_code
-
-    @staticmethod
-    def _usage_error(exc: typer.TyperException, argv: list[str]) -> typer.Exit:
-        message = exc.format_message().strip()
-        if not message:  # no arguments: the help was printed, as `no_args_is_help` asks
-            return typer.Exit(exc.exit_code)
-        misplaced = _misplaced_option(argv)
-        if misplaced is not None and "No such option" in message:
-            option, words = misplaced
-            shown = "--db URL" if option == "--db" else option
-            message = f"options go after the command: agora {' '.join(words or ['spend'])} {shown}"
-        else:
-            ctx = getattr(exc, "ctx", None)
-            if ctx is not None:
-                message += f" (see `{ctx.command_path} --help`)"
-        return _fail(message, exc.exit_code, "usage")
-
-    @staticmethod
-    def _flush(code: int) -> int:
-        try:
-            if sys.stdout is not None:
-                sys.stdout.flush()
-        except BrokenPipeError:
-            _silence_stdout()
-            return _BROKEN_PIPE
-        except OutputError as exc:
-            return _output_failed(exc)
-        except (OSError, ValueError):
-            _silence_stdout()
-        return code
-
-    def invoke(self, ctx: Any) -> Any:
-        try:
-            return super().invoke(ctx)
-        except (typer.Exit, typer.Abort, KeyboardInterrupt, OutputError):
-            raise
-        except BrokenPipeError:
-            # `agora … | head`: the reader left; stop quietly, as other Unix tools do.
-            _silence_stdout()
-            raise typer.Exit(_BROKEN_PIPE) from None
-        except Exception as exc:
-            if isinstance(exc, typer.TyperException):
-                raise
-            if debug_enabled():
-                _print_traceback(exc)
-                err = _translate(exc)
-                raise typer.Exit(err.exit_code if err is not None else 1) from None
+        if debug_enabled():
+            _print_traceback(exc)
             err = _translate(exc)
-            if err is None:
-                name = type(exc).__name__
-                raise _fail(
-                    f"unexpected {name}: {exc} (`agora --debug …` shows a traceback)",
-                    1,
-                    "unexpected",
-                ) from None
-            raise _fail(_as_typed(err), err.exit_code, _kind(err)) from None
+            raise typer.Exit(err.exit_code if err is not None else 1) from None
+        err = _translate(exc)
+        if err is None:
+            name = type(exc).__name__
+            raise fail(
+                f"unexpected {name}: {exc} (`agora --debug …` shows a traceback)",
+                1,
+                "unexpected",
+            ) from None
+        raise fail(_as_typed(err), err.exit_code, _kind(err)) from None

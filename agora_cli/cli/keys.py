@@ -1,4 +1,4 @@
-"""`agora keys` (tenants' data keys) and `agora db seal` (sealing a tenant's existing rows).
+"""`agora keys create|rotate|destroy|status|list`: tenants' data keys for sealed content.
 
 The key-encryption key comes from AGORA_KEK or AGORA_KEK_FILE and never from an option: an
 option would put it in the shell history and in `ps`. Nothing here prints key material: keys are
@@ -15,17 +15,17 @@ from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, YesOpt, open_db, scope
 from agora_cli.cli.output import (
     Col,
     finish,
-    progress,
     render_table,
     safe_text,
     say,
     table_time,
 )
+from agora_cli.store._clock import iso_ms
 
 if TYPE_CHECKING:
     from agora_cli.store._sealing import TenantKey
 
-__all__ = ["app", "seal"]
+__all__ = ["TenantOpt", "app"]
 
 app = typer.Typer(
     help=(
@@ -41,20 +41,14 @@ TenantOpt = Annotated[
 ]
 
 
-def _iso(ms: int | None) -> str | None:
-    from agora_cli.store._clock import iso_ms
-
-    return iso_ms(ms)
-
-
 def _key_doc(key: TenantKey) -> dict[str, Any]:
     return {
         "id": key.id,
         "tenant": key.tenant,
         "state": "destroyed" if key.destroyed else "active" if key.active else "retired",
         "kek_fingerprint": key.kek_fingerprint,
-        "created_at": _iso(key.created_at),
-        "retired_at": _iso(key.retired_at),
+        "created_at": iso_ms(key.created_at),
+        "retired_at": iso_ms(key.retired_at),
     }
 
 
@@ -223,98 +217,3 @@ def list_keys(
         csv=(rows, KEY_COLUMNS) if as_csv else None,
         show=lambda: render_table(rows, KEY_COLUMNS, title="Tenant keys", empty="no tenant keys"),
     )
-
-
-def seal(
-    tenant: TenantOpt,
-    rotate: Annotated[
-        bool,
-        typer.Option("--rotate", help="Also re-seal rows sealed under retired keys."),
-    ] = False,
-    batch: Annotated[
-        int, typer.Option("--batch", min=1, max=10000, help="Rows per batch (1-10000).")
-    ] = 1000,
-    max_batches: Annotated[
-        int | None,
-        typer.Option("--max-batches", min=1, help="Stop after N batches.", show_default=False),
-    ] = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Count the rows it would seal; seal none.")
-    ] = False,
-    vacuum: Annotated[
-        bool,
-        typer.Option(
-            "--vacuum",
-            help="Then rewrite the sealed tables so old row versions leave the table files "
-            "(PostgreSQL VACUUM FULL: each table locked in turn, reads and writes wait).",
-        ),
-    ] = False,
-    db: DbOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Seal a tenant's existing plaintext values under its active key, in bounded batches.
-
-    Covers every sealed column: messages (content, tool parts, attachments, outcome), threads
-    (title, summary), queued messages, tool calls (input, output), proposals (input, card,
-    result) and stream frames (payload) of the tenant. Every key of the
-    tenant is unwrapped first: a missing or wrong key-encryption key is exit 3 with nothing
-    written. Each batch is its own transaction, so an interrupted run (even kill -9) is safe to
-    run again: it resumes, and no row is sealed twice. With --rotate, rows sealed under retired
-    keys are re-sealed under the active one. A progress bar shows on a terminal.
-
-    Old row versions still hold the plaintext until the database reuses their space: --vacuum
-    then runs PostgreSQL VACUUM FULL on each sealed table (ACCESS EXCLUSIVE lock on that table
-    for its duration), MySQL/MariaDB OPTIMIZE TABLE (an online rebuild) or SQLite VACUUM (the
-    whole file, exclusively). WAL, replicas and backups keep what they hold (README).
-
-    Example: agora db seal --tenant acme --batch 1000 --vacuum
-    """
-    from agora_cli.store._sealing import count_to_seal, seal_tenant, vacuum_sealed_tables
-
-    scoped_tenant(tenant)  # another tenant than the session's is exit 2
-    engine = open_db(db, tenant=tenant)
-    total = None
-    if not dry_run:
-        with engine.connect() as conn:
-            total = sum(count_to_seal(conn, tenant=tenant, rotate=rotate).values())
-            conn.rollback()
-    with progress("sealing", total) as advance:
-        result = seal_tenant(
-            engine,
-            tenant=tenant,
-            rotate=rotate,
-            batch=batch,
-            max_batches=max_batches,
-            dry_run=dry_run,
-            progress=advance,
-        )
-    vacuumed = vacuum_sealed_tables(engine) if vacuum and not dry_run else []
-    doc = {
-        "tenant": result.tenant,
-        "key_id": result.key_id,
-        "rotate": result.rotate,
-        "dry_run": result.dry_run,
-        "to_seal": result.to_seal,
-        "sealed": result.sealed,
-        "remaining": result.remaining,
-        "batches": result.batches,
-        "broken": result.broken,
-        "vacuumed": vacuumed,
-    }
-    what = "value(s) not under the active key" if rotate else "plaintext value(s)"
-    if dry_run:
-        text = f"Tenant {result.tenant}: {sum(result.to_seal.values()):,} {what} to seal."
-    else:
-        text = (
-            f"Tenant {result.tenant}: sealed {sum(result.sealed.values()):,} value(s) under key "
-            f"{result.key_id} in {result.batches} batch(es); "
-            f"{sum(result.remaining.values()):,} {what} remain."
-        )
-        if sum(result.broken.values()):
-            text += (
-                f" {sum(result.broken.values()):,} value(s) name a key but do not open (copied, "
-                "altered or shredded): left as they are."
-            )
-        if vacuumed:
-            text += f" Old row versions removed ({len(vacuumed)} statement(s))."
-    finish(doc, as_json=as_json, show=text)

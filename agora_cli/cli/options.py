@@ -7,6 +7,7 @@ every command that opens a database goes through ``open_db``, which looks the co
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +37,7 @@ __all__ = [
     "reset_session",
     "scoped_tenant",
     "session_tenant",
+    "startup_done",
 ]
 
 # What a session tenant (AGORA_TENANT, a profile's `tenant`) does for each command, by its path.
@@ -283,7 +285,6 @@ def open_db(
     tenant); every PostgreSQL transaction is scoped to it, for row-level security. A session
     tenant on a command that works across tenants is exit 2 (``TENANCY``), before any connection.
     """
-    from agora_cli.cli import startup_done
     from agora_cli.store._engine import open_engine
 
     _check_tenancy()
@@ -293,3 +294,10 @@ def open_db(
         engine = open_engine(db, create=create, readonly=readonly, tenant=tenant)
     startup_done()  # the heavy imports are done: the collector is back before any real work
     return engine
+
+
+def startup_done() -> None:
+    """Freeze the objects the start-up built and turn the garbage collector back on."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()

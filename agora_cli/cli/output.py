@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MONEY_DECIMALS",
     "SHORT_ID",
+    "UNKNOWN",
     "Col",
     "color_forced_off",
     "csv_cell",
@@ -34,12 +35,12 @@ __all__ = [
     "finish",
     "first_line",
     "money",
+    "money_text",
     "one_format",
     "out_console",
     "progress",
     "relative_text",
     "render_table",
-    "safe_line",
     "safe_text",
     "say",
     "script_value",
@@ -52,6 +53,8 @@ __all__ = [
 # places, which keeps every real price (fractions of a cent per token) and drops float noise
 # such as 0.033190950000000004.
 MONEY_DECIMALS = 10
+# The one word a person reads for an amount nobody knows (JSON says null).
+UNKNOWN = "unknown"
 # C0 and C1 control characters, DEL, and the Unicode controls that reorder or break lines
 # (bidi overrides and isolates, line/paragraph separators): stored data a terminal would obey.
 _CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -77,16 +80,24 @@ def safe_text(value: object, *, body: bool = False) -> str:
     return _CONTROL_RE.sub(lambda m: _escape(m[0]), text)
 
 
-def safe_line(value: object) -> str:
-    """``safe_text`` for one line of talk (an error, a notice)."""
-    return safe_text(value)
-
-
 def money(value: float | None) -> float | None:
     """An amount of USD as scripts get it: rounded to ``MONEY_DECIMALS`` (``None`` stays)."""
     if value is None or not math.isfinite(value):
         return None
     return round(value, MONEY_DECIMALS) + 0.0  # never -0.0
+
+
+def money_text(value: float | None) -> str:
+    """An amount of USD for people: 4 decimals, more only when it would otherwise show as
+    $0.0000; ``unknown`` when there is none (unpriced usage is never shown as $0)."""
+    if value is None or not math.isfinite(value):
+        return UNKNOWN
+    if value == 0:
+        value = 0.0  # never $-0.0000
+    if value == 0 or abs(value) >= 0.00005:
+        return f"${value:,.4f}"
+    decimals = min(12, 1 - math.floor(math.log10(abs(value))))
+    return f"${value:,.{decimals}f}"
 
 
 def script_value(value: Any) -> Any:

@@ -13,6 +13,8 @@ from agora_cli.cli.output import (
     emit_json,
     finish,
     money,
+    money_text,
+    one_format,
     out_console,
     progress,
     render_table,
@@ -486,8 +488,7 @@ def list_(
     """
     from agora_cli.store._pricing import list_prices
 
-    if as_json and csv:
-        raise InvalidInput("choose one of --json and --csv")
+    one_format(as_json, csv)
     engine = open_db(db, readonly=True)
     with engine.connect() as conn:
         prices = list_prices(conn, model_id=model, history=history)
@@ -774,7 +775,7 @@ def reprice(
         if estimates:
             out_console().print(
                 f"{recomputed:,} of {examined:,} estimated row(s) {would}recomputed; "
-                f"their estimated total {before:,.4f} → {after:,.4f} USD.",
+                f"their estimated total {money_text(before)} → {money_text(after)}.",
                 markup=False,
             )
         out_console().print(

@@ -14,11 +14,20 @@ from agora_cli.cli.options import (
     refuse_unscoped,
     scoped_tenant,
 )
-from agora_cli.cli.output import Col, emit_csv, finish, money, render_table, safe_text, say
-from agora_cli.cli.spend import usd
+from agora_cli.cli.output import (
+    Col,
+    emit_csv,
+    finish,
+    money,
+    money_text,
+    one_format,
+    render_table,
+    safe_text,
+    say,
+)
 from agora_cli.store._clock import SystemClock, iso_ms, parse_instant
 from agora_cli.store._errors import InvalidInput
-from agora_cli.store._values import check_count, check_finite, check_identity
+from agora_cli.store._values import check_identity, check_limits
 
 if TYPE_CHECKING:
     from agora_cli.store._budgets import BudgetStatus
@@ -114,18 +123,14 @@ def quota(
     scopes = [name for name, on in (("actor", actor), ("tenant", tenant)) if on is not None]
     if len(scopes) + int(every) != 1:
         raise InvalidInput("give exactly one of --actor A, --tenant T or --all")
-    if as_json and csv:
-        raise InvalidInput("choose one of --json and --csv")
+    one_format(as_json, csv)
     limits = {
         "day": (day_tokens, day_usd),
         "week": (week_tokens, week_usd),
         "month": (month_tokens, month_usd),
     }
     for period, (tokens, amount) in limits.items():
-        if tokens is not None:
-            check_count(f"--{period}-tokens", tokens)
-        if amount is not None:
-            check_finite(f"--{period}-usd", amount)
+        check_limits(f"{period}_", tokens, amount)
     if every and any(v != (None, None) for v in limits.values()):
         raise InvalidInput("limits given here apply to --actor or --tenant, not --all")
     scope_kind = scopes[0] if scopes else "global"
@@ -282,7 +287,7 @@ def _render(
         limited = b.limit_tokens is not None or b.limit_usd is not None
         remaining = [
             f"{s.remaining_tokens:,} tokens" if s.remaining_tokens is not None else "",
-            usd(s.remaining_usd) if s.remaining_usd is not None else "",
+            money_text(s.remaining_usd) if s.remaining_usd is not None else "",
         ]
         rows.append(
             {
@@ -290,8 +295,8 @@ def _render(
                 "period": f"{b.period} {str(iso_ms(s.from_ms))[:10]}",
                 "tokens": f"{s.tokens:,}",
                 "token_limit": "—" if b.limit_tokens is None else f"{b.limit_tokens:,}",
-                "usd": usd(s.usd),
-                "usd_limit": "—" if b.limit_usd is None else usd(b.limit_usd),
+                "usd": money_text(s.usd),
+                "usd_limit": "—" if b.limit_usd is None else money_text(b.limit_usd),
                 "used": f"{s.percent_used:,.1f}%" if limited else "—",
                 "bar": _bar(s.percent_used, limited),
                 "remaining": ", ".join(r for r in remaining if r) or "—",

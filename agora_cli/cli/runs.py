@@ -23,6 +23,7 @@ from agora_cli.cli.output import (
     finish,
     first_line,
     money,
+    money_text,
     one_format,
     out_console,
     render_table,
@@ -178,9 +179,11 @@ def list_(
 
 def _cost_text(doc: dict[str, Any]) -> str | None:
     """A run's cost from its ledger: known costs, and how many rows have none."""
-    cost = None if doc["cost_usd"] is None else f"${doc['cost_usd']:,.4f}"
+    if doc["cost_usd"] is None and not doc["unpriced_turns"]:
+        return None  # no ledger rows
+    cost = money_text(doc["cost_usd"])
     if doc["unpriced_turns"]:
-        return f"{cost or 'unknown'} +{doc['unpriced_turns']} unpriced"
+        return f"{cost} +{doc['unpriced_turns']} unpriced"
     return cost
 
 
@@ -373,10 +376,10 @@ def _render_detail(doc: dict[str, Any], run: Run) -> None:
     r = doc["run"]
     took = _took(run, SystemClock().now_ms())
     took = f"running for {took.rstrip('…')}" if run.finished_at is None else f"took {took}"
-    cost = _cost_text(r) or "cost unknown"
+    cost = _cost_text(r) or f"cost {money_text(None)}"
     recorded = r["recorded_cost_usd"]
     if recorded is not None and recorded != r["cost_usd"]:
-        cost += f" (recorded by the runtime: ${recorded:,.4f})"
+        cost += f" (recorded by the runtime: {money_text(recorded)})"
     console.print(f"[bold]run {shown(r['id'])}[/bold]  {shown(r['status'])}")
     console.print(
         f"agent {shown(r['agent_name'] or '—')} · actor {shown(r['actor_ref'])} · tenant "
@@ -442,7 +445,7 @@ def _render_detail(doc: dict[str, Any], run: Run) -> None:
                     "purpose": u["purpose"],
                     "input": u["input_tokens"],
                     "output": u["output_tokens"],
-                    "cost": "unknown" if u["cost_usd"] is None else f"${u['cost_usd']:,.6f}",
+                    "cost": money_text(u["cost_usd"]),
                 }
                 for u in doc["usage"]
             ],

@@ -15,6 +15,8 @@ from typing import Annotated, Any
 import typer
 
 from agora_cli.cli import output
+from agora_cli.cli.errors import fail
+from agora_cli.cli.options import remember_command, reset_session
 
 __all__ = ["add_shared_options", "reset_shared_state"]
 
@@ -24,7 +26,6 @@ _MARK = "_agora_shared_options"
 def _profile(ctx: typer.Context, value: str | None) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from agora_cli.cli.errors import fail
     from agora_cli.cli.profiles import ProfileError, activate, exposed_secrets
 
     try:
@@ -45,8 +46,6 @@ def _all_tenants(ctx: typer.Context, value: bool) -> None:
     # command that runs) leaves its path for open_db, which decides what the tenant does.
     if ctx.resilient_parsing:
         return
-    from agora_cli.cli.options import remember_command
-
     names: list[str] = []
     node: Any = ctx
     while node is not None and node.parent is not None:
@@ -114,7 +113,6 @@ def add_shared_options(command: Any) -> None:
 
 def reset_shared_state(*_: Any) -> None:
     """Undo what the shared options did for one command (the CLI may run again in-process)."""
-    from agora_cli.cli.options import reset_session
     from agora_cli.cli.profiles import deactivate
 
     deactivate()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import math
 import re
 import shlex
 from datetime import date, timedelta
@@ -17,6 +16,8 @@ from agora_cli.cli.output import (
     emit_csv,
     finish,
     money,
+    money_text,
+    one_format,
     out_console,
     progress,
     render_table,
@@ -29,7 +30,7 @@ from agora_cli.store._windows import SPEND_GROUPINGS, SPEND_ORDERS, parse_bound,
 if TYPE_CHECKING:
     from agora_cli.store._ledger import SpendReport, SpendRow
 
-__all__ = ["app", "spend", "usd"]
+__all__ = ["app", "spend"]
 
 app = typer.Typer(invoke_without_command=True)
 
@@ -52,18 +53,6 @@ _STACK_STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cy
 # A chart draws every bucket of its window, empty ones too: bounded, so that a window to the
 # year 9999 is a clear error rather than millions of lines.
 MAX_CHART_BUCKETS = {"day": 1_000, "week": 520, "month": 1_200}
-
-
-def usd(value: float | None) -> str:
-    """USD for people: 4 decimals, more only when the amount would otherwise show as $0.0000."""
-    if value is None:
-        return "unknown"
-    if value == 0:
-        value = 0.0  # never $-0.0000
-    if value == 0 or abs(value) >= 0.00005:
-        return f"${value:,.4f}"
-    decimals = min(12, 1 - math.floor(math.log10(abs(value))))
-    return f"${value:,.{decimals}f}"
 
 
 def row_doc(row: SpendRow) -> dict[str, Any]:
@@ -179,8 +168,7 @@ def spend(
     from agora_cli.store._ledger import spend as spend_report
     from agora_cli.store._usage import models_priced_now
 
-    if as_json and csv:
-        raise InvalidInput("choose one of --json and --csv")
+    one_format(as_json, csv)
     from agora_cli.cli.profiles import profile_default
 
     grouping = str(by.value) if by is not None else profile_default("by") or "model"
@@ -300,8 +288,8 @@ def _cells(row: SpendRow, key: str | None) -> dict[str, str]:
     return {
         "key": "(none)" if key is None else key,
         **{name: f"{n:,}" for name, n in counts.items()},
-        "cost": usd(row.cost_usd),
-        "estimated": usd(row.estimated_usd),
+        "cost": money_text(row.cost_usd),
+        "estimated": money_text(row.estimated_usd),
         "unpriced": f"{row.unpriced_turns:,}" if row.unpriced_turns else "—",
     }
 
@@ -433,7 +421,7 @@ def _render_chart(report: SpendReport) -> None:
     values = [_value(r, by_cost) for r in rows]
     labels = ["(none)" if r.key is None else safe_text(r.key) for r in rows]
     shown = [
-        usd(r.cost_usd) if by_cost else f"{int(v):,} tokens"
+        money_text(r.cost_usd) if by_cost else f"{int(v):,} tokens"
         for r, v in zip(rows, values, strict=True)
     ]
     label_w = min(max(len(s) for s in labels), 40)
@@ -468,7 +456,9 @@ def _render_stacked_chart(report: SpendReport) -> None:
     keys = _period_keys(report, time)
     totals = [_value(have[k].total, by_cost) if k in have else 0.0 for k in keys]
     shown = [
-        usd(have[k].total.cost_usd if k in have else None) if by_cost else f"{int(t):,} tokens"
+        money_text(have[k].total.cost_usd if k in have else None)
+        if by_cost
+        else f"{int(t):,} tokens"
         for k, t in zip(keys, totals, strict=True)
     ]
     label_w = max(len(k) for k in keys)
@@ -504,7 +494,7 @@ def _render_stacked_chart(report: SpendReport) -> None:
 def _chart_total(report: SpendReport, by_cost: bool, measure: str) -> None:
     total = report.total
     out_console().print(
-        f"TOTAL {usd(total.cost_usd)} over {total.turns:,} turns "
+        f"TOTAL {money_text(total.cost_usd)} over {total.turns:,} turns "
         f"({total.input_tokens + total.output_tokens:,} tokens); bars show {measure}.",
         markup=False,
     )

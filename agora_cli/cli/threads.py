@@ -14,6 +14,7 @@ from agora_cli.cli.output import (
     finish,
     first_line,
     money,
+    money_text,
     one_format,
     out_console,
     render_table,
@@ -48,19 +49,9 @@ app = typer.Typer(
 )
 
 
-def _json_value(text: str | None) -> Any:
-    """Stored JSON text as a JSON value (text that is not strict JSON stays a string)."""
-
-    return load_json(text)
-
-
 def _stdin_is_terminal() -> bool:
+    """Whether a person can be asked (tests stand in a terminal here)."""
     return sys.stdin.isatty()
-
-
-def _iso(ms: int | None) -> str | None:
-
-    return iso_ms(ms)
 
 
 IdArg = Annotated[
@@ -149,8 +140,8 @@ def list_(
             "title": t.title,
             "messages": t.messages,
             "usage": _usage_totals_doc(t.usage),
-            "updated_at": _iso(t.updated_at),
-            "deleted_at": _iso(t.deleted_at),
+            "updated_at": iso_ms(t.updated_at),
+            "deleted_at": iso_ms(t.deleted_at),
             "transient": t.transient,
         }
         for t in threads
@@ -207,7 +198,7 @@ def _render_thread_list(rows: list[dict[str, Any]]) -> None:
 def _cost(usage: dict[str, Any]) -> str:
     if not usage["turns"]:
         return "—"
-    cost = "unknown" if usage["cost_usd"] is None else f"${usage['cost_usd']:,.4f}"
+    cost = money_text(usage["cost_usd"])
     return cost + (f" +{usage['unpriced_turns']} unpriced" if usage["unpriced_turns"] else "")
 
 
@@ -222,13 +213,13 @@ def _thread_doc(thread: Thread, usage: list[ThreadUsageRow]) -> dict[str, Any]:
         "model": thread.model,
         "default_agent": thread.default_agent,
         "transient": thread.transient,
-        "pinned_at": _iso(thread.pinned_at),
+        "pinned_at": iso_ms(thread.pinned_at),
         "summary": thread.summary,
         "summary_message_count": thread.summary_message_count,
         "active_stream_id": thread.active_stream_id,
-        "created_at": _iso(thread.created_at),
-        "updated_at": _iso(thread.updated_at),
-        "deleted_at": _iso(thread.deleted_at),
+        "created_at": iso_ms(thread.created_at),
+        "updated_at": iso_ms(thread.updated_at),
+        "deleted_at": iso_ms(thread.deleted_at),
         "sealed": thread.seal_state != "plain",
         "usage": {
             "turns": len(usage),
@@ -246,15 +237,15 @@ def _tool_call_doc(call: ToolCall) -> dict[str, Any]:
         "tool_name": call.tool_name,
         "tool_type": call.tool_type,
         "status": call.status,
-        "input": _json_value(call.input),
-        "output": _json_value(call.output),
+        "input": load_json(call.input),
+        "output": load_json(call.output),
         "error": call.error,
         "executed_by_ref": call.executed_by_ref,
         "execution_ms": call.execution_ms,
         "latency_ms": call.latency_ms,
         "run_id": call.run_id,
-        "created_at": _iso(call.created_at),
-        "executed_at": _iso(call.executed_at),
+        "created_at": iso_ms(call.created_at),
+        "executed_at": iso_ms(call.executed_at),
     }
 
 
@@ -270,14 +261,14 @@ def _usage_doc(row: ThreadUsageRow) -> dict[str, Any]:
         "cost_usd": money(row.cost_usd),
         "cost_source": row.cost_source,
         "run_id": row.run_id,
-        "created_at": _iso(row.created_at),
+        "created_at": iso_ms(row.created_at),
     }
 
 
 def _turn_usage(text: str | None) -> Any:
     """A message's per-turn usage in agora's field names, whichever spelling stored it (the
     runtime's camelCase or agora's older snake_case); a value that is no object as it is."""
-    value = _json_value(text)
+    value = load_json(text)
     found = usage_from_json(value)
     return value if found is None else found
 
@@ -298,16 +289,16 @@ def _transcript_doc(transcript: Transcript) -> dict[str, Any]:
                 "shredded": m.seal_state == "shredded",
                 "persona": m.persona,
                 "run_id": m.run_id,
-                "created_at": _iso(m.created_at),
+                "created_at": iso_ms(m.created_at),
                 "tool_calls": [_tool_call_doc(c) for c in item.tool_calls],
                 "usage": [_usage_doc(u) for u in item.usage],
                 "payload": {
-                    "tool_calls": _json_value(m.tool_calls),
-                    "tool_results": _json_value(m.tool_results),
-                    "attachments": _json_value(m.attachments),
-                    "follow_ups": _json_value(m.follow_ups),
+                    "tool_calls": load_json(m.tool_calls),
+                    "tool_results": load_json(m.tool_results),
+                    "attachments": load_json(m.attachments),
+                    "follow_ups": load_json(m.follow_ups),
                     "usage": _turn_usage(m.usage),
-                    "outcome": _json_value(m.outcome),
+                    "outcome": load_json(m.outcome),
                 },
             }
         )
@@ -375,7 +366,7 @@ def _render_transcript(doc: dict[str, Any]) -> None:
     console = out_console()
     t = doc["thread"]
     usage = t["usage"]
-    cost = "unknown" if usage["cost_usd"] is None else f"${usage['cost_usd']:,.4f}"
+    cost = money_text(usage["cost_usd"])
     unpriced = f", {usage['unpriced_turns']} unpriced" if usage["unpriced_turns"] else ""
     console.print(f"[bold]{shown(t['title'] or '(untitled)')}[/bold]  {shown(t['id'])}")
     console.print(
@@ -403,7 +394,7 @@ def _render_transcript(doc: dict[str, Any]) -> None:
                 markup=False,
             )
         for u in m["usage"]:
-            cost = "unknown cost" if u["cost_usd"] is None else f"${u['cost_usd']:,.6f}"
+            cost = money_text(u["cost_usd"])
             console.print(
                 f"  · {safe_text(u['model_id'])}: {u['input_tokens']:,} in / "
                 f"{u['output_tokens']:,} out, {cost}",
@@ -449,7 +440,7 @@ def _turn_usage_line(usage: dict[str, Any]) -> str:
             parts.append(f"{label} {count(key)}")
     cost = usage.get("cost_usd")
     known = isinstance(cost, int | float) and not isinstance(cost, bool)
-    parts.append(f"${cost:,.6f}" if known else "unknown cost")
+    parts.append(money_text(cost if known else None))
     return "  · turn usage: " + ", ".join(parts)
 
 
@@ -516,9 +507,7 @@ def _ledger_sentence(ledger: ThreadUsageTotals, *, done: bool = False) -> str:
     """What the thread's ledger rows amount to, and that they leave the reports with it."""
     if not ledger.turns:
         return "had no ledger rows." if done else "has no ledger rows."
-    spend = (
-        "no known cost" if ledger.cost_usd is None else f"${ledger.cost_usd:,.4f} recorded spend"
-    )
+    spend = f"{money_text(ledger.cost_usd)} recorded spend"
     unpriced = f", {ledger.unpriced_turns:,} unpriced" if ledger.unpriced_turns else ""
     tokens = f"{ledger.input_tokens + ledger.output_tokens:,} tokens"
     if done:

@@ -6,7 +6,7 @@ its limit (``warn_at``, default 0.8). There is at most one budget per (scope, pe
 existing one updates it, from any number of processes at once.
 
 Evaluating a budget sums the scope's usage in the period up to an instant (``at_ms``: usage after
-it does not count), with the same rules as ``ledger.quota``: tokens are input + output (cache
+it does not count), with the rules of the spend reports: tokens are input + output (cache
 tokens are part of input), USD sums the known costs (estimates too unless provider-only), and
 unpriced rows are counted, never summed as free. A budget is ``exhausted`` when a limit is
 reached (used ≥ limit), ``warning`` when the used share of a limit reaches ``warn_at``, else
@@ -43,11 +43,10 @@ from agora_cli.store._schema import usage_daily as d
 from agora_cli.store._schema import usage_model_daily as m
 from agora_cli.store._sqlexpr import exact_eq, finite_cost, provider_cost
 from agora_cli.store._values import (
-    BIGINT_MAX,
     check_finite,
     check_identity,
     check_instant,
-    check_int,
+    check_limits,
     check_text,
 )
 from agora_cli.store._windows import PERIODS, Period, period_window
@@ -77,7 +76,6 @@ __all__ = [
 ScopeKind = Literal["actor", "tenant", "global"]
 BudgetState = Literal["ok", "warning", "exhausted"]
 SCOPE_KINDS: tuple[ScopeKind, ...] = get_args(ScopeKind)
-MAX_USD = 1e15  # the largest cost a ledger row may hold (usage.MAX_COST_USD)
 DEFAULT_WARN_AT = 0.8
 
 
@@ -173,11 +171,6 @@ def _key(scope_kind: str, scope_ref: str, period: str) -> ColumnElement[bool]:
     )
 
 
-def _find(conn: Connection, scope_kind: str, scope_ref: str, period: str) -> Budget | None:
-    row = conn.execute(select(b).where(_key(scope_kind, scope_ref, period))).first()
-    return None if row is None else _budget(row._mapping)
-
-
 def set_budget(
     conn: Connection,
     *,
@@ -202,12 +195,7 @@ def set_budget(
     check_identity("created_by", created_by)
     if limit_usd is None and limit_tokens is None:
         raise InvalidInput("give a limit: in USD, in tokens, or both", param="limit_usd")
-    usd = None if limit_usd is None else check_finite("limit_usd", limit_usd, high=MAX_USD)
-    tokens = (
-        None
-        if limit_tokens is None
-        else check_int("limit_tokens", limit_tokens, low=0, high=BIGINT_MAX)
-    )
+    tokens, usd = check_limits("limit_", limit_tokens, limit_usd)
     warn = check_finite("warn_at", warn_at, high=1.0)
     if warn <= 0:
         raise InvalidInput(
@@ -597,11 +585,7 @@ def scope_quota(
     check_instant("at_ms", at_ms)
     given = dict(limits or {})
     for period, (tokens, usd) in given.items():
-        _period(period)
-        if tokens is not None:
-            check_int(f"{period}_tokens", tokens, low=0, high=BIGINT_MAX)
-        if usd is not None:
-            check_finite(f"{period}_usd", usd, high=MAX_USD)
+        check_limits(f"{_period(period)}_", tokens, usd)
     saved = {budget.period: budget for budget in list_budgets(conn, scope_kind=kind, scope_ref=ref)}
     wanted = {"day", "month", *saved, *(p for p, v in given.items() if v != (None, None))}
     out = []

@@ -1,12 +1,10 @@
-"""Ledger reports: spend rollups and quota windows, computed by the database.
+"""Ledger reports: spend rollups, computed by the database (quota windows: ``budgets``).
 
-Both read ``agent_token_usage`` only (the writer is ``usage.record_usage``). Windows are UTC and
+They read ``agent_token_usage`` only (the writer is ``usage.record_usage``). Windows are UTC and
 inclusive: a day runs from 00:00:00.000 to 23:59:59.999. ``spend`` is one ``SUM … GROUP BY``
 statement over ``agent_token_usage_created_idx`` (``_actor_created_idx`` with an actor filter);
 day buckets are ``created_at DIV 86400000`` with the literal inlined (PostgreSQL refuses a GROUP BY
 that differs from the SELECT only by a bound parameter), and months are folded from days here.
-``quota`` is one ``SUM`` per window over ``agent_token_usage_actor_created_idx``: one row fetched
-per window, never the window's ledger.
 
 A row's tenant — ``--by tenant``, a tenant filter — is its own ``tenant_ref``, else its thread's
 (``ledger_tenant.py``): the runtime writes its rows with none.
@@ -25,8 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import case, func, literal_column, select
 
-from agora_cli.store._budgets import sum_scope_usage
-from agora_cli.store._clock import day_start_ms, day_window, month_window, ms_to_date
+from agora_cli.store._clock import day_start_ms, day_window
 from agora_cli.store._dialects import dialect_of
 from agora_cli.store._errors import InvalidInput
 from agora_cli.store._fold import fold_filter, raw_filter, rollup_covers, window_parts
@@ -40,11 +37,7 @@ from agora_cli.store._ledger_tenant import (
 from agora_cli.store._schema import token_usage, usage_daily, usage_model_daily
 from agora_cli.store._sqlexpr import exact_eq, finite_cost, provider_cost
 from agora_cli.store._values import (
-    BIGINT_MAX,
-    check_finite,
     check_identity,
-    check_instant,
-    check_int,
     check_optional_identity,
 )
 from agora_cli.store._windows import DIMENSION_KEYS, SPEND_GROUPINGS, SPEND_ORDERS, TIME_KEYS
@@ -58,18 +51,12 @@ __all__ = [
     "SPEND_GROUPINGS",
     "SPEND_ORDERS",
     "TIME_KEYS",
-    "QuotaReport",
-    "QuotaWindow",
     "SpendPeriod",
     "SpendReport",
     "SpendRow",
     "UnpricedSpend",
-    "WindowUsage",
-    "actor_has_usage",
     "list_unpriced_models",
-    "quota",
     "spend",
-    "sum_actor_usage",
 ]
 
 _EPOCH = date(1970, 1, 1)
@@ -126,41 +113,6 @@ class UnpricedSpend:
 
     model_id: str
     turns: int
-
-
-@dataclass(frozen=True)
-class WindowUsage:
-    """An actor's use in one window: tokens (input + output), known USD, rows without a cost."""
-
-    tokens: int
-    usd: float
-    unpriced_turns: int
-
-
-@dataclass(frozen=True)
-class QuotaWindow:
-    """One quota window, its limits (``None`` = none given) and whether one is reached."""
-
-    from_ms: int
-    to_ms: int
-    tokens: int
-    usd: float
-    unpriced_turns: int
-    limit_tokens: int | None
-    limit_usd: float | None
-    exhausted: bool
-
-
-@dataclass(frozen=True)
-class QuotaReport:
-    """An actor's day and month windows at an instant."""
-
-    actor: str
-    at_ms: int
-    day: QuotaWindow
-    month: QuotaWindow
-    exhausted: bool
-    actor_seen: bool = True  # False: the ledger has no row of this actor at all (a typo?)
 
 
 # --- spend ---------------------------------------------------------------------------------
@@ -589,122 +541,3 @@ def list_unpriced_models(
     q = _filtered(q, from_ms=from_ms, to_ms=to_ms, actor=actor, tenant=tenant, model=model)
     found = [UnpricedSpend(r.model_id, int(r.turns)) for r in conn.execute(q)]
     return sorted(found, key=lambda m: (-m.turns, m.model_id))
-
-
-# --- quota ---------------------------------------------------------------------------------
-
-
-def sum_actor_usage(
-    conn: Connection,
-    *,
-    actor: str,
-    from_ms: int,
-    to_ms: int,
-    provider_cost_only: bool = False,
-) -> WindowUsage:
-    """Sum an actor's tokens and known cost in ``[from_ms, to_ms]`` (``budgets.sum_scope_usage``:
-    the ledger over the actor's index, and the daily fold for whole folded days)."""
-    tokens, usd, unpriced = sum_scope_usage(
-        conn,
-        scope_kind="actor",
-        scope_ref=actor,
-        from_ms=from_ms,
-        to_ms=to_ms,
-        provider_cost_only=provider_cost_only,
-    )
-    return WindowUsage(tokens=tokens, usd=usd, unpriced_turns=unpriced)
-
-
-def actor_has_usage(conn: Connection, actor: str) -> bool:
-    """Whether the ledger holds any row of ``actor`` (one indexed probe)."""
-    u = token_usage.c
-    q = select(u.actor_ref).where(exact_eq(u.actor_ref, check_identity("actor", actor))).limit(1)
-    return conn.execute(q).first() is not None
-
-
-def _quota_window(
-    conn: Connection,
-    *,
-    actor: str,
-    bounds: tuple[int, int],
-    at_ms: int,
-    limit_tokens: int | None,
-    limit_usd: float | None,
-    provider_cost_only: bool,
-) -> QuotaWindow:
-    used = sum_actor_usage(
-        conn,
-        actor=actor,
-        from_ms=bounds[0],
-        to_ms=min(bounds[1], at_ms),
-        provider_cost_only=provider_cost_only,
-    )
-    exhausted = (limit_tokens is not None and used.tokens >= limit_tokens) or (
-        limit_usd is not None and used.usd >= limit_usd
-    )
-    return QuotaWindow(
-        from_ms=bounds[0],
-        to_ms=bounds[1],
-        tokens=used.tokens,
-        usd=used.usd,
-        unpriced_turns=used.unpriced_turns,
-        limit_tokens=limit_tokens,
-        limit_usd=limit_usd,
-        exhausted=exhausted,
-    )
-
-
-def quota(
-    conn: Connection,
-    *,
-    actor: str,
-    at_ms: int,
-    day_tokens: int | None = None,
-    day_usd: float | None = None,
-    month_tokens: int | None = None,
-    month_usd: float | None = None,
-    provider_cost_only: bool = False,
-) -> QuotaReport:
-    """Report an actor's UTC day and calendar-month windows at ``at_ms`` against the limits.
-
-    ``tokens`` is Σ(input + output); ``usd`` the sum of known costs (estimates included unless
-    ``provider_cost_only``). Only usage at or before ``at_ms`` counts, so a report "as of" a past
-    instant is what a quota check made then would have seen. A window is exhausted when a given
-    limit is reached (used ≥ limit). Limits are finite and not negative.
-    """
-    check_identity("actor", actor)
-    check_instant("at_ms", at_ms)
-    for tokens, what in ((day_tokens, "day_tokens"), (month_tokens, "month_tokens")):
-        if tokens is not None:
-            check_int(what, tokens, low=0, high=BIGINT_MAX)
-    for usd, what in ((day_usd, "day_usd"), (month_usd, "month_usd")):
-        if usd is not None:
-            check_finite(what, usd)
-    today = ms_to_date(at_ms)
-    day = _quota_window(
-        conn,
-        actor=actor,
-        bounds=day_window(today),
-        at_ms=at_ms,
-        limit_tokens=day_tokens,
-        limit_usd=day_usd,
-        provider_cost_only=provider_cost_only,
-    )
-    month = _quota_window(
-        conn,
-        actor=actor,
-        bounds=month_window(today),
-        at_ms=at_ms,
-        limit_tokens=month_tokens,
-        limit_usd=month_usd,
-        provider_cost_only=provider_cost_only,
-    )
-    return QuotaReport(
-        actor=actor,
-        at_ms=at_ms,
-        day=day,
-        month=month,
-        exhausted=day.exhausted or month.exhausted,
-        actor_seen=bool(day.tokens or month.tokens or month.unpriced_turns)
-        or actor_has_usage(conn, actor),
-    )

@@ -52,7 +52,9 @@ from agora_cli.store._threads import (
     ThreadUsageRow,
     ThreadUsageTotals,
     ToolCall,
+    _run,
     _tool_calls,
+    _usage_row,
     _usage_sums,
     _usage_totals,
     get_run,
@@ -66,7 +68,7 @@ from agora_cli.store._values import (
 )
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Connection, RowMapping
+    from sqlalchemy.engine import Connection
     from sqlalchemy.sql import ColumnElement
 
 __all__ = [
@@ -168,15 +170,6 @@ def decode_run_cursor(cursor: str) -> tuple[int, str]:
 # --- list -------------------------------------------------------------------------------------
 
 
-def _run(row: RowMapping) -> Run:
-    values = {name: row[name] for name in Run.__dataclass_fields__}
-    values["durable"] = bool(values["durable"])
-    values["input_tokens"] = int(values["input_tokens"] or 0)
-    values["output_tokens"] = int(values["output_tokens"] or 0)
-    values["step_count"] = int(values["step_count"] or 0)
-    return Run(**values)
-
-
 def list_runs(
     conn: Connection,
     *,
@@ -254,13 +247,6 @@ def usage_by_run(conn: Connection, run_ids: Sequence[str]) -> dict[str, ThreadUs
 
 
 # --- detail -----------------------------------------------------------------------------------
-
-
-def _usage_row(row: RowMapping) -> ThreadUsageRow:
-    values = {name: row[name] for name in ThreadUsageRow.__dataclass_fields__}
-    values["input_tokens"] = int(values["input_tokens"])
-    values["output_tokens"] = int(values["output_tokens"])
-    return ThreadUsageRow(**values)
 
 
 def _count(conn: Connection, column: Any, where: ColumnElement[bool]) -> int:

@@ -762,7 +762,7 @@ def seal_state_of(states: Sequence[str]) -> str:
 def open_columns(
     conn: Connection,
     table: str,
-    rows: Sequence[Mapping[str, Any]],
+    rows: Sequence[Mapping[Any, Any]],
     tenants: Sequence[str | None],
     *,
     row_ids: Sequence[str] | None = None,

@@ -351,19 +351,9 @@ def _dump(value: Any, what: str = "a JSON payload") -> str | None:
     return None if value is None else dump_json(what, value)
 
 
-def _open_rows(
-    conn: Connection,
-    table: str,
-    rows: Sequence[Mapping[Any, Any]],
-    tenants: Sequence[str | None],
-) -> list[tuple[dict[str, Any], str]]:
-    """Each row with its sealed columns opened (or a marker in place) and its seal state."""
-    return open_columns(conn, table, rows, tenants)
-
-
 def _threads(conn: Connection, rows: Sequence[Mapping[Any, Any]]) -> list[Thread]:
     """Threads from their rows, title and summary opened (or a marker in place)."""
-    opened = _open_rows(conn, thread.name, rows, [r["tenant_ref"] for r in rows])
+    opened = open_columns(conn, thread.name, rows, [r["tenant_ref"] for r in rows])
     return [_thread(values, state) for values, state in opened]
 
 
@@ -415,7 +405,7 @@ def _open_messages(
         tenants = [owners.get(r["thread_id"]) for r in rows]
     else:
         tenants = [tenant if isinstance(tenant, str) else None] * len(rows)
-    return _open_rows(conn, message.name, rows, tenants)
+    return open_columns(conn, message.name, rows, tenants)
 
 
 def _tool_call_tenant(conn: Connection, message_id: str) -> str | None:
@@ -461,14 +451,18 @@ def _tool_call(row: Mapping[Any, Any], seal_state: str = "plain") -> ToolCall:
 
 
 def _run(row: Mapping[Any, Any]) -> Run:
+    """An ``agent_run`` row as a ``Run`` (here and in ``runs``: one mapper for the table)."""
     values = {name: row[name] for name in Run.__dataclass_fields__}
     values["durable"] = bool(values["durable"])
-    values["input_tokens"] = int(values["input_tokens"])
-    values["output_tokens"] = int(values["output_tokens"])
+    # Sums and counts: NULL for a run with no rows yet, a Decimal from MySQL's SUM.
+    values["input_tokens"] = int(values["input_tokens"] or 0)
+    values["output_tokens"] = int(values["output_tokens"] or 0)
+    values["step_count"] = int(values["step_count"] or 0)
     return Run(**values)
 
 
 def _usage_row(row: Mapping[Any, Any]) -> ThreadUsageRow:
+    """An ``agent_token_usage`` row as a ``ThreadUsageRow`` (here and in ``runs``)."""
     values = {name: row[name] for name in ThreadUsageRow.__dataclass_fields__}
     values["input_tokens"] = int(values["input_tokens"])
     values["output_tokens"] = int(values["output_tokens"])
@@ -604,7 +598,7 @@ def list_threads(
     q = q.order_by(thread.c.updated_at.desc(), thread.c.id.desc()).limit(limit)
     found = conn.execute(q).mappings().all()
     totals = usage_by_thread(conn, [r["id"] for r in found])
-    rows = [r for r, _ in _open_rows(conn, thread.name, found, [r["tenant_ref"] for r in found])]
+    rows = [r for r, _ in open_columns(conn, thread.name, found, [r["tenant_ref"] for r in found])]
     return [
         ThreadSummary(
             id=r["id"],

@@ -43,6 +43,7 @@ from agora_cli.store._schema import token_usage as u  # the ledger table, in eve
 from agora_cli.store._sqlexpr import exact_eq, known_usd
 from agora_cli.store._tenant_guard import check_thread_tenant
 from agora_cli.store._values import (
+    MAX_COST_USD,
     check_count,
     check_finite,
     check_identity,
@@ -58,7 +59,6 @@ if TYPE_CHECKING:
     from sqlalchemy.sql.elements import ColumnElement
 
 __all__ = [
-    "MAX_COST_USD",
     "MAX_ESTIMATE_BATCH",
     "EstimateBatch",
     "RepriceResult",
@@ -126,7 +126,6 @@ class EstimateBatch:
     dry_run: bool = False
 
 
-MAX_COST_USD = 1e15
 MAX_ESTIMATE_BATCH = 10_000
 _CHUNK = 500
 # An estimate recomputed from an unchanged price is the same number; this only absorbs the last

@@ -10,6 +10,8 @@ bound is what Python's ``datetime`` and all three dialects can hold, checked bef
 - JSON payloads: strict JSON only (``NaN`` and ``Infinity`` are refused, as are values nested
   deeper than Python can walk);
 - numbers: finite, inside a stated range, and for integers inside a signed 64-bit ``BIGINT``;
+- spending limits: tokens a count, USD finite from 0 to ``MAX_COST_USD`` (what one ledger row
+  may cost), for a saved budget and a limit given now alike;
 - instants: epoch milliseconds from 0001-01-01 to 9999-12-31 (UTC), the range of ``datetime``;
 - leases: 1 ms to 7 days.
 
@@ -27,6 +29,7 @@ from agora_cli.store._errors import InvalidInput
 __all__ = [
     "BIGINT_MAX",
     "MAX_CLAIM_BATCH",
+    "MAX_COST_USD",
     "MAX_IDENTITY_UNITS",
     "MAX_INSTANT_MS",
     "MAX_LEASE_MS",
@@ -37,6 +40,7 @@ __all__ = [
     "check_instant",
     "check_int",
     "check_lease_ms",
+    "check_limits",
     "check_optional_identity",
     "check_text",
     "dump_json",
@@ -48,6 +52,8 @@ __all__ = [
 MAX_IDENTITY_UNITS = 255
 BIGINT_MAX = 2**63 - 1
 MAX_LEASE_MS = 7 * 86_400_000
+# The largest cost one ledger row may hold, and the largest limit in USD.
+MAX_COST_USD = 1e15
 # Leases per batched claim, settlements per batched settle (proposals).
 MAX_CLAIM_BATCH = 1000
 # datetime(1, 1, 1) and datetime(9999, 12, 31, 23, 59, 59, 999000), UTC, in epoch milliseconds.
@@ -117,6 +123,18 @@ def check_finite(name: str, value: object, *, low: float = 0.0, high: float = ma
         bound = f"from {low:g} to {high:g}" if math.isfinite(high) else f">= {low:g}"
         raise InvalidInput(f"{name} must be a number {bound}, not {value!r}", param=name)
     return number + 0.0  # -0.0 is 0.0
+
+
+def check_limits(prefix: str, tokens: object, usd: object) -> tuple[int | None, float | None]:
+    """Return a spending limit ``(tokens, usd)`` if each part is ``None`` (not given) or valid.
+
+    Tokens (input + output) are a count; USD a finite number from 0 to ``MAX_COST_USD``. The
+    messages name the parameters ``{prefix}tokens`` and ``{prefix}usd``.
+    """
+    return (
+        None if tokens is None else check_count(f"{prefix}tokens", tokens),
+        None if usd is None else check_finite(f"{prefix}usd", usd, high=MAX_COST_USD),
+    )
 
 
 def check_instant(name: str, value: object) -> int:

@@ -9,8 +9,8 @@ over 90 days (January to March 2026) server-side, and then measures, interleaved
    written by hand and run on the same engine (target: ratio <= 1.2);
 2. ``agora spend --by model --json`` as a real subprocess vs the native client (``psql`` /
    ``mariadb``) running the hand-written statement as a subprocess, and vs the in-process one;
-3. ``quota`` for one actor (two indexed window SUMs) vs the same two SUMs forced to scan the whole
-   table (target: at least 20x faster).
+3. ``scope_quota`` for one actor (two indexed window SUMs) vs the same two SUMs forced to scan
+   the whole table (target: at least 20x faster).
 
 Run: ``python tests/bench/bench_ledger.py`` (``BENCH_LEDGER_ROWS=200000`` for a quick run).
 One line per figure on stdout. The databases are dropped at the end.
@@ -34,9 +34,10 @@ from _common import create_database, drop_database
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from agora_cli.store._budgets import scope_quota
 from agora_cli.store._clock import parse_instant
 from agora_cli.store._engine import open_engine
-from agora_cli.store._ledger import quota, spend
+from agora_cli.store._ledger import spend
 from agora_cli.store._provision import ensure_agent_tables
 from agora_cli.store._schema import token_usage
 
@@ -325,14 +326,14 @@ def run_figures(dialect: str, url: str, engine: Any) -> None:
                 conn.rollback()
 
         def store_quota() -> None:
-            quota(conn, actor=ACTOR, at_ms=QUOTA_AT)
+            scope_quota(conn, scope_kind="actor", scope_ref=ACTOR, at_ms=QUOTA_AT)
             conn.rollback()
 
-        q = quota(conn, actor=ACTOR, at_ms=QUOTA_AT)
+        day, month = scope_quota(conn, scope_kind="actor", scope_ref=ACTOR, at_ms=QUOTA_AT)
         conn.rollback()
         ms = interleaved({"quota": store_quota, "scan": full_scan})
         print(
-            f"{dialect} quota one actor (day {q.day.tokens:,} tokens, month {q.month.tokens:,}): "
+            f"{dialect} quota one actor (day {day.tokens:,} tokens, month {month.tokens:,}): "
             f"store {ms['quota']:.2f} ms vs full-table scan {ms['scan']:.1f} ms: "
             f"{ms['scan'] / ms['quota']:.0f}x faster (target >= 20x)"
         )

@@ -263,12 +263,13 @@ def test_spend_two_level_nests_cells_under_periods(cli: Any, db_url: str, engine
 
 
 def test_costs_show_four_decimals_or_what_a_tiny_amount_needs() -> None:
-    from agora_cli.cli.spend import usd
+    from agora_cli.cli.output import money_text
 
-    assert usd(1234.5) == "$1,234.5000"
-    assert usd(0.00012) == "$0.0001"
-    assert usd(0.0000321) == "$0.000032"
-    assert usd(0.0) == "$0.0000" and usd(None) == "unknown"
+    assert money_text(1234.5) == "$1,234.5000"
+    assert money_text(0.00012) == "$0.0001"
+    assert money_text(0.0000321) == "$0.000032"
+    assert money_text(0.0) == "$0.0000" and money_text(-0.0) == "$0.0000"
+    assert money_text(None) == "unknown" and money_text(float("nan")) == "unknown"
 
 
 def test_upgrade_from_0003_adds_the_budget_table_and_the_tenant_index(

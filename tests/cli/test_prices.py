@@ -901,7 +901,7 @@ def test_reprice_estimates_json(cli: Any, db_url: str) -> None:
     assert r.exit_code == 0, r.stderr
     said = " ".join(r.stdout.split())
     # 29 November's row, the only one left
-    assert "1 of 5 estimated row(s) recomputed; their estimated total 52.5000 → 57.5000" in said
+    assert "1 of 5 estimated row(s) recomputed; their estimated total $52.5000 → $57.5000" in said
     r = cli("prices", "reprice", "--estimates", "--batch", "0", "--db", db_url)
     assert r.exit_code == 2
 

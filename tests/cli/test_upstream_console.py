@@ -137,9 +137,9 @@ def test_threads_show_camel_case_usage_and_tool_results(
     assert results["content"] == ""
     assert results["payload"]["tool_results"][0]["name"] == "lookup_order"
     table = cli("threads", "show", acme, "--db", db_url).stdout
-    assert "turn usage: 1,200,000 in / 150,000 out, $0.270000" in table
-    assert "turn usage: 900,000 in / 80,000 out, cache read 400,000, $0.012500" in table
-    assert "turn usage: 10,000 in / 2,000 out, unknown cost" in table
+    assert "turn usage: 1,200,000 in / 150,000 out, $0.2700" in table
+    assert "turn usage: 900,000 in / 80,000 out, cache read 400,000, $0.0125" in table
+    assert "turn usage: 10,000 in / 2,000 out, unknown" in table
     # the empty tool-results message shows its result, not a blank body
     block = table[table.index("#3 user") :].split("\n\n")[0].splitlines()
     assert block[1] == '  ← lookup_order: {"status": "shipped"}'

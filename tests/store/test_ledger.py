@@ -1,18 +1,21 @@
-"""Ledger reports on every dialect: windows at UTC edges, unpriced rows, quota, brute force."""
+"""Ledger reports on every dialect: windows at UTC edges, unpriced rows, quota, brute force.
+
+The quota cases read an actor's windows through ``budgets.scope_quota``, the one quota API."""
 
 from __future__ import annotations
 
 import itertools
 from datetime import date
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agora_cli.store._budgets import BudgetStatus, scope_quota
 from agora_cli.store._clock import day_start_ms, parse_instant
 from agora_cli.store._errors import InvalidInput
-from agora_cli.store._ledger import SpendRow, list_unpriced_models, quota, spend
+from agora_cli.store._ledger import SpendRow, list_unpriced_models, spend
 from agora_cli.store._schema import thread, token_usage
 
 JAN31_LAST = parse_instant("2026-01-31T23:59:59.999Z")
@@ -33,6 +36,36 @@ def ledger(engine: Any) -> Any:
             conn.execute(token_usage.insert(), [usage_row(**r) for r in rows])
 
     return add
+
+
+class Windows(NamedTuple):
+    day: BudgetStatus
+    month: BudgetStatus
+
+    @property
+    def exhausted(self) -> bool:
+        return "exhausted" in (self.day.state, self.month.state)
+
+
+def quota(
+    conn: Any, *, actor: str, at_ms: int, provider_cost_only: bool = False, **limits: Any
+) -> Windows:
+    """An actor's day and month at ``at_ms``, limits given as ``day_tokens=…``, ``month_usd=…``."""
+    given: dict[str, tuple[Any, Any]] = {}
+    for key, value in limits.items():
+        period, unit = key.split("_")
+        tokens, usd = given.get(period, (None, None))
+        given[period] = (value, usd) if unit == "tokens" else (tokens, value)
+    statuses = scope_quota(
+        conn,
+        scope_kind="actor",
+        scope_ref=actor,
+        at_ms=at_ms,
+        limits=given,
+        provider_cost_only=provider_cost_only,
+    )
+    by_period = {s.budget.period: s for s in statuses}
+    return Windows(day=by_period["day"], month=by_period["month"])
 
 
 def usage_row(
@@ -142,15 +175,20 @@ def test_quota_limits_exhaust_at_used_equal_limit(engine: Any, ledger: Any) -> N
 
         none = q()
         assert (none.day.tokens, none.day.usd, none.day.unpriced_turns) == (295, 0.5, 1)
-        assert not none.exhausted and none.day.limit_tokens is None
-        assert q(day_tokens=295).day.exhausted and q(day_tokens=295).exhausted
+        assert not none.exhausted and none.day.budget.limit_tokens is None
+        assert none.day.state == "ok"  # no limit at all
+        assert q(day_tokens=295).day.state == "exhausted" and q(day_tokens=295).exhausted
         assert not q(day_tokens=296).exhausted
         assert q(day_usd=0.5).exhausted and not q(day_usd=0.51).exhausted
         month = q(month_tokens=295)
-        assert month.month.exhausted and not month.day.exhausted and month.exhausted
+        assert month.month.state == "exhausted" and month.day.state == "ok" and month.exhausted
         assert q(month_usd=0.0).exhausted  # a zero budget is spent by any known cost
         with pytest.raises(InvalidInput):
             q(day_tokens=-1)
+        with pytest.raises(InvalidInput):
+            q(month_usd=float("nan"))
+        with pytest.raises(InvalidInput):
+            q(day_usd=-0.01)
         with pytest.raises(InvalidInput):
             quota(conn, actor="", at_ms=at)
 

@@ -1,21 +1,18 @@
-"""`agora db`: provision, upgrade, check and describe the agent schema."""
+"""`agora db provision|upgrade|status|check|sql`: the agent schema, made, moved on, described."""
 
 from __future__ import annotations
 
 import enum
-import time
 from typing import Annotated, Any
 
 import typer
 
-from agora_cli.cli import keys, rls
 from agora_cli.cli.options import DbOpt, JsonOpt, open_db
 from agora_cli.cli.output import (
     Col,
     emit_json,
     finish,
     out_console,
-    progress,
     render_table,
     safe_text,
     say,
@@ -34,15 +31,7 @@ LockTimeoutOpt = Annotated[
     ),
 ]
 
-app = typer.Typer(
-    help="Provision, upgrade, check and describe the agent schema.",
-    no_args_is_help=True,
-)
-app.add_typer(rls.app, name="rls")  # row-level security (PostgreSQL)
-app.command("redact")(rls.redact)  # tool I/O as hashes
 
-
-@app.command("provision")
 def provision(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the statements it would run; run none.")
@@ -142,7 +131,6 @@ def _upgrade_target(db: str | None) -> str | None:
     return db
 
 
-@app.command("upgrade")
 def upgrade(
     revision: Annotated[
         str,
@@ -211,7 +199,6 @@ def upgrade(
         out_console().print(f"Upgraded {start} → {result.to_revision} (applied {applied}).")
 
 
-@app.command("status")
 def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Show the migration revision, whether the schema is current, and table sizes.
 
@@ -267,7 +254,6 @@ def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     render_table(rows, [Col("table"), Col("rows", justify="right"), Col("note")])
 
 
-@app.command("check")
 def check(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Compare the live schema with the expected one; exit 1 on any difference.
 
@@ -314,7 +300,6 @@ DialectChoice = enum.StrEnum(  # type: ignore[misc]
 )
 
 
-@app.command("sql")
 def sql(
     dialect: Annotated[
         DialectChoice,
@@ -341,57 +326,3 @@ def _print_statements(statements: list[str]) -> None:
     console = out_console()
     for statement in statements:
         console.print(statement + ";\n", markup=False)
-
-
-@app.command("backfill")
-def backfill(
-    limit: Annotated[
-        int, typer.Option("--limit", min=1, max=10000, help="Rows per batch (1-10000).")
-    ] = 500,
-    max_batches: Annotated[
-        int | None,
-        typer.Option("--max-batches", min=1, help="Stop after N batches.", show_default=False),
-    ] = None,
-    db: DbOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Fill the discovery index of proposals written by older writers, in bounded batches.
-
-    Each batch is its own short transaction; an interrupted run is safe to repeat.
-
-    Example: agora db backfill --limit 500 --max-batches 100   # e.g. nightly from cron
-    """
-    from agora_cli.store._proposals import backfill_discovery_index, count_legacy_proposals
-
-    engine = open_db(db)
-    with engine.connect() as conn:
-        remaining = count_legacy_proposals(conn)
-        conn.rollback()
-    batches = backfilled = 0
-    with progress("backfilling", remaining) as advance:
-        while remaining and (max_batches is None or batches < max_batches):
-            with engine.begin() as conn:
-                # counted once at the end: a count per batch would make the run quadratic
-                result = backfill_discovery_index(conn, limit=limit, count_remaining=False)
-            batches += 1
-            backfilled += result.backfilled
-            advance(result.backfilled)
-            if result.remaining == 0:
-                break
-            if result.backfilled == 0:
-                # Every row this batch read was filled by a concurrent backfill first (its
-                # version fence lost): others remain, so go on after a short pause.
-                time.sleep(0.01)
-    if batches:
-        with engine.connect() as conn:
-            remaining = count_legacy_proposals(conn)
-            conn.rollback()
-    finish(
-        {"batches": batches, "backfilled": backfilled, "remaining": remaining},
-        as_json=as_json,
-        show=f"Backfilled {backfilled:,} proposal(s) in {batches} batch(es); {remaining:,} remain.",
-    )
-
-
-# `db seal` lives with the keys (keys.py); it is a `db` command because it rewrites rows in bulk.
-app.command("seal")(keys.seal)
