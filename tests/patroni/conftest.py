@@ -1,0 +1,111 @@
+"""Fixtures for the Patroni cluster tests (``tests/patroni``).
+
+The cluster: ``AGORA_TEST_PATRONI`` (what ``python tests/patroni/cluster.py up`` prints: libpq's
+multi-host URL, then SQLAlchemy's ``?host=`` form, separated by ``|``); when it is unset and
+Patroni (the ``dev`` extra), Debian's ``etcd-server`` and PostgreSQL 15 are installed, the
+fixture boots the three-node cluster of ``cluster.py`` itself (about 25 s) and
+``tests/conftest.py`` stops it when the run ends. Only where those are missing are the tests
+skipped, with the reason; ``AGORA_TEST_REQUIRE`` containing ``patroni`` (as ``.ci/run`` sets
+it) turns that skip into a failure. The tests read the members' roles from Patroni's REST API
+on ``cluster.py``'s ports (``AGORA_PATRONI_REST_PORT``, default 8008-8010).
+
+- ``patroni``: a ``Patroni`` (session): the two URLs, and the members as Patroni sees them now.
+- ``patroni_db``: a new empty database on the cluster, as a ``PatroniDb`` (dropped afterwards).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import unavailable, unique_name
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cluster
+
+BOOTED_MARKER = cluster.BASE_DIR / "booted-by-pytest"
+
+
+@dataclass(frozen=True)
+class Patroni:
+    libpq_url: str  # postgresql://u:pw@h1:p1,h2:p2,h3:p3/postgres?target_session_attrs=read-write
+    sqlalchemy_url: str  # postgresql://u:pw@/postgres?host=h1:p1&host=…&target_session_attrs=…
+
+    def members(self) -> list[dict[str, Any]]:
+        return cluster.members()
+
+    def member_url(self, role: str, database: str = "postgres") -> str:
+        """The single-host URL of the member in ``role`` (leader, sync_standby, replica)."""
+        found = [m for m in cluster.members() if m.get("role") == role]
+        assert found, f"no {role} in {cluster.members()}"
+        return cluster.node_url(cluster.node_index(str(found[0]["name"])), database)
+
+
+@dataclass(frozen=True)
+class PatroniDb:
+    name: str
+    libpq_url: str
+    sqlalchemy_url: str
+
+
+def _unavailable(reason: str) -> None:
+    unavailable("patroni", reason)
+
+
+@pytest.fixture(scope="session")
+def patroni() -> Patroni:
+    given = os.environ.get("AGORA_TEST_PATRONI", "").strip()
+    if given:
+        urls = [u.strip() for u in given.split("|") if u.strip()]
+    else:
+        reason = cluster.missing()
+        if reason:
+            _unavailable(f"no Patroni cluster: {reason} (or set AGORA_TEST_PATRONI)")
+        was_up = cluster.etcd_pid() is not None and cluster.healthy()
+        try:
+            urls = cluster.up()
+        except RuntimeError as exc:
+            pytest.fail(f"could not boot the Patroni cluster: {exc}", pytrace=False)
+        if not was_up:
+            BOOTED_MARKER.touch()  # tests/conftest.py stops it when the run ends
+    if len(urls) != 2:
+        pytest.fail(f"AGORA_TEST_PATRONI needs two URLs separated by '|', got {len(urls)}")
+    if not cluster.healthy():
+        _unavailable(f"the Patroni cluster is not healthy: {cluster.members()}")
+    return Patroni(*urls)
+
+
+def _with_database(url: str, name: str) -> str:
+    """A multi-host URL (either form) pointed at database ``name``."""
+    head, _, query = url.partition("?")
+    base = head.rsplit("/", 1)[0]
+    return f"{base}/{name}?{query}"
+
+
+@pytest.fixture
+def patroni_db(patroni: Patroni) -> Iterator[PatroniDb]:
+    import psycopg
+
+    name = unique_name("agora_p")
+    with psycopg.connect(patroni.libpq_url, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield PatroniDb(
+            name,
+            _with_database(patroni.libpq_url, name),
+            _with_database(patroni.sqlalchemy_url, name),
+        )
+    finally:
+        for _ in range(3):  # the primary may just have changed
+            try:
+                with psycopg.connect(patroni.libpq_url, autocommit=True, connect_timeout=5) as c:
+                    c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                break
+            except psycopg.OperationalError:
+                cluster.wait_writable(time.monotonic() + 60)
