@@ -11,10 +11,15 @@ on ``cluster.py``'s ports (``AGORA_PATRONI_REST_PORT``, default 8008-8010).
 
 - ``patroni``: a ``Patroni`` (session): the two URLs, and the members as Patroni sees them now.
 - ``patroni_db``: a new empty database on the cluster, as a ``PatroniDb`` (dropped afterwards).
+
+Every test here has the cluster to itself (``_one_at_a_time``: a file lock, since pytest-xdist
+runs tests of this folder in several processes) and starts on a healthy cluster: a switchover in
+one test must not land in another's writes.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 import time
@@ -79,6 +84,17 @@ def patroni() -> Patroni:
     if not cluster.healthy():
         _unavailable(f"the Patroni cluster is not healthy: {cluster.members()}")
     return Patroni(*urls)
+
+
+@pytest.fixture(autouse=True)
+def _one_at_a_time(patroni: Patroni) -> Iterator[None]:
+    with open(cluster.BASE_DIR.parent / f".{cluster.BASE_DIR.name}.tests.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            cluster.wait_healthy(120)
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _with_database(url: str, name: str) -> str:
