@@ -23,8 +23,8 @@ test-pooled:
 	AGORA_TEST_PG_POOLER_URL=$${AGORA_TEST_PG_POOLER_URL:-postgresql://postgres@127.0.0.1:6432/postgres} \
 	.venv/bin/pytest -q -n 2 $(POOLED_TESTS)
 
-# The Galera cluster, the two PgBouncers and the Patroni cluster the tests use, by hand (the
-# tests boot what is missing themselves; `up` prints each one's AGORA_TEST_* value).
+# The Galera cluster, the two PgBouncers and the Patroni cluster, by hand: each `up` prints the
+# value of its AGORA_TEST_GALERA / AGORA_TEST_PGBOUNCER / AGORA_TEST_PATRONI (see .ci/run).
 clusters-up:
 	.venv/bin/python tests/galera/cluster.py up
 	.venv/bin/python tests/pgbouncer/pooler.py up

@@ -253,16 +253,28 @@ def patroni_yml(i: int) -> str:
 # --- processes -------------------------------------------------------------------------------
 
 
+def _alive(pid: int) -> bool:
+    """Running (a zombie, killed but not yet reaped by whoever adopted it, is not)."""
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False  # our own child, just reaped
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
 def _read_pid(path: Path) -> int | None:
     try:
         pid = int(path.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return None
-    return pid
+    return pid if _alive(pid) else None
 
 
 def etcd_pid() -> int | None:
@@ -461,13 +473,9 @@ def _stop(pid: int | None, sig: int, wait: float) -> None:
         os.kill(pid, sig)
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except OSError:
+        if not _alive(pid):
             return
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        time.sleep(0.1)
+        time.sleep(0.05)
     with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGKILL)
 

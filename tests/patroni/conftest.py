@@ -1,12 +1,12 @@
 """Fixtures for the Patroni cluster tests (``tests/patroni``).
 
 The cluster: ``AGORA_TEST_PATRONI`` (what ``python tests/patroni/cluster.py up`` prints: libpq's
-multi-host URL, then SQLAlchemy's ``?host=`` form, separated by ``|``); when it is unset and
-Patroni (the ``dev`` extra), Debian's ``etcd-server`` and PostgreSQL 15 are installed, the
-fixture boots the three-node cluster of ``cluster.py`` itself (about 25 s) and
-``tests/conftest.py`` stops it when the run ends. Only where those are missing are the tests
-skipped, with the reason; ``AGORA_TEST_REQUIRE`` containing ``patroni`` (as ``.ci/run`` sets
-it) turns that skip into a failure. The tests read the members' roles from Patroni's REST API
+multi-host URL, then SQLAlchemy's ``?host=`` form, separated by ``|``). Unset, the tests are
+skipped, saying how to run them; ``AGORA_TEST_PATRONI=boot`` makes the fixture boot the
+three-node cluster of ``cluster.py`` itself (10-25 s; Patroni from the ``dev`` extra, Debian's
+``etcd-server``, PostgreSQL 15) and ``tests/conftest.py`` stops it when the run ends.
+``AGORA_TEST_REQUIRE`` containing ``patroni`` (as ``.ci/run`` sets it) turns every such skip
+into a failure. The tests read the members' roles from Patroni's REST API
 on ``cluster.py``'s ports (``AGORA_PATRONI_REST_PORT``, default 8008-8010).
 
 - ``patroni``: a ``Patroni`` (session): the two URLs, and the members as Patroni sees them now.
@@ -20,6 +20,7 @@ one test must not land in another's writes.
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import os
 import sys
 import time
@@ -31,8 +32,20 @@ from typing import Any
 import pytest
 from helpers import unavailable, unique_name
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import cluster
+
+def _load(name: str, path: Path) -> Any:
+    """Import ``path`` as module ``name`` (``cluster`` alone would be tests/galera's)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+# The test modules here `import patroni_cluster as cluster`.
+cluster = _load("patroni_cluster", Path(__file__).resolve().parent / "cluster.py")
 
 BOOTED_MARKER = cluster.BASE_DIR / "booted-by-pytest"
 
@@ -66,12 +79,17 @@ def _unavailable(reason: str) -> None:
 @pytest.fixture(scope="session")
 def patroni() -> Patroni:
     given = os.environ.get("AGORA_TEST_PATRONI", "").strip()
-    if given:
+    if not given:
+        _unavailable(
+            "AGORA_TEST_PATRONI is not set (the URLs `python tests/patroni/cluster.py up`"
+            " prints, or `boot`)"
+        )
+    if given != "boot":
         urls = [u.strip() for u in given.split("|") if u.strip()]
     else:
         reason = cluster.missing()
         if reason:
-            _unavailable(f"no Patroni cluster: {reason} (or set AGORA_TEST_PATRONI)")
+            _unavailable(f"no Patroni cluster: {reason}")
         was_up = cluster.etcd_pid() is not None and cluster.healthy()
         try:
             urls = cluster.up()

@@ -1,11 +1,11 @@
 """Fixtures for the PgBouncer tests (``tests/pgbouncer``).
 
 The poolers: ``AGORA_TEST_PGBOUNCER`` (the transaction-mode URL, then the session-mode URL,
-comma-separated — what ``python tests/pgbouncer/pooler.py up`` prints); when it is unset and
-Debian's ``pgbouncer`` is installed, the fixture boots both instances of ``pooler.py`` itself
-(well under a second) and ``tests/conftest.py`` stops them when the run ends. Only where
-pgbouncer is missing are the tests skipped, with the reason; ``AGORA_TEST_REQUIRE`` containing
-``pgbouncer`` (as ``.ci/run`` sets it) turns that skip into a failure. The server behind the
+comma-separated — what ``python tests/pgbouncer/pooler.py up`` prints). Unset, the tests are
+skipped, saying how to run them; ``AGORA_TEST_PGBOUNCER=boot`` makes the fixture boot both
+instances of ``pooler.py`` itself (well under a second; ``tests/conftest.py`` stops them when the
+run ends). ``AGORA_TEST_REQUIRE`` containing ``pgbouncer`` (as ``.ci/run`` sets it) turns every
+such skip into a failure. The server behind the
 poolers is the test server of ``AGORA_TEST_POSTGRES_URL`` (databases are created and dropped
 there directly; only the tests' own connections go through the pooler).
 
@@ -38,12 +38,17 @@ def _unavailable(reason: str) -> None:
 @pytest.fixture(scope="session")
 def pgbouncer_urls() -> dict[str, str]:
     given = os.environ.get("AGORA_TEST_PGBOUNCER", "").strip()
-    if given:
+    if not given:
+        _unavailable(
+            "AGORA_TEST_PGBOUNCER is not set (the URLs `python tests/pgbouncer/pooler.py up`"
+            " prints, or `boot`)"
+        )
+    if given != "boot":
         urls = [u.strip() for u in given.split(",") if u.strip()]
     else:
         reason = pooler.missing()
         if reason:
-            _unavailable(f"no PgBouncer: {reason} (or set AGORA_TEST_PGBOUNCER)")
+            _unavailable(f"no PgBouncer: {reason}")
         was_up = all(pooler.answers(m) for m in pooler.MODES)
         try:
             urls = pooler.up()

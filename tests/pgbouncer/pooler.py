@@ -245,8 +245,7 @@ def _down() -> None:
         if pid is None:
             continue
         with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGINT)  # SIGINT: "safe shutdown" would wait for clients
-            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGTERM)  # immediate shutdown (SIGINT would wait for clients)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and _pid(mode) == pid:
             time.sleep(0.05)
