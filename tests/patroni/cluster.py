@@ -4,6 +4,7 @@
     python tests/patroni/cluster.py status      # one line per member; exit 1 unless healthy
     python tests/patroni/cluster.py switchover [CANDIDATE]   # patronictl switchover --force
     python tests/patroni/cluster.py kill-primary   # kill -9 the leader's postmaster
+    python tests/patroni/cluster.py kill-primary --with-patroni   # … and its Patroni: failover
     python tests/patroni/cluster.py down        # stop all this script started; remove the data
     python tests/patroni/cluster.py url         # the AGORA_TEST_PATRONI value
 
@@ -562,9 +563,14 @@ def switchover(candidate: str | None = None) -> tuple[float, str, str]:
     return time.monotonic() - started, str(old["name"]), candidate
 
 
-def kill_primary() -> tuple[float, str, str]:
+def kill_primary(with_patroni: bool = False) -> tuple[float, str, str]:
     """``kill -9`` of the leader's postmaster; the seconds until a primary took a write, the
-    old and the new leader."""
+    old and the new leader. Its Patroni restarts it in place (crash recovery) while it holds
+    the leader key.
+
+    ``with_patroni``: the leader's Patroni is killed first (``kill -9``, as if its machine had
+    died): the others wait for the leader key to expire (``ttl``), the synchronous standby takes
+    over; then the dead node's Patroni is started again and rejoins as a replica (pg_rewind)."""
     old = leader()
     if old is None:
         raise RuntimeError(f"no leader: {members()}")
@@ -573,11 +579,24 @@ def kill_primary() -> tuple[float, str, str]:
     if pid is None:
         raise RuntimeError(f"no postmaster.pid for {old['name']}")
     started = time.monotonic()
+    if with_patroni:
+        patroni = patroni_pid(i)
+        if patroni is not None:
+            os.kill(patroni, signal.SIGKILL)
     os.kill(pid, signal.SIGKILL)
     time.sleep(0.2)  # until the connections are gone
-    wait_writable(started + BOOT_TIMEOUT)
+    deadline = started + BOOT_TIMEOUT
+    if with_patroni:
+        while time.monotonic() < deadline:
+            now = leader()
+            if now is not None and now.get("name") != old["name"] and now["state"] == "running":
+                break
+            time.sleep(0.1)
+    wait_writable(deadline)
     elapsed = time.monotonic() - started
     now = leader()
+    if with_patroni:
+        _start_node(i)
     return elapsed, str(old["name"]), str((now or {}).get("name"))
 
 
@@ -623,7 +642,7 @@ def main(argv: list[str]) -> int:
             if command == "switchover":
                 took, old, new = switchover(argv[2] if len(argv) > 2 else None)
             else:
-                took, old, new = kill_primary()
+                took, old, new = kill_primary(with_patroni="--with-patroni" in argv[2:])
             print(f"cluster: {command} {old} -> {new}: writes again after {took:.1f} s")
             healed = wait_healthy()
             print(f"cluster: healthy again {healed:.1f} s later")
@@ -631,7 +650,7 @@ def main(argv: list[str]) -> int:
     except RuntimeError as exc:
         print(f"cluster: {exc}", file=sys.stderr)
         return 1
-    usage = "up|down|status|url|switchover [CANDIDATE]|kill-primary"
+    usage = "up|down|status|url|switchover [CANDIDATE]|kill-primary [--with-patroni]"
     print(f"usage: {argv[0]} {usage}", file=sys.stderr)
     return 2
 
