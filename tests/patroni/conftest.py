@@ -99,8 +99,10 @@ def patroni() -> Patroni:
             BOOTED_MARKER.touch()  # tests/conftest.py stops it when the run ends
     if len(urls) != 2:
         pytest.fail(f"AGORA_TEST_PATRONI needs two URLs separated by '|', got {len(urls)}")
-    if not cluster.healthy():
-        _unavailable(f"the Patroni cluster is not healthy: {cluster.members()}")
+    try:
+        cluster.wait_healthy(60)
+    except RuntimeError as exc:
+        _unavailable(f"the Patroni cluster is not healthy: {exc}")
     return Patroni(*urls)
 
 
