@@ -257,9 +257,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     else:
         terminalreporter.write_line("dialects: sqlite, postgresql and mysql all ran")
     if PG_POOLER_URL and "postgresql" in SELECTED:
-        from agora_cli.store import describe_url
+        from sqlalchemy.engine import make_url
 
-        pooler = describe_url(PG_POOLER_URL)
+        pooler = make_url(PG_POOLER_URL).render_as_string(hide_password=True)
         terminalreporter.write_line(f"postgresql: through {pooler} (AGORA_TEST_PG_POOLER_URL)")
     if UNAVAILABLE:
         terminalreporter.write_sep("=", "clusters and poolers skipped")
