@@ -1,4 +1,4 @@
-.PHONY: install test test-fast lint format bench
+.PHONY: install test test-fast test-pooled lint format bench clusters-up clusters-down
 
 install:
 	python3 -m venv .venv && .venv/bin/pip install -e '.[dev]'
@@ -11,6 +11,29 @@ test:
 # The inner loop: SQLite only, no multi-process or subprocess tests, two workers (< 30 s).
 test-fast:
 	AGORA_TEST_DIALECTS=sqlite .venv/bin/pytest -q -m "not slow" -n 2
+
+# The proposals, ledger, RLS and provisioning tests on PostgreSQL through a pooler: the
+# transaction-mode PgBouncer of tests/pgbouncer/pooler.py unless AGORA_TEST_PG_POOLER_URL names
+# another (.ci/run runs this in transaction mode and once in session mode).
+POOLED_TESTS = tests/store/test_provision.py tests/store/test_ledger.py tests/store/test_rls.py \
+	tests/store/test_rls_attacks.py tests/store/test_proposals.py tests/store/test_proposals_batch.py \
+	tests/store/test_proposals_concurrency.py tests/cli/test_rls_cli.py
+test-pooled:
+	AGORA_TEST_DIALECTS=postgresql \
+	AGORA_TEST_PG_POOLER_URL=$${AGORA_TEST_PG_POOLER_URL:-postgresql://postgres@127.0.0.1:6432/postgres} \
+	.venv/bin/pytest -q -n 2 $(POOLED_TESTS)
+
+# The Galera cluster, the two PgBouncers and the Patroni cluster, by hand: each `up` prints the
+# value of its AGORA_TEST_GALERA / AGORA_TEST_PGBOUNCER / AGORA_TEST_PATRONI (see .ci/run).
+clusters-up:
+	.venv/bin/python tests/galera/cluster.py up
+	.venv/bin/python tests/pgbouncer/pooler.py up
+	.venv/bin/python tests/patroni/cluster.py up
+
+clusters-down:
+	-.venv/bin/python tests/patroni/cluster.py down
+	-.venv/bin/python tests/pgbouncer/pooler.py down
+	-.venv/bin/python tests/galera/cluster.py down
 
 lint:
 	.venv/bin/ruff check .

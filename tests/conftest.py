@@ -3,7 +3,14 @@
 Servers come from ``AGORA_TEST_POSTGRES_URL`` / ``AGORA_TEST_MYSQL_URL`` (defaults: the local
 servers). Each test session creates its own uniquely named databases and drops them afterwards.
 A dialect whose server is unreachable is skipped (and named in the summary) unless it is listed
-in ``AGORA_TEST_REQUIRE`` (``.ci/run`` sets ``postgresql,mysql``), where that is a failure.
+in ``AGORA_TEST_REQUIRE`` (``.ci/run`` sets ``postgresql,mysql,galera,pgbouncer,patroni``), where
+that is a failure; the clusters and poolers of ``tests/galera``, ``tests/pgbouncer`` and
+``tests/patroni`` are named there the same way.
+
+``AGORA_TEST_PG_POOLER_URL`` (e.g. ``postgresql://postgres@127.0.0.1:6432/postgres``, the
+transaction-mode PgBouncer of ``tests/pgbouncer/pooler.py``) sends the PostgreSQL tests' own
+connections through a pooler: each database is still created and dropped on the server of
+``AGORA_TEST_POSTGRES_URL``, but ``empty_url``, ``db_url`` and ``engine`` point at the pooler.
 
 Fixtures:
 - ``dialect``: parametrised over sqlite, postgresql, mysql.
@@ -21,9 +28,19 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import DIALECTS, MYSQL_ADMIN_URL, PG_ADMIN_URL, run_cli, unique_name, with_database
+from helpers import (
+    DIALECTS,
+    MYSQL_ADMIN_URL,
+    PG_ADMIN_URL,
+    PG_POOLER_URL,
+    REQUIRABLE,
+    REQUIRED,
+    UNAVAILABLE,
+    run_cli,
+    unique_name,
+    with_database,
+)
 
-REQUIRED = {d.strip() for d in os.environ.get("AGORA_TEST_REQUIRE", "").split(",") if d.strip()}
 # `make test-fast` runs SQLite only: AGORA_TEST_DIALECTS=sqlite (default: all three).
 SELECTED = tuple(
     d for d in (os.environ.get("AGORA_TEST_DIALECTS") or ",".join(DIALECTS)).split(",") if d
@@ -32,11 +49,13 @@ _skipped: dict[str, str] = {}
 
 
 class Server:
-    """A database server on which the session creates and drops its own databases."""
+    """A database server on which the session creates and drops its own databases; with
+    ``via`` (a pooler in front of it), the URLs handed to tests point there instead."""
 
-    def __init__(self, dialect: str, admin_url: str) -> None:
+    def __init__(self, dialect: str, admin_url: str, via: str | None = None) -> None:
         self.dialect = dialect
         self.admin_url = admin_url
+        self.via = via
         self.error: str | None = None
         self.created: list[str] = []
         self._engine: Any = None
@@ -53,6 +72,10 @@ class Server:
             return False
         try:
             self.engine()
+            if self.via is not None:
+                from agora_cli.store import open_engine
+
+                open_engine(self.via).dispose()
             return True
         except Exception as exc:
             self.error = str(exc).splitlines()[0]
@@ -68,7 +91,7 @@ class Server:
             else:
                 conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
         self.created.append(name)
-        return with_database(self.admin_url, name)
+        return with_database(self.via or self.admin_url, name)
 
     def drop_all(self) -> None:
         if self._engine is None:
@@ -85,7 +108,7 @@ class Server:
 @pytest.fixture(scope="session")
 def servers() -> Iterator[dict[str, Server]]:
     found = {
-        "postgresql": Server("postgresql", PG_ADMIN_URL),
+        "postgresql": Server("postgresql", PG_ADMIN_URL, via=PG_POOLER_URL),
         "mysql": Server("mysql", MYSQL_ADMIN_URL),
     }
     yield found
@@ -187,8 +210,21 @@ def cli() -> Any:
     return run_cli
 
 
+def pytest_configure(config: Any) -> None:
+    unknown = sorted(REQUIRED - set(REQUIRABLE))
+    if unknown:
+        raise pytest.UsageError(
+            f"AGORA_TEST_REQUIRE names {', '.join(unknown)}: it takes {', '.join(REQUIRABLE)}"
+        )
+
+
+# What tests booted for this run (not what they found running) and stop when it ends:
+# each folder's script and the marker file its conftest leaves in the script's BASE_DIR.
+BOOTED_BY_TESTS = (("galera", "cluster.py"), ("pgbouncer", "pooler.py"), ("patroni", "cluster.py"))
+
+
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
-    """Stop the Galera cluster that tests/galera booted for this run (not one found running).
+    """Stop the Galera cluster, PgBouncer and Patroni cluster that tests booted for this run.
 
     In the main process only: under pytest-xdist it ends after every worker has."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -196,16 +232,19 @@ def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent / "galera" / "cluster.py"
-    spec = importlib.util.spec_from_file_location("agora_test_galera_cluster", path)
-    if spec is None or spec.loader is None:
-        return
-    cluster = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cluster)
-    marker = cluster.BASE_DIR / "booted-by-pytest"
-    if marker.exists():
-        cluster.down()
-        marker.unlink(missing_ok=True)
+    for folder, script in BOOTED_BY_TESTS:
+        path = Path(__file__).resolve().parent / folder / script
+        if not path.exists():
+            continue
+        spec = importlib.util.spec_from_file_location(f"agora_test_{folder}_{script[:-3]}", path)
+        if spec is None or spec.loader is None:
+            continue
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        marker = module.BASE_DIR / "booted-by-pytest"
+        if marker.exists():
+            module.down()
+            marker.unlink(missing_ok=True)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -217,3 +256,12 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             terminalreporter.write_line(f"{dialect}: {reason}")
     else:
         terminalreporter.write_line("dialects: sqlite, postgresql and mysql all ran")
+    if PG_POOLER_URL and "postgresql" in SELECTED:
+        from sqlalchemy.engine import make_url
+
+        pooler = make_url(PG_POOLER_URL).render_as_string(hide_password=True)
+        terminalreporter.write_line(f"postgresql: through {pooler} (AGORA_TEST_PG_POOLER_URL)")
+    if UNAVAILABLE:
+        terminalreporter.write_sep("=", "clusters and poolers skipped")
+        for name, reason in sorted(UNAVAILABLE.items()):
+            terminalreporter.write_line(f"{name}: {reason}")

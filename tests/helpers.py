@@ -21,7 +21,29 @@ PG_ADMIN_URL = os.environ.get(
     "AGORA_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 MYSQL_ADMIN_URL = os.environ.get("AGORA_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/")
+# Optional: the PostgreSQL tests' own connections go through this pooler (any database name,
+# e.g. the transaction-mode PgBouncer of tests/pgbouncer/pooler.py), while their databases are
+# still created and dropped through PG_ADMIN_URL on the server behind it.
+PG_POOLER_URL = os.environ.get("AGORA_TEST_PG_POOLER_URL", "").strip() or None
 DIALECTS = ("sqlite", "postgresql", "mysql")
+# What AGORA_TEST_REQUIRE may name: a dialect's server, or a cluster/pooler the tests boot.
+REQUIRABLE = ("postgresql", "mysql", "galera", "pgbouncer", "patroni")
+REQUIRED = frozenset(
+    d.strip() for d in os.environ.get("AGORA_TEST_REQUIRE", "").split(",") if d.strip()
+)
+# Environments (galera, pgbouncer, patroni) whose tests were skipped, with the reason.
+UNAVAILABLE: dict[str, str] = {}
+
+
+def unavailable(name: str, reason: str) -> None:
+    """Skip the test because ``name`` (a cluster or pooler) is missing, or fail it when
+    ``AGORA_TEST_REQUIRE`` lists ``name``; the summary names it either way."""
+    import pytest
+
+    UNAVAILABLE.setdefault(name, reason)
+    if name in REQUIRED:
+        pytest.fail(f"{reason}, and AGORA_TEST_REQUIRE lists {name}", pytrace=False)
+    pytest.skip(reason)
 
 
 @dataclass

@@ -20,19 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import unique_name, with_database
+from helpers import unavailable, unique_name, with_database
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cluster
 
-REQUIRED = {d.strip() for d in os.environ.get("AGORA_TEST_REQUIRE", "").split(",") if d.strip()}
 BOOTED_MARKER = cluster.BASE_DIR / "booted-by-pytest"
 
 
 def _unavailable(reason: str) -> None:
-    if "galera" in REQUIRED:
-        pytest.fail(f"{reason}, and AGORA_TEST_REQUIRE lists galera", pytrace=False)
-    pytest.skip(reason)
+    unavailable("galera", reason)
 
 
 @pytest.fixture(scope="session")
