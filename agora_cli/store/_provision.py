@@ -119,6 +119,13 @@ PROBLEM_KINDS = (
 
 
 _PG_LOCK_KEY = 0x61676F7261  # "agora"
+# The provisioning lock's statements: PostgreSQL's advisory lock on _PG_LOCK_KEY, MySQL's named
+# lock salted with the database name (``provisioning_lock``).
+_PG_TRY_LOCK = "SELECT pg_try_advisory_lock(:k)"
+_PG_UNLOCK = "SELECT pg_advisory_unlock(:k)"
+_MYSQL_LOCK_NAME = "CONCAT('agora_provision_', SHA1(DATABASE()))"
+_MYSQL_GET_LOCK = f"SELECT GET_LOCK({_MYSQL_LOCK_NAME}, :t)"
+_MYSQL_RELEASE_LOCK = f"SELECT RELEASE_LOCK({_MYSQL_LOCK_NAME})"
 
 
 @dataclass(frozen=True)
@@ -315,7 +322,7 @@ def provisioning_lock(conn: Connection, *, timeout_s: float = 300.0) -> Iterator
     if d.keyed_advisory_locks:
         deadline = time.monotonic() + timeout_s
         while True:
-            got = conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": _PG_LOCK_KEY})
+            got = conn.execute(text(_PG_TRY_LOCK), {"k": _PG_LOCK_KEY})
             granted = bool(got.scalar())
             conn.commit()
             if granted:
@@ -323,16 +330,15 @@ def provisioning_lock(conn: Connection, *, timeout_s: float = 300.0) -> Iterator
             if time.monotonic() > deadline:
                 raise LockTimeout(f"the provisioning lock was not granted within {timeout_s:g} s")
             time.sleep(0.05)
-        release = text("SELECT pg_advisory_unlock(:k)")
+        release = text(_PG_UNLOCK)
         params: dict[str, Any] = {"k": _PG_LOCK_KEY}
     else:
-        lock_name = "CONCAT('agora_provision_', SHA1(DATABASE()))"
-        got = conn.execute(text(f"SELECT GET_LOCK({lock_name}, :t)"), {"t": int(timeout_s)})
+        got = conn.execute(text(_MYSQL_GET_LOCK), {"t": int(timeout_s)})
         granted = got.scalar() == 1
         conn.commit()
         if not granted:
             raise LockTimeout(f"the provisioning lock was not granted within {timeout_s:g} s")
-        release = text(f"SELECT RELEASE_LOCK({lock_name})")
+        release = text(_MYSQL_RELEASE_LOCK)
         params = {}
     try:
         yield
