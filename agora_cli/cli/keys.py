@@ -130,7 +130,7 @@ def destroy(
     import sys
 
     from agora_cli.store._errors import InvalidInput
-    from agora_cli.store._sealing import destroy_tenant_keys
+    from agora_cli.store._seal_rows import destroy_tenant_keys
 
     scoped_tenant(tenant)  # another tenant than the session's is exit 2, before any question
     if not yes and not sys.stdin.isatty():

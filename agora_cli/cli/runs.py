@@ -38,7 +38,13 @@ from agora_cli.store._values import load_json
 
 if TYPE_CHECKING:
     from agora_cli.store._runs import RunDetail, RunFrames
-    from agora_cli.store._threads import Message, Run, ThreadUsageRow, ThreadUsageTotals, ToolCall
+    from agora_cli.store._thread_model import (
+        Message,
+        Run,
+        ThreadUsageRow,
+        ThreadUsageTotals,
+        ToolCall,
+    )
 
 __all__ = ["app", "run_document"]
 

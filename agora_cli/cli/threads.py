@@ -30,7 +30,7 @@ from agora_cli.store._values import load_json
 from agora_cli.store._vocabulary import usage_from_json
 
 if TYPE_CHECKING:
-    from agora_cli.store._threads import (
+    from agora_cli.store._thread_model import (
         Thread,
         ThreadUsageRow,
         ThreadUsageTotals,
@@ -461,12 +461,8 @@ def delete(
     """
     from agora_cli.store._short_ids import resolve_thread_id
     from agora_cli.store._tenant_guard import check_thread_in_scope
-    from agora_cli.store._threads import (
-        ThreadUsageTotals,
-        delete_thread,
-        get_thread,
-        usage_by_thread,
-    )
+    from agora_cli.store._thread_model import ThreadUsageTotals
+    from agora_cli.store._threads import delete_thread, get_thread, usage_by_thread
 
     if not yes and not _stdin_is_terminal():
         raise InvalidInput(

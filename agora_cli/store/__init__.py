@@ -101,32 +101,36 @@ if _typing.TYPE_CHECKING:
         check_agent_tables,
         ensure_agent_tables,
     )
-    from agora_cli.store._rls import (
-        tenant_session,
-    )
     from agora_cli.store._schema import (
         metadata,
     )
     from agora_cli.store._sealing import (
         SEALED_MARKER,
     )
-    from agora_cli.store._threads import (
+    from agora_cli.store._steps import (
+        complete_tool_call,
+        end_run,
+        record_tool_call,
+        start_run,
+    )
+    from agora_cli.store._tenant_session import (
+        tenant_session,
+    )
+    from agora_cli.store._thread_model import (
         Message,
         Run,
         RunEnd,
         Thread,
         ThreadTurn,
         ToolCall,
+    )
+    from agora_cli.store._threads import (
         append_message,
-        complete_tool_call,
         create_thread,
-        end_run,
         find_thread,
         get_thread,
         list_messages,
         load_thread_for_turn,
-        record_tool_call,
-        start_run,
     )
     from agora_cli.store._usage import (
         UsageRecord,
@@ -235,7 +239,7 @@ _EXPORTS: dict[str, str] = {
     "Lease": "_proposals",
     "LockTimeout": "_errors",
     "ManualClock": "_clock",
-    "Message": "_threads",
+    "Message": "_thread_model",
     "MissingExtension": "_errors",
     "ModelNotInCatalog": "_errors",
     "ModelPrice": "_pricing",
@@ -247,8 +251,8 @@ _EXPORTS: dict[str, str] = {
     "PurgeReport": "_frames",
     "RenewResult": "_proposals",
     "RetiredName": "_errors",
-    "Run": "_threads",
-    "RunEnd": "_threads",
+    "Run": "_thread_model",
+    "RunEnd": "_thread_model",
     "SEALED_MARKER": "_sealing",
     "SchemaDrift": "_errors",
     "Scope": "_proposals",
@@ -258,19 +262,19 @@ _EXPORTS: dict[str, str] = {
     "SpendReport": "_ledger",
     "StreamFrame": "_frames",
     "SystemClock": "_clock",
-    "Thread": "_threads",
-    "ThreadTurn": "_threads",
-    "ToolCall": "_threads",
+    "Thread": "_thread_model",
+    "ThreadTurn": "_thread_model",
+    "ToolCall": "_thread_model",
     "UnknownDialect": "_errors",
     "UsageRecord": "_usage",
     "Work": "_proposals",
     "WrongKek": "_errors",
     "append_message": "_threads",
     "check_agent_tables": "_provision",
-    "complete_tool_call": "_threads",
+    "complete_tool_call": "_steps",
     "create_thread": "_threads",
     "default_idempotency_key": "_proposals",
-    "end_run": "_threads",
+    "end_run": "_steps",
     "ensure_agent_tables": "_provision",
     "find_thread": "_threads",
     "follow": "_frames",
@@ -282,13 +286,13 @@ _EXPORTS: dict[str, str] = {
     "proposal_id": "_proposals",
     "purge_expired": "_frames",
     "read_frames": "_frames",
-    "record_tool_call": "_threads",
+    "record_tool_call": "_steps",
     "record_usage": "_usage",
     "scope_quota": "_budgets",
     "set_price": "_pricing",
     "spend": "_ledger",
-    "start_run": "_threads",
-    "tenant_session": "_rls",
+    "start_run": "_steps",
+    "tenant_session": "_tenant_session",
 }
 
 

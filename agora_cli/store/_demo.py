@@ -63,16 +63,18 @@ from agora_cli.store._sealing import (
     generate_kek,
     using_kek,
 )
-from agora_cli.store._threads import (
-    append_message,
+from agora_cli.store._steps import (
     complete_tool_call,
-    create_thread,
-    delete_thread,
     end_run,
     record_tool_call,
     set_tool_call_status,
-    soft_delete_thread,
     start_run,
+)
+from agora_cli.store._threads import (
+    append_message,
+    create_thread,
+    delete_thread,
+    soft_delete_thread,
 )
 from agora_cli.store._usage import record_usage
 from agora_cli.store._windows import period_window

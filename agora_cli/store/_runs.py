@@ -46,18 +46,14 @@ from agora_cli.store._schema import (
     tool_call,
 )
 from agora_cli.store._sqlexpr import exact_eq
+from agora_cli.store._steps import get_run
+from agora_cli.store._thread_model import Message, Run, ThreadUsageRow, ThreadUsageTotals, ToolCall
 from agora_cli.store._threads import (
-    Message,
-    Run,
-    ThreadUsageRow,
-    ThreadUsageTotals,
-    ToolCall,
     _run,
     _tool_calls,
     _usage_row,
     _usage_sums,
     _usage_totals,
-    get_run,
     list_run_messages,
 )
 from agora_cli.store._values import (

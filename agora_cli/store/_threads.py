@@ -25,10 +25,9 @@ connection whose ``foreign_keys`` pragma is off.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import LargeBinary, case, cast, delete, func, insert, or_, select, update
+from sqlalchemy import LargeBinary, cast, delete, func, insert, or_, select, update
 
 from agora_cli.store._clock import Clock, SystemClock
 from agora_cli.store._dialects import dialect_of
@@ -56,7 +55,21 @@ from agora_cli.store._sealing import (
     tenants_of_threads,
 )
 from agora_cli.store._sqlexpr import exact_eq, finite_cost, known_usd
-from agora_cli.store._tenant_guard import check_thread_tenant
+from agora_cli.store._thread_model import (
+    Message,
+    Run,
+    Thread,
+    ThreadDeletion,
+    ThreadSummary,
+    ThreadTurn,
+    ThreadUsageRow,
+    ThreadUsageTotals,
+    ToolCall,
+    Transcript,
+    TranscriptMessage,
+    TruncateResult,
+    TurnMessage,
+)
 from agora_cli.store._values import (
     check_identity,
     check_int,
@@ -72,265 +85,23 @@ if TYPE_CHECKING:
     from sqlalchemy.sql import ColumnElement, Delete
 
 __all__ = [
-    "RUN_TERMINAL_STATUSES",
-    "Message",
-    "Run",
-    "RunEnd",
-    "Thread",
-    "ThreadDeletion",
-    "ThreadSummary",
-    "ThreadTurn",
-    "ThreadUsageRow",
-    "ThreadUsageTotals",
-    "ToolCall",
-    "Transcript",
-    "TranscriptMessage",
-    "TruncateResult",
-    "TurnMessage",
     "append_message",
-    "complete_tool_call",
     "create_thread",
     "delete_thread",
-    "end_run",
     "find_thread",
     "fork_thread",
-    "get_run",
     "get_thread",
-    "get_tool_call",
     "get_transcript",
     "list_messages",
     "list_run_messages",
     "list_threads",
     "load_thread_for_turn",
-    "record_tool_call",
     "seal_message_values",
-    "set_tool_call_status",
     "soft_delete_thread",
-    "start_run",
     "truncate_from",
     "update_thread",
     "usage_by_thread",
 ]
-
-RUN_TERMINAL_STATUSES = ("completed", "failed", "cancelled")
-
-
-@dataclass(frozen=True)
-class Thread:
-    """One row of ``agent_thread``."""
-
-    id: str
-    actor_ref: str
-    tenant_ref: str | None
-    title: str
-    persona: str
-    model: str | None
-    default_agent: str | None
-    transient: bool
-    pinned_at: int | None
-    summary: str | None
-    summary_message_count: int
-    active_stream_id: str | None
-    created_at: int
-    updated_at: int
-    deleted_at: int | None
-    # how its sealed columns (title, summary) read: "plain", "opened", "locked", "broken",
-    # "shredded" (the worst of the two; a marker stands in for a value that does not open)
-    seal_state: str = "plain"
-
-
-@dataclass(frozen=True)
-class Message:
-    """One row of ``agent_message`` (JSON columns as the stored text)."""
-
-    id: str
-    thread_id: str
-    seq: int
-    role: str
-    content: str
-    tool_calls: str | None
-    tool_results: str | None
-    attachments: str | None
-    follow_ups: str | None
-    usage: str | None
-    persona: str | None
-    run_id: str | None
-    outcome: str | None
-    created_at: int
-    # stored sealed (its sealed columns are then the opened text, or a marker in their place)
-    sealed: bool = False
-    # "plain", "opened", "locked" (no KEK), "broken" (a value does not open where it is
-    # stored: SEAL_BROKEN_MARKER in its place) or "shredded" (its key was destroyed)
-    seal_state: str = "plain"
-
-    @property
-    def seal_broken(self) -> bool:
-        return self.seal_state == "broken"
-
-
-@dataclass(frozen=True)
-class TurnMessage:
-    """A message as a turn reads it: what goes back to the model, nothing else."""
-
-    id: str
-    seq: int
-    role: str
-    content: str
-    tool_calls: str | None
-    tool_results: str | None
-    attachments: str | None
-    persona: str | None
-    created_at: int
-
-
-@dataclass(frozen=True)
-class ThreadTurn:
-    """What ``load_thread_for_turn`` returns: the thread and its newest messages in order."""
-
-    thread: Thread
-    messages: list[TurnMessage]
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One row of ``agent_tool_call``."""
-
-    id: str
-    message_id: str
-    tool_name: str
-    tool_type: str
-    input: str | None
-    output: str | None
-    status: str
-    executed_by_ref: str | None
-    execution_ms: int | None
-    error: str | None
-    run_id: str | None
-    created_at: int
-    executed_at: int | None
-    # how input and output read: "plain", "opened", "locked", "broken" or "shredded"
-    seal_state: str = "plain"
-
-    @property
-    def latency_ms(self) -> int | None:
-        """``execution_ms``, else ``executed_at − created_at`` (the runtime records no duration;
-        for an approved action it includes the wait); ``None`` for a call not settled."""
-        if self.execution_ms is not None:
-            return int(self.execution_ms)
-        if self.executed_at is None:
-            return None
-        return max(0, int(self.executed_at) - int(self.created_at))
-
-
-@dataclass(frozen=True)
-class Run:
-    """One row of ``agent_run``."""
-
-    id: str
-    thread_id: str
-    agent_name: str | None
-    actor_ref: str
-    tenant_ref: str | None
-    status: str
-    started_at: int
-    finished_at: int | None
-    step_count: int
-    input_tokens: int
-    output_tokens: int
-    cost_usd: float | None
-    error: str | None
-    durable: bool
-
-
-@dataclass(frozen=True)
-class RunEnd:
-    """The outcome of ``end_run``: ``ended`` is False when another terminal status came first."""
-
-    ended: bool
-    run: Run
-
-
-@dataclass(frozen=True)
-class ThreadUsageRow:
-    """One ledger row of a thread, as the transcript shows it."""
-
-    id: str
-    message_id: str | None
-    run_id: str | None
-    model_id: str
-    purpose: str
-    input_tokens: int
-    output_tokens: int
-    cache_read_tokens: int | None
-    cache_write_tokens: int | None
-    cost_usd: float | None
-    cost_source: str | None
-    created_at: int
-
-
-@dataclass(frozen=True)
-class TranscriptMessage:
-    """A message with its tool-call records and the ledger rows that name it."""
-
-    message: Message
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    usage: list[ThreadUsageRow] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Transcript:
-    """A whole thread in order (``created_at``, ``seq``, ``id``); ``other_usage`` holds ledger
-    rows tied to no message."""
-
-    thread: Thread
-    messages: list[TranscriptMessage]
-    other_usage: list[ThreadUsageRow]
-
-
-@dataclass(frozen=True)
-class ThreadUsageTotals:
-    """A thread's ledger rows summed: ``cost_usd`` sums the known costs (``None`` when no row has
-    one) and ``unpriced_turns`` counts the rows without a cost, never summed as free."""
-
-    turns: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float | None = None
-    unpriced_turns: int = 0
-
-
-@dataclass(frozen=True)
-class ThreadSummary:
-    """A thread as ``threads list`` shows it: soft-deleted and transient marks, ledger totals."""
-
-    id: str
-    actor_ref: str
-    tenant_ref: str | None
-    title: str
-    messages: int
-    updated_at: int
-    deleted_at: int | None = None
-    transient: bool = False
-    usage: ThreadUsageTotals = field(default_factory=ThreadUsageTotals)
-
-
-@dataclass(frozen=True)
-class TruncateResult:
-    """What ``truncate_from`` removed."""
-
-    messages_deleted: int
-    tool_calls_deleted: int
-    summary_cleared: bool
-
-
-@dataclass(frozen=True)
-class ThreadDeletion:
-    """What ``delete_thread`` removed, as rows per table name (``agent_message``: N, …), and the
-    ledger rows that went with the thread, summed (their spend leaves every report)."""
-
-    id: str
-    deleted: dict[str, int]
-    ledger: ThreadUsageTotals = field(default_factory=ThreadUsageTotals)
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -1032,201 +803,3 @@ def get_transcript(conn: Connection, thread_id: str) -> Transcript:
         ],
         other_usage=other,
     )
-
-
-# --- tool calls ----------------------------------------------------------------------------
-
-
-def record_tool_call(
-    conn: Connection,
-    *,
-    message_id: str,
-    tool_call_id: str,
-    tool_name: str,
-    tool_type: str = "read",
-    input: Any = None,
-    status: str = "auto_executed",
-    run_id: str | None = None,
-    clock: Clock | None = None,
-) -> ToolCall:
-    """Record a tool call the model emitted (its id is the model's) on a message.
-
-    The runtime's words: a ``read`` tool is recorded ``auto_executed`` (about to run), an
-    ``action`` tool ``pending_approval`` (waiting for a person).
-    """
-    values: dict[str, Any] = {
-        "id": _ident(tool_call_id, "tool call id"),
-        "message_id": _ident(message_id, "message_id"),
-        "tool_name": _ident(tool_name, "tool_name"),
-        "tool_type": _ident(tool_type, "tool_type"),
-        "input": _dump(input),
-        "output": None,
-        "status": _ident(status, "status"),
-        "executed_by_ref": None,
-        "execution_ms": None,
-        "error": None,
-        "run_id": _ident(run_id, "run_id", optional=True),
-        "created_at": _clock(clock).now_ms(),
-        "executed_at": None,
-    }
-    sealer = sealer_for(conn, _tool_call_tenant(conn, values["message_id"]))
-    conn.execute(
-        insert(tool_call).values(seal_columns(sealer, tool_call.name, values["id"], values))
-    )
-    return _tool_call(values, "plain" if sealer is None else "opened")
-
-
-def get_tool_call(conn: Connection, tool_call_id: str) -> ToolCall:
-    """Return a tool call; ``NotFound`` if there is none."""
-    check_identity("tool_call_id", tool_call_id)
-    q = select(tool_call).where(exact_eq(tool_call.c.id, tool_call_id))
-    row = conn.execute(q).mappings().first()
-    if row is None:
-        raise NotFound(f"no tool call {tool_call_id!r}")
-    return _tool_calls(conn, [row])[0]
-
-
-def complete_tool_call(
-    conn: Connection,
-    tool_call_id: str,
-    *,
-    status: str = "executed",
-    output: Any = None,
-    error: str | None = None,
-    executed_by_ref: str | None = None,
-    clock: Clock | None = None,
-) -> ToolCall:
-    """Record a tool call's result (``executed`` or ``failed``, the runtime's words); the first
-    completion wins and a later one changes nothing. For a keyed tenant the output is sealed
-    (``KeyUnavailable`` without the KEK: never written in plaintext)."""
-    check_identity("tool_call_id", tool_call_id)
-    now = _clock(clock).now_ms()
-    text = _dump(output)
-    if text is not None:
-        owner = select(tool_call.c.message_id).where(exact_eq(tool_call.c.id, tool_call_id))
-        message_id = conn.execute(owner).scalar()
-        if message_id is not None:
-            sealer = sealer_for(conn, _tool_call_tenant(conn, message_id))
-            text = seal_columns(sealer, tool_call.name, tool_call_id, {"output": text})["output"]
-    stmt = (
-        update(tool_call)
-        .where(exact_eq(tool_call.c.id, tool_call_id), tool_call.c.executed_at.is_(None))
-        .values(
-            status=_ident(status, "status"),
-            output=text,
-            error=error,
-            executed_by_ref=_ident(executed_by_ref, "executed_by_ref", optional=True),
-            executed_at=now,
-            execution_ms=case(
-                (tool_call.c.created_at < now, now - tool_call.c.created_at), else_=0
-            ),
-        )
-    )
-    conn.execute(stmt)
-    return get_tool_call(conn, tool_call_id)
-
-
-def set_tool_call_status(
-    conn: Connection, tool_call_id: str, *, status: str, error: str | None = None
-) -> ToolCall:
-    """Record a new status of a tool call that has not run (``rejected``, ``expired``…).
-
-    A call already completed keeps its outcome: this changes only calls without ``executed_at``.
-    """
-    stmt = (
-        update(tool_call)
-        .where(
-            exact_eq(tool_call.c.id, check_identity("tool_call_id", tool_call_id)),
-            tool_call.c.executed_at.is_(None),
-        )
-        .values(
-            status=_ident(status, "status"),
-            error=None if error is None else check_text("error", error),
-        )
-    )
-    conn.execute(stmt)
-    return get_tool_call(conn, tool_call_id)
-
-
-# --- runs ----------------------------------------------------------------------------------
-
-
-def start_run(
-    conn: Connection,
-    *,
-    thread_id: str,
-    actor_ref: str,
-    tenant_ref: str | None = None,
-    agent_name: str | None = None,
-    run_id: str | None = None,
-    durable: bool = False,
-    clock: Clock | None = None,
-) -> Run:
-    """Start a run (status ``running``) on a thread and return it."""
-    now = _clock(clock).now_ms()
-    values: dict[str, Any] = {
-        "id": _ident(run_id or new_id(now), "run id"),
-        "thread_id": _ident(thread_id, "thread_id"),
-        "agent_name": _ident(agent_name, "agent_name", optional=True),
-        "actor_ref": _ident(actor_ref, "actor_ref"),
-        "tenant_ref": _ident(tenant_ref, "tenant_ref", optional=True),
-        "status": "running",
-        "started_at": now,
-        "finished_at": None,
-        "step_count": 0,
-        "input_tokens": 0,
-        "output_tokens": 0,
-        "cost_usd": None,
-        "error": None,
-        "durable": 1 if durable else 0,
-    }
-    check_thread_tenant(conn, thread_id, tenant_ref)  # never on another tenant's thread
-    conn.execute(insert(run).values(values))
-    return _run(values)
-
-
-def get_run(conn: Connection, run_id: str) -> Run:
-    """Return a run; ``NotFound`` if there is none."""
-    check_identity("run_id", run_id)
-    row = conn.execute(select(run).where(exact_eq(run.c.id, run_id))).mappings().first()
-    if row is None:
-        raise NotFound(f"no run {run_id!r}")
-    return _run(row)
-
-
-def end_run(
-    conn: Connection,
-    run_id: str,
-    *,
-    status: str,
-    error: str | None = None,
-    step_count: int | None = None,
-    input_tokens: int | None = None,
-    output_tokens: int | None = None,
-    cost_usd: float | None = None,
-    clock: Clock | None = None,
-) -> RunEnd:
-    """End a run with a terminal status; the first terminal status wins (fenced update)."""
-    if status not in RUN_TERMINAL_STATUSES:
-        raise InvalidInput(
-            f"run status {status!r} is not terminal: use one of {', '.join(RUN_TERMINAL_STATUSES)}"
-        )
-    changes: dict[str, Any] = {
-        "status": status,
-        "finished_at": _clock(clock).now_ms(),
-        "error": error,
-    }
-    extra: Mapping[str, Any] = {
-        "step_count": step_count,
-        "input_tokens": input_tokens,
-        "output_tokens": output_tokens,
-        "cost_usd": cost_usd,
-    }
-    changes.update({k: v for k, v in extra.items() if v is not None})
-    stmt = (
-        update(run)
-        .where(exact_eq(run.c.id, run_id), run.c.status.not_in(RUN_TERMINAL_STATUSES))
-        .values(changes)
-    )
-    ended = conn.execute(stmt).rowcount == 1
-    return RunEnd(ended=ended, run=get_run(conn, run_id))

@@ -38,23 +38,17 @@ from sqlalchemy import bindparam, insert, select, update
 from agora_cli.store._engine import open_engine
 from agora_cli.store._provision import ensure_agent_tables
 from agora_cli.store._schema import message, thread
+from agora_cli.store._seal_rows import seal_tenant
 from agora_cli.store._sealing import (
     KEK_ENV,
     Kek,
     create_tenant_key,
     generate_kek,
-    seal_tenant,
     sealer_for,
     using_kek,
 )
-from agora_cli.store._threads import (
-    append_message,
-    complete_tool_call,
-    create_thread,
-    get_transcript,
-    record_tool_call,
-    update_thread,
-)
+from agora_cli.store._steps import complete_tool_call, record_tool_call
+from agora_cli.store._threads import append_message, create_thread, get_transcript, update_thread
 
 ROWS = int(os.environ.get("BENCH_SEAL_ROWS", "200000"))
 REPEAT = int(os.environ.get("BENCH_SEAL_REPEAT", "15"))
@@ -240,7 +234,7 @@ def _restore(engine: Any, dialect: str, texts: dict[str, str]) -> None:
 
 def _print_batch_plan(conn: Any, dialect: str, key_id: str) -> None:
     """The plan of one ``db seal`` batch read (a middle one: ``id >`` the halfway row)."""
-    from agora_cli.store._sealing import _needs_sealing, _sealed_tables
+    from agora_cli.store._seal_rows import _needs_sealing, _sealed_tables
 
     table, of = _sealed_tables()[0]
     q = (

@@ -26,7 +26,8 @@ def main() -> None:
     from agora_cli.store import _threads as threads
     from agora_cli.store._engine import open_engine
     from agora_cli.store._provision import ensure_agent_tables
-    from agora_cli.store._threads import create_thread, start_run
+    from agora_cli.store._steps import start_run
+    from agora_cli.store._threads import create_thread
     from agora_cli.store._usage import record_usage
 
     rounds = int(os.environ.get("BENCH_GUARD_ROUNDS", "10"))

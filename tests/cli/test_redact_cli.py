@@ -23,7 +23,8 @@ from agora_cli.store._redaction_form import is_redacted
 from agora_cli.store._rls import enable_rls
 from agora_cli.store._schema import tool_call
 from agora_cli.store._sealing import Kek, generate_kek
-from agora_cli.store._threads import append_message, create_thread, record_tool_call
+from agora_cli.store._steps import record_tool_call
+from agora_cli.store._threads import append_message, create_thread
 
 KEK_TEXT = generate_kek()
 WITH = {"AGORA_KEK": KEK_TEXT, "AGORA_KEK_FILE": None, "AGORA_TENANT": None}

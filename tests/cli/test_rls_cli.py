@@ -17,9 +17,11 @@ from sqlalchemy import select, text
 from agora_cli.store._clock import DAY_MS, ManualClock, SystemClock
 from agora_cli.store._engine import open_engine
 from agora_cli.store._provision import ensure_agent_tables
-from agora_cli.store._rls import PROTECTED_TABLES, tenant_session
+from agora_cli.store._rls import PROTECTED_TABLES
 from agora_cli.store._schema import tool_call
-from agora_cli.store._threads import append_message, create_thread, record_tool_call
+from agora_cli.store._steps import record_tool_call
+from agora_cli.store._tenant_session import tenant_session
+from agora_cli.store._threads import append_message, create_thread
 from agora_cli.store._usage import record_usage
 
 

@@ -122,7 +122,7 @@ def test_frames_tail_proposals_show_and_runs_show_open_with_the_kek_only(
     from agora_cli.store._frames import FrameWriter
     from agora_cli.store._proposals import ActionProposalStore, NewProposal, Scope
     from agora_cli.store._sealing import create_tenant_key
-    from agora_cli.store._threads import record_tool_call, start_run
+    from agora_cli.store._steps import record_tool_call, start_run
 
     kek = Kek.from_text(KEK_TEXT)
     with using_kek(kek), engine.begin() as conn:

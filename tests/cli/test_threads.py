@@ -10,13 +10,8 @@ from sqlalchemy import func, select
 
 from agora_cli.store._clock import ManualClock
 from agora_cli.store._schema import action_proposal, message, token_usage, tool_call
-from agora_cli.store._threads import (
-    append_message,
-    complete_tool_call,
-    create_thread,
-    record_tool_call,
-    start_run,
-)
+from agora_cli.store._steps import complete_tool_call, record_tool_call, start_run
+from agora_cli.store._threads import append_message, create_thread
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00.000Z
 SUMMARY_KEYS = {

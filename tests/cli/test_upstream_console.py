@@ -215,12 +215,8 @@ def test_agora_writers_use_the_runtime_vocabulary(engine: Any) -> None:
     from sqlalchemy import select
 
     from agora_cli.store._schema import message, tool_call
-    from agora_cli.store._threads import (
-        append_message,
-        complete_tool_call,
-        create_thread,
-        record_tool_call,
-    )
+    from agora_cli.store._steps import complete_tool_call, record_tool_call
+    from agora_cli.store._threads import append_message, create_thread
 
     with engine.begin() as conn:
         t = create_thread(conn, actor_ref="alice", thread_id="t-words")

@@ -26,7 +26,8 @@ from agora_cli.store._demo import write_demo_data
 from agora_cli.store._engine import open_engine
 from agora_cli.store._ids import id_time_ms, new_hex_id, new_id, uuid7
 from agora_cli.store._pricing import set_price
-from agora_cli.store._threads import append_message, create_thread, fork_thread, start_run
+from agora_cli.store._steps import start_run
+from agora_cli.store._threads import append_message, create_thread, fork_thread
 from agora_cli.store._usage import record_usage
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z

@@ -19,7 +19,8 @@ from agora_cli.store._proposals import (
     refuse_tool_call_decision,
 )
 from agora_cli.store._schema import tool_call
-from agora_cli.store._threads import append_message, record_tool_call, start_run
+from agora_cli.store._steps import record_tool_call, start_run
+from agora_cli.store._threads import append_message
 
 T0 = 1_767_225_600_000
 MIN = 60_000

@@ -373,7 +373,7 @@ def test_a_tenant_deleting_its_thread_leaves_no_frame_for_anyone(cluster: Cluste
 def test_the_store_refuses_a_child_row_on_another_tenants_thread(empty_url: str) -> None:
     from agora_cli.store._errors import NotFound
     from agora_cli.store._schema import action_proposal, run, token_usage
-    from agora_cli.store._threads import start_run
+    from agora_cli.store._steps import start_run
 
     engine = open_engine(empty_url)
     ensure_agent_tables(engine)
@@ -444,7 +444,7 @@ def test_as_a_member_of_the_app_role_acme_cannot_write_onto_globexs_thread(
     cluster: Cluster,
 ) -> None:
     from agora_cli.store._errors import NotFound
-    from agora_cli.store._threads import start_run
+    from agora_cli.store._steps import start_run
 
     owner = open_engine(cluster.owner_url)
     add_thread(owner, "t-globex", "globex")

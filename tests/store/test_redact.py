@@ -37,14 +37,8 @@ from agora_cli.store._redact import (
 from agora_cli.store._redaction_form import is_redacted
 from agora_cli.store._schema import action_proposal, message, stream_frame, tool_call
 from agora_cli.store._sealing import Kek, generate_kek, using_kek
-from agora_cli.store._threads import (
-    append_message,
-    complete_tool_call,
-    create_thread,
-    end_run,
-    record_tool_call,
-    start_run,
-)
+from agora_cli.store._steps import complete_tool_call, end_run, record_tool_call, start_run
+from agora_cli.store._threads import append_message, create_thread
 
 NOW = SystemClock().now_ms()
 OLD = NOW - 60 * DAY_MS
@@ -531,7 +525,8 @@ def test_the_sql_check_and_is_redacted_agree_whatever_the_collation(engine: Any)
 def test_db_seal_leaves_redacted_values_and_redaction_stays_done(engine: Any) -> None:
     """A keyed hash holds nothing to seal: `db seal` after `db redact` leaves it, so a second
     `db redact` finds nothing (sealing it would have the two undo each other forever)."""
-    from agora_cli.store._sealing import count_to_seal, create_tenant_key, seal_tenant
+    from agora_cli.store._seal_rows import count_to_seal, seal_tenant
+    from agora_cli.store._sealing import create_tenant_key
 
     seed(engine)
     redact_tool_io(engine, cutoff_ms=CUTOFF)

@@ -28,10 +28,10 @@ from agora_cli.store._rls import (
     disable_rls,
     enable_rls,
     rls_status,
-    tenant_session,
-    verify_isolation,
 )
+from agora_cli.store._rls_verify import verify_isolation
 from agora_cli.store._schema import metadata
+from agora_cli.store._tenant_session import tenant_session
 
 TABLES = {t.name: t for t in metadata.sorted_tables}
 TENANTS = ("acme", "globex", None)  # None: an untenanted row

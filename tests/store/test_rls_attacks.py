@@ -29,8 +29,8 @@ from agora_cli.store._rls import (
     SHARED_TABLES,
     enable_rls,
     rls_status,
-    verify_isolation,
 )
+from agora_cli.store._rls_verify import verify_isolation
 from agora_cli.store._schema import (
     action_proposal,
     message,

@@ -19,14 +19,8 @@ from agora_cli.store._runs import (
     list_runs,
 )
 from agora_cli.store._schema import run
-from agora_cli.store._threads import (
-    append_message,
-    complete_tool_call,
-    create_thread,
-    end_run,
-    record_tool_call,
-    start_run,
-)
+from agora_cli.store._steps import complete_tool_call, end_run, record_tool_call, start_run
+from agora_cli.store._threads import append_message, create_thread
 from agora_cli.store._usage import record_usage
 
 T0 = 1_767_225_600_000

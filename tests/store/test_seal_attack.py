@@ -34,15 +34,8 @@ from agora_cli.store._sealing import (
     generate_kek,
     using_kek,
 )
-from agora_cli.store._threads import (
-    append_message,
-    complete_tool_call,
-    create_thread,
-    find_thread,
-    get_transcript,
-    record_tool_call,
-    start_run,
-)
+from agora_cli.store._steps import complete_tool_call, record_tool_call, start_run
+from agora_cli.store._threads import append_message, create_thread, find_thread, get_transcript
 
 KEK = Kek.from_text(generate_kek())
 SECRET = "ACME CONFIDENTIAL 123-45-6789"

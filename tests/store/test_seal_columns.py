@@ -27,26 +27,22 @@ from agora_cli.store._schema import (
     thread,
     tool_call,
 )
+from agora_cli.store._seal_rows import count_to_seal, seal_tenant
 from agora_cli.store._sealing import (
     SEAL_BROKEN_MARKER,
     SEALED_MARKER,
     SEALED_PREFIX,
     Kek,
-    count_to_seal,
     create_tenant_key,
     generate_kek,
-    seal_tenant,
     using_kek,
 )
+from agora_cli.store._steps import complete_tool_call, get_tool_call, record_tool_call, start_run
 from agora_cli.store._threads import (
     append_message,
-    complete_tool_call,
     create_thread,
     get_thread,
-    get_tool_call,
     get_transcript,
-    record_tool_call,
-    start_run,
     update_thread,
 )
 

@@ -12,19 +12,18 @@ from sqlalchemy import insert, select, update
 
 from agora_cli.store._errors import Conflict, KeyUnavailable, NotFound, SealBroken, WrongKek
 from agora_cli.store._schema import message, queued_message, tenant_key
+from agora_cli.store._seal_rows import count_to_seal, seal_tenant
 from agora_cli.store._sealing import (
     SEAL_BROKEN_MARKER,
     SEALED_MARKER,
     SEALED_PREFIX,
     Kek,
-    count_to_seal,
     create_tenant_key,
     current_kek,
     generate_kek,
     list_tenant_keys,
     open_values,
     rotate_tenant_key,
-    seal_tenant,
     using_kek,
 )
 from agora_cli.store._threads import (

@@ -12,7 +12,8 @@ from agora_cli.store._proposals import NewProposal, Scope, create_proposal, find
 from agora_cli.store._schema import run, thread
 from agora_cli.store._short_ids import resolve_prefix, resolve_run_id, resolve_thread_id
 from agora_cli.store._sqlexpr import escape_like, successor
-from agora_cli.store._threads import create_thread, start_run
+from agora_cli.store._steps import start_run
+from agora_cli.store._threads import create_thread
 
 T0 = 1_767_225_600_000
 

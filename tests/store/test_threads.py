@@ -23,12 +23,11 @@ from agora_cli.store._schema import (
     token_usage,
     tool_call,
 )
+from agora_cli.store._steps import complete_tool_call, end_run, record_tool_call, start_run
 from agora_cli.store._threads import (
     append_message,
-    complete_tool_call,
     create_thread,
     delete_thread,
-    end_run,
     find_thread,
     fork_thread,
     get_thread,
@@ -36,8 +35,6 @@ from agora_cli.store._threads import (
     list_messages,
     list_threads,
     load_thread_for_turn,
-    record_tool_call,
-    start_run,
     truncate_from,
 )
 
@@ -584,7 +581,8 @@ def test_soft_deleted_and_transient_threads_are_hidden_unless_asked(engine: Any)
 
 
 def test_each_listed_thread_carries_its_ledger_totals_in_one_query(engine: Any) -> None:
-    from agora_cli.store._threads import ThreadUsageTotals, usage_by_thread
+    from agora_cli.store._thread_model import ThreadUsageTotals
+    from agora_cli.store._threads import usage_by_thread
 
     with engine.begin() as conn:
         for name in ("t-a", "t-b", "t-c"):
@@ -617,7 +615,7 @@ def test_delete_reports_the_ledger_that_goes_with_the_thread(engine: Any) -> Non
 
 
 def test_a_tool_call_that_never_ran_gets_its_status(engine: Any) -> None:
-    from agora_cli.store._threads import set_tool_call_status
+    from agora_cli.store._steps import set_tool_call_status
 
     clock = ManualClock(T0)
     with engine.begin() as conn:

@@ -259,7 +259,7 @@ def verify(app_role: AppRoleOpt = None, db: DbOpt = None, as_json: JsonOpt = Fal
 
     Example: agora db rls verify --app-role agora_app --json
     """
-    from agora_cli.store._rls import verify_isolation
+    from agora_cli.store._rls_verify import verify_isolation
 
     report = verify_isolation(open_db(db), app_role=app_role)
     mark = {True: "ok", False: "FAIL"}

@@ -60,7 +60,7 @@ def seal(
 
     Example: agora db seal --tenant acme --batch 1000 --vacuum
     """
-    from agora_cli.store._sealing import count_to_seal, seal_tenant, vacuum_sealed_tables
+    from agora_cli.store._seal_rows import count_to_seal, seal_tenant, vacuum_sealed_tables
 
     scoped_tenant(tenant)  # another tenant than the session's is exit 2
     engine = open_db(db, tenant=tenant)

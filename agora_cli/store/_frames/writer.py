@@ -15,11 +15,11 @@ from agora_cli.store._engine import translate_error
 from agora_cli.store._errors import AgoraError, Conflict, InvalidInput
 from agora_cli.store._frames.purge import DEFAULT_FRAME_TTL_S, purge_expired
 from agora_cli.store._frames.reader import check_run_id, find_last_frame
-from agora_cli.store._rls import session_tenant
 from agora_cli.store._schema import run, stream_frame, thread
 from agora_cli.store._sealing import Sealer, frame_row_id, sealer_for
 from agora_cli.store._sqlexpr import exact_eq
 from agora_cli.store._tenant_guard import run_tenant, runs_with_threads
+from agora_cli.store._tenant_session import transaction_tenant
 from agora_cli.store._values import dump_json
 
 if TYPE_CHECKING:
@@ -72,10 +72,10 @@ def _run_tenants(conn: Connection, run_id: str) -> tuple[str | None, str | None]
         .where(exact_eq(run.c.id, run_id))
     ).first()
     if found is None:
-        return None, session_tenant(conn)
+        return None, transaction_tenant(conn)
     sealed_for, written_under = found
     if written_under is None:
-        written_under = session_tenant(conn)
+        written_under = transaction_tenant(conn)
     return sealed_for, written_under
 
 
