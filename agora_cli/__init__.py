@@ -1,3 +1,3 @@
 """agora: the operator's command line for a governed AI agent's durable state."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -187,6 +187,16 @@ def test_no_old_alias_lives_on_in_a_module() -> None:
     assert not hasattr(_usage, "UnpricedModel") and not hasattr(_ledger, "UnpricedModel")
 
 
+def test_the_command_line_says_where_it_reaches_inside() -> None:
+    marker = "# internal on purpose: the operator's commands import the store's private modules"
+    unmarked = [
+        str(p.relative_to(ROOT))
+        for p in sorted((ROOT / "agora_cli" / "cli").rglob("*.py"))
+        if "agora_cli.store._" in p.read_text() and marker not in p.read_text()
+    ]
+    assert unmarked == []
+
+
 @pytest.mark.slow
 def test_mypy_strict_sees_real_types_for_public_names(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"

@@ -3,6 +3,11 @@ command groups, one module (or package, ``db/``) per group, named for it.
 
 Commands are thin: parse the options, call the store library, render. Nothing here imports
 SQLAlchemy or httpx at module level, so ``agora --help`` stays fast.
+
+The commands are agora's own front end over the store: where they need what a runtime does not
+(provisioning internals, catalog reads, the fold, sealing), they import the store's private
+modules on purpose, and each such module says so in a comment (``tests/test_public_api.py``).
+Names a runtime also uses come from the public ``agora_cli.store``.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ whatever was being printed; a closed stdout (``>&-``) discards the output quietl
 
 from __future__ import annotations
 
+# internal on purpose: the operator's commands import the store's private modules (cli/__init__.py)
 import json
 import os
 import re

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+# internal on purpose: the operator's commands import the store's private modules (cli/__init__.py)
 import json as jsonlib
 import sys
 from collections.abc import Iterable, Iterator

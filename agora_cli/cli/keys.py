@@ -7,6 +7,7 @@ named by id, the KEK by its fingerprint.
 
 from __future__ import annotations
 
+# internal on purpose: the operator's commands import the store's private modules (cli/__init__.py)
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer

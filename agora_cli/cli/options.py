@@ -7,6 +7,7 @@ every command that opens a database goes through ``open_db``, which looks the co
 
 from __future__ import annotations
 
+# internal on purpose: the operator's commands import the store's private modules (cli/__init__.py)
 import gc
 import os
 from collections.abc import Iterator

@@ -6,6 +6,7 @@ spinners go to stderr, and only when stderr is a terminal.
 
 from __future__ import annotations
 
+# internal on purpose: the operator's commands import the store's private modules (cli/__init__.py)
 import functools
 import itertools
 import json

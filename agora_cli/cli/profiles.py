@@ -24,6 +24,7 @@ file does not exist is exit 2 naming the path.
 
 from __future__ import annotations
 
+# internal on purpose: the operator's commands import the store's private modules (cli/__init__.py)
 import os
 import re
 from dataclasses import dataclass, field

@@ -7,6 +7,7 @@ printed only by the claim that issued it.
 
 from __future__ import annotations
 
+# internal on purpose: the operator's commands import the store's private modules (cli/__init__.py)
 import enum
 import functools
 import inspect

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+# internal on purpose: the operator's commands import the store's private modules (cli/__init__.py)
 import sys
 from typing import Annotated
 

@@ -5,6 +5,7 @@ A `db` command, not a `keys` one: it rewrites rows in bulk (the keys it uses are
 
 from __future__ import annotations
 
+# internal on purpose: the operator's commands import the store's private modules (cli/__init__.py)
 from typing import Annotated
 
 import typer
