@@ -18,28 +18,54 @@ Fixtures:
 - ``db_url``: a provisioned database shared by the session, all agent tables emptied before the
   test. Tests that change the schema must use ``empty_url`` instead.
 - ``engine``: ``open_engine(db_url)``.
-- ``cli``: ``helpers.run_cli``.
+- ``cli``: ``helpers.run_cli`` (the CLI in-process; ``helpers.run_agora`` starts a process).
+- ``clock``: a ``ManualClock`` at ``helpers.T0``; ``thread``: thread ``th-1`` in ``engine``.
+- ``pg_url`` / ``app_role``: a provisioned PostgreSQL database of the test's own, a role name.
+- ``catalog`` / ``served_catalog``: the models.dev snapshot read from its file / over HTTP.
+- ``offline_catalog`` / ``no_kek_in_env``: environment guards a module takes through
+  ``pytestmark = pytest.mark.usefixtures(...)``.
+
+Every test that takes ``databases`` (so any of the database fixtures) is marked ``db``.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from helpers import (
     DIALECTS,
+    FIXTURE_CATALOG,
     MYSQL_ADMIN_URL,
     PG_ADMIN_URL,
     PG_POOLER_URL,
     REQUIRABLE,
     REQUIRED,
+    T0,
     UNAVAILABLE,
     run_cli,
     unique_name,
     with_database,
 )
+from hypothesis import settings
+
+# Hypothesis: the default profile runs every test's full count (`make test`, CI); `fast`
+# (`make test-fast`, `--hypothesis-profile=fast`) a tenth of it, through helpers.examples().
+settings.register_profile("fast", max_examples=10)
+
+# Temporary files (every SQLite database, tmp_path) go to memory when the machine has a tmpfs:
+# a SQLite commit fsyncs, about 9 ms on this disk and 0.1 ms on /dev/shm, and a test commits a
+# dozen times. AGORA_TEST_TMPDIR names another folder; TMPDIR, when set, is left alone.
+_TMP = os.environ.get("AGORA_TEST_TMPDIR") or (
+    "/dev/shm" if "TMPDIR" not in os.environ and os.access("/dev/shm", os.W_OK) else None
+)
+if _TMP:
+    os.environ["TMPDIR"] = _TMP  # subprocesses the tests start, too
+    tempfile.tempdir = None  # pytest's tmp_path_factory asks tempfile.gettempdir()
 
 # `make test-fast` runs SQLite only: AGORA_TEST_DIALECTS=sqlite (default: all three).
 SELECTED = tuple(
@@ -221,6 +247,122 @@ def pytest_configure(config: Any) -> None:
 # What tests booted for this run (not what they found running) and stop when it ends:
 # each folder's script and the marker file its conftest leaves in the script's BASE_DIR.
 BOOTED_BY_TESTS = (("galera", "cluster.py"), ("pgbouncer", "pooler.py"), ("patroni", "cluster.py"))
+
+
+@pytest.fixture
+def clock() -> Any:
+    """A ``ManualClock`` at ``helpers.T0`` (2026-01-01T00:00:00Z)."""
+    from agora_cli.store._clock import ManualClock
+
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def pg_url(databases: Databases) -> str:
+    """A new PostgreSQL database of this test's own, provisioned (RLS and role tests)."""
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._provision import ensure_agent_tables
+
+    databases.require("postgresql")
+    url = str(databases.new("postgresql"))
+    engine = open_engine(url)
+    ensure_agent_tables(engine)
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def app_role(pg_url: str) -> Iterator[str]:
+    """A fresh role name on ``pg_url``'s server; the role, if a test made it, dropped after."""
+    from sqlalchemy import text
+
+    from agora_cli.store._engine import open_engine
+
+    role = f"agora_app_{secrets.token_hex(5)}"
+    yield role
+    engine = open_engine(pg_url)
+    with engine.begin() as conn:
+        if conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role}).first():
+            conn.exec_driver_sql(f'DROP OWNED BY "{role}"')
+            conn.exec_driver_sql(f'DROP ROLE "{role}"')
+    engine.dispose()
+
+
+@pytest.fixture
+def thread(engine: Any) -> str:
+    """Thread ``th-1`` (alice's, no tenant) in ``engine``'s database."""
+    from agora_cli.store import _schema as schema
+
+    with engine.begin() as conn:
+        conn.execute(
+            schema.thread.insert().values(
+                id="th-1", actor_ref="alice", title="t", created_at=0, updated_at=0
+            )
+        )
+    return "th-1"
+
+
+@pytest.fixture(scope="session")
+def catalog() -> Any:
+    """The models.dev snapshot in tests/fixtures, parsed once per test process (read-only)."""
+    from agora_cli.store._catalog import fetch_catalog
+
+    return fetch_catalog(str(FIXTURE_CATALOG))
+
+
+@pytest.fixture(scope="session")
+def served_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The same snapshot fetched from a local HTTP server (its source an http:// URL)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from agora_cli.store._catalog import fetch_catalog
+
+    body = FIXTURE_CATALOG.read_bytes()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+    ).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/api.json"
+    try:
+        yield fetch_catalog(url, cache_dir=tmp_path_factory.mktemp("catalog-cache"))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture
+def offline_catalog(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """No network and no shared cache: the catalog is the fixture file, the cache in tmp_path."""
+    monkeypatch.setenv("AGORA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("AGORA_MODELS_DEV_URL", str(FIXTURE_CATALOG))
+
+
+@pytest.fixture
+def no_kek_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither AGORA_KEK nor AGORA_KEK_FILE from the shell reaches the test."""
+    monkeypatch.delenv("AGORA_KEK", raising=False)
+    monkeypatch.delenv("AGORA_KEK_FILE", raising=False)
+
+
+def pytest_collection_modifyitems(items: list[Any]) -> None:
+    """Mark ``db`` every test that takes a database (``databases``, so ``dialect``, ``db_url``,
+    ``empty_url``, ``engine``, ``pg_url``): ``make test-pg`` / ``make test-mysql`` run those."""
+    for item in items:
+        if "databases" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.db)
 
 
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:

@@ -46,6 +46,9 @@ def unavailable(name: str, reason: str) -> None:
     pytest.skip(reason)
 
 
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z: the instant the ``clock`` fixture starts at
+
+
 @dataclass
 class CliResult:
     exit_code: int
@@ -56,12 +59,35 @@ class CliResult:
         return json.loads(self.stdout)
 
 
+_COMMAND: list[Any] = []  # the Click command of ``agora_cli.cli.app``, built once per process
+
+
+def agora_command() -> Any:
+    """The Click command Typer builds from the app: what ``agora`` runs.
+
+    Typer's ``CliRunner.invoke`` rebuilds the whole command tree from the app on every call
+    (three quarters of an in-process invocation); a real process builds it once, so do we."""
+    if not _COMMAND:
+        from typer.main import get_command
+
+        from agora_cli.cli import app
+
+        _COMMAND.append(get_command(app))
+    return _COMMAND[0]
+
+
 def run_cli(*args: str, input: str | None = None, env: dict[str, str] | None = None) -> CliResult:
     """Run the real Typer app in-process; stdout and stderr apart."""
+    from unittest import mock
+
+    import typer.testing
+
     from agora_cli.cli import app
 
+    command = agora_command()
     runner = CliRunner(env=env)
-    result = runner.invoke(app, list(args), input=input, catch_exceptions=False)
+    with mock.patch.object(typer.testing, "_get_command", lambda _app: command):
+        result = runner.invoke(app, list(args), input=input, catch_exceptions=False)
     return CliResult(result.exit_code, result.stdout, result.stderr)
 
 
@@ -76,6 +102,14 @@ def run_agora(*args: str, env: dict[str, str] | None = None, timeout: float = 12
         timeout=timeout,
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def examples(n: int) -> int:
+    """A Hypothesis test's example count, scaled by the profile: ``n`` in the default profile
+    (100 examples), ``n / 10`` under ``--hypothesis-profile=fast`` (``make test-fast``)."""
+    from hypothesis import settings
+
+    return max(1, n * settings.default.max_examples // 100)
 
 
 def unique_name(prefix: str = "agora_t") -> str:
@@ -102,6 +136,24 @@ def no_data(result: CliResult) -> bool:
         and doc["error"]["exit_code"] == result.exit_code
         and result.stderr.endswith(f"error: {doc['error']['message']}\n")
     )
+
+
+def exec_sql(engine: Any, *statements: str) -> None:
+    """Run raw SQL statements in one transaction."""
+    with engine.begin() as conn:
+        for statement in statements:
+            conn.exec_driver_sql(statement)
+
+
+def snapshot(engine: Any) -> dict[str, dict[str, Any]]:
+    """Every action proposal row, by id, every column."""
+    from sqlalchemy import select
+
+    from agora_cli.store._schema import action_proposal
+
+    with engine.connect() as conn:
+        rows = conn.execute(select(action_proposal)).mappings().all()
+    return {r["id"]: dict(r) for r in rows}
 
 
 # --- legacy proposals, as an older writer left them -----------------------------------------

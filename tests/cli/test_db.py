@@ -345,6 +345,7 @@ def _assert_lock_timeout_line(line: str, dialect: str, blocker: _Blocker) -> Non
         assert "write lock" in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["provision", "upgrade"])
 def test_ddl_behind_an_open_transaction_gives_up_after_lock_timeout(
     empty_url: str, dialect: str, command: str, cli: Any

@@ -23,6 +23,9 @@ from sqlalchemy import func, select
 from agora_cli.store import _schema as schema
 from agora_cli.store._engine import open_engine
 
+# No network, no shared cache: AGORA_CACHE_DIR in tmp_path, the fixture file as the catalog.
+pytestmark = pytest.mark.usefixtures("offline_catalog")
+
 SNAPSHOT = FIXTURE_CATALOG.read_bytes()
 ISO_MS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 SEED_KEYS = {
@@ -126,12 +129,6 @@ def server() -> Iterator[Server]:
     srv.stop.set()
     srv.httpd.shutdown()
     srv.httpd.server_close()
-
-
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("AGORA_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("AGORA_MODELS_DEV_URL", str(FIXTURE_CATALOG))
 
 
 def count_prices(url: str) -> int:
@@ -320,6 +317,7 @@ def test_seed_timeout_out_of_range_is_exit_2_before_anything_is_done(
     assert not (tmp_path / "absent.db").exists()
 
 
+@pytest.mark.slow
 def test_seed_timeout_bounds_a_dripping_catalog(cli: Any, db_url: str, server: Server) -> None:
     started = time.monotonic()
     r = cli(

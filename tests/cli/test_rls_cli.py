@@ -7,44 +7,20 @@ MySQL/MariaDB and SQLite refuse them with exit 2. Redaction on all three dialect
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from helpers import no_data
-from sqlalchemy import select, text
+from sqlalchemy import select
 
 from agora_cli.store._clock import DAY_MS, ManualClock, SystemClock
 from agora_cli.store._engine import open_engine
-from agora_cli.store._provision import ensure_agent_tables
 from agora_cli.store._rls import PROTECTED_TABLES
 from agora_cli.store._schema import tool_call
 from agora_cli.store._steps import record_tool_call
 from agora_cli.store._tenant_session import tenant_session
 from agora_cli.store._threads import append_message, create_thread
 from agora_cli.store._usage import record_usage
-
-
-@pytest.fixture
-def pg_url(databases: Any) -> str:
-    databases.require("postgresql")
-    url = str(databases.new("postgresql"))
-    engine = open_engine(url)
-    ensure_agent_tables(engine)
-    engine.dispose()
-    return url
-
-
-@pytest.fixture
-def app_role(pg_url: str) -> Iterator[str]:
-    role = f"agora_app_c_{secrets.token_hex(5)}"
-    yield role
-    engine = open_engine(pg_url)
-    with engine.begin() as conn:
-        if conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role}).first():
-            conn.exec_driver_sql(f'DROP OWNED BY "{role}"')
-            conn.exec_driver_sql(f'DROP ROLE "{role}"')
-    engine.dispose()
 
 
 def test_enable_dry_run_then_enable_status_verify_disable(

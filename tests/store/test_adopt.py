@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import pytest
+from helpers import exec_sql as _exec
 from sqlalchemy import text
 from upstream import MODEL_PRICED, create_upstream_schema, write_upstream
 
@@ -44,12 +45,6 @@ def _upstream(url: str) -> tuple[Any, Any]:
     engine = open_engine(url)
     create_upstream_schema(engine)
     return engine, write_upstream(engine, now=_now())
-
-
-def _exec(engine: Any, *statements: str) -> None:
-    with engine.begin() as conn:
-        for statement in statements:
-            conn.exec_driver_sql(statement)
 
 
 def _snapshot(engine: Any) -> dict[str, Any]:

@@ -38,6 +38,9 @@ from agora_cli.store._clock import ManualClock
 from agora_cli.store._errors import CatalogError, InvalidInput
 from agora_cli.store._masking import scrub
 
+# No network, no shared cache: AGORA_CACHE_DIR in tmp_path, the fixture file as the catalog.
+pytestmark = pytest.mark.usefixtures("offline_catalog")
+
 SNAPSHOT = FIXTURE_CATALOG.read_bytes()
 ETAG = '"snapshot-v1"'
 LAST_MODIFIED = "Sun, 29 Nov 2026 12:00:00 GMT"
@@ -215,12 +218,6 @@ def server() -> Iterator[CatalogServer]:
     srv.close()
 
 
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("AGORA_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("AGORA_MODELS_DEV_URL", str(FIXTURE_CATALOG))
-
-
 def fetch(url: str, **kwargs: Any) -> Any:
     kwargs.setdefault("backoff_s", 0.01)
     return fetch_catalog(url, **kwargs)
@@ -272,6 +269,7 @@ def test_a_stalled_response_hits_the_timeout(server: CatalogServer) -> None:
     assert isinstance(info.value.__cause__, httpx.TransportError)
 
 
+@pytest.mark.slow
 def test_the_timeout_bounds_a_body_dripped_one_byte_every_half_second(
     server: CatalogServer,
 ) -> None:
@@ -286,6 +284,7 @@ def test_the_timeout_bounds_a_body_dripped_one_byte_every_half_second(
     assert info.value.exit_code == 3
 
 
+@pytest.mark.slow
 def test_the_timeout_cuts_a_read_that_began_with_more_time_than_was_left(
     server: CatalogServer,
 ) -> None:
@@ -298,6 +297,7 @@ def test_the_timeout_cuts_a_read_that_began_with_more_time_than_was_left(
     assert 1.9 < elapsed < 3.0, elapsed
 
 
+@pytest.mark.slow
 def test_retries_and_backoff_fit_inside_the_timeout(server: CatalogServer) -> None:
     # 500 forever with a 1 s backoff and 5 attempts would take 1 + 2 + 4 + 8 s: a 1.5 s timeout
     # stops after the pause that still fits, and says what the last answer was.

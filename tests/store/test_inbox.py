@@ -17,13 +17,7 @@ from agora_cli.store._proposals import (
 )
 from agora_cli.store._threads import create_thread
 
-T0 = 1_767_225_600_000
 MIN = 60_000
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(T0)
 
 
 @pytest.fixture

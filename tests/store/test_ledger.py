@@ -9,6 +9,7 @@ from datetime import date
 from typing import Any, NamedTuple
 
 import pytest
+from helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -345,7 +346,7 @@ def approx_equal(got: dict[str, Any], want: dict[str, Any]) -> None:
 
 
 @settings(
-    max_examples=25,
+    max_examples=examples(25),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

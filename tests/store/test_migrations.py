@@ -194,6 +194,7 @@ def pgvector_url() -> Iterator[str]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_rag_branch_with_pgvector(pgvector_url: str) -> None:
     engine = open_engine(pgvector_url)
     os.environ["AGORA_RAG_DIMENSIONS"] = "3"

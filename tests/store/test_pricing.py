@@ -10,11 +10,10 @@ import time
 from typing import Any
 
 import pytest
-from helpers import FIXTURE_CATALOG
 from sqlalchemy import func, select
 
 from agora_cli.store import _schema as schema
-from agora_cli.store._catalog import ModelCatalog, fetch_catalog
+from agora_cli.store._catalog import ModelCatalog
 from agora_cli.store._clock import ManualClock
 from agora_cli.store._errors import InvalidInput, ModelNotInCatalog
 from agora_cli.store._pricing import (
@@ -30,11 +29,6 @@ from agora_cli.store._pricing import (
 )
 
 mp = schema.model_pricing
-
-
-@pytest.fixture(scope="module")
-def catalog() -> ModelCatalog:
-    return fetch_catalog(str(FIXTURE_CATALOG))
 
 
 def price_rows(engine: Any) -> list[dict[str, Any]]:

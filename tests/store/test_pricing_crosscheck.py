@@ -9,17 +9,14 @@ price unnoticed. A deliberate change regenerates the report (``--write``) and up
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from bench.pricing_crosscheck import LEDGER_IDS, crosscheck, markdown
-from helpers import FIXTURE_CATALOG, ROOT
+from helpers import ROOT
 
-from agora_cli.store._catalog import ModelCatalog, fetch_catalog
+from agora_cli.store._catalog import ModelCatalog
 
 ARN = "arn:aws:bedrock"
 SONNET = "anthropic.claude-sonnet-4-5-20250929-v1:0"
@@ -609,30 +606,9 @@ EXPECTED: dict[str, tuple[Any, ...]] = {
 
 
 @pytest.fixture(scope="module")
-def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelCatalog]:
-    body = FIXTURE_CATALOG.read_bytes()
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    threading.Thread(
-        target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-    ).start()
-    url = f"http://127.0.0.1:{httpd.server_address[1]}/api.json"
-    try:
-        yield fetch_catalog(url, cache_dir=tmp_path_factory.mktemp("cache"))
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+def catalog(served_catalog: ModelCatalog) -> ModelCatalog:
+    """The snapshot as fetched over HTTP (conftest.py), not read from its file."""
+    return served_catalog
 
 
 def test_the_list_is_large_and_varied() -> None:

@@ -15,18 +15,13 @@ server on 127.0.0.1 (the real client code runs; nothing reaches the network):
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import FIXTURE_CATALOG
 from sqlalchemy import select
 
 from agora_cli.store import _schema as schema
-from agora_cli.store._catalog import ModelCatalog, fetch_catalog
+from agora_cli.store._catalog import ModelCatalog
 from agora_cli.store._clock import ManualClock
 from agora_cli.store._pricing import (
     CatalogMatch,
@@ -47,41 +42,9 @@ SONNET = "anthropic.claude-sonnet-4-5-20250929-v1:0"
 
 
 @pytest.fixture(scope="module")
-def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelCatalog]:
-    body = FIXTURE_CATALOG.read_bytes()
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    threading.Thread(
-        target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-    ).start()
-    cache: Path = tmp_path_factory.mktemp("catalog-cache")
-    try:
-        yield fetch_catalog(f"http://127.0.0.1:{httpd.server_address[1]}/api.json", cache_dir=cache)
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-
-
-@pytest.fixture
-def thread(engine: Any) -> str:
-    with engine.begin() as conn:
-        conn.execute(
-            schema.thread.insert().values(
-                id="th-1", actor_ref="alice", title="t", created_at=0, updated_at=0
-            )
-        )
-    return "th-1"
+def catalog(served_catalog: ModelCatalog) -> ModelCatalog:
+    """The snapshot as fetched over HTTP (conftest.py), not read from its file."""
+    return served_catalog
 
 
 def record(engine: Any, model_id: str, **kw: Any) -> Any:

@@ -8,11 +8,11 @@ from __future__ import annotations
 import math
 
 import pytest
-from helpers import FIXTURE_CATALOG
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agora_cli.store._catalog import ModelCatalog, fetch_catalog
+from agora_cli.store._catalog import ModelCatalog
 from agora_cli.store._errors import InvalidInput
 from agora_cli.store._pricing import (
     HYPERSCALERS,
@@ -309,7 +309,7 @@ def _usage(draw: st.DrawFn) -> dict[str, int]:
     }
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     a=_usage(),
     b=_usage(),
@@ -349,7 +349,7 @@ _date_suffix = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(base=_base, suffix=_non_date_suffix)
 def test_resolution_never_strips_a_non_date_suffix(base: str, suffix: str) -> None:
     model_id = base + suffix
@@ -359,14 +359,14 @@ def test_resolution_never_strips_a_non_date_suffix(base: str, suffix: str) -> No
     assert res.price is None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(base=_base, suffix=_date_suffix)
 def test_resolution_strips_one_real_date(base: str, suffix: str) -> None:
     res = resolve_model_price(base + suffix, {base: price(base)})
     assert (res.matched, res.rule) == (base, "date")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     route=st.sampled_from(
         ["openrouter/", "openai/", "a/b/", "us.", "eu.", "global.", "apac.", "jp.", "au."]
@@ -393,11 +393,6 @@ def test_stripping_a_route_prefix_never_changes_the_date_rules_outcome(
 
 
 # --- catalog prices ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def catalog() -> ModelCatalog:
-    return fetch_catalog(str(FIXTURE_CATALOG))
 
 
 def test_price_from_catalog_reads_cache_spellings_and_tiers(catalog: ModelCatalog) -> None:

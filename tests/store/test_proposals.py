@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from helpers import T0, snapshot
 from sqlalchemy import event, select
 
 from agora_cli.store._clock import ManualClock
@@ -26,7 +27,6 @@ from agora_cli.store._proposals import (
 )
 from agora_cli.store._schema import action_proposal, message, thread
 
-T0 = 1_767_225_600_000
 ALICE = Scope(None, "alice", "t1")
 ACME = Scope("acme", "alice", "t2")
 
@@ -45,11 +45,6 @@ def add_thread(
                 updated_at=0,
             )
         )
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(T0)
 
 
 @pytest.fixture
@@ -722,12 +717,6 @@ def insert_legacy(engine: Any, rows: list[dict[str, Any]]) -> None:
         row["attempts"] = row["attempts"] or 0
     with engine.begin() as conn:
         conn.execute(action_proposal.insert(), full)
-
-
-def snapshot(engine: Any) -> dict[str, dict[str, Any]]:
-    with engine.connect() as conn:
-        rows = conn.execute(select(action_proposal)).mappings().all()
-    return {r["id"]: dict(r) for r in rows}
 
 
 def test_legacy_rows_are_invisible_to_discovery_until_backfilled(

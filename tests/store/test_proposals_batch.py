@@ -20,13 +20,7 @@ from agora_cli.store._proposals import (
 )
 from agora_cli.store._schema import action_proposal, thread
 
-T0 = 1_767_225_600_000
 ALICE = Scope(None, "alice", "t1")
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(T0)
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import snapshot
 from sqlalchemy import func, select
 
 from agora_cli.store._proposals import ActionProposalStore, NewProposal, Scope
@@ -173,12 +174,6 @@ def legacy_rows(n: int) -> list[dict[str, Any]]:
 def insert_legacy(engine: Any, rows: list[dict[str, Any]]) -> None:
     with engine.begin() as conn:
         conn.execute(action_proposal.insert(), rows)
-
-
-def snapshot(engine: Any) -> dict[str, dict[str, Any]]:
-    with engine.connect() as conn:
-        rows = conn.execute(select(action_proposal)).mappings().all()
-    return {r["id"]: dict(r) for r in rows}
 
 
 def queued_rows(n: int) -> list[dict[str, Any]]:

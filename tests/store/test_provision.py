@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import exec_sql as _exec
 from sqlalchemy import event, insert, select, text
 
 from agora_cli.store._engine import open_engine, server_version
@@ -30,12 +31,6 @@ def _capture(engine: Any) -> list[str]:
     seen: list[str] = []
     event.listen(engine, "before_cursor_execute", lambda c, cur, stmt, *a: seen.append(stmt))
     return seen
-
-
-def _exec(engine: Any, *statements: str) -> None:
-    with engine.begin() as conn:
-        for statement in statements:
-            conn.exec_driver_sql(statement)
 
 
 def _drop_index_sql(dialect: str, table: str, index: str) -> str:

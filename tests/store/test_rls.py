@@ -9,7 +9,6 @@ on a fresh schema and names the table whose policy was dropped by hand.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -19,7 +18,7 @@ from sqlalchemy import BigInteger, Double, Integer, and_, func, select, text, up
 from sqlalchemy.exc import DBAPIError
 
 from agora_cli.store._engine import open_engine
-from agora_cli.store._provision import check_agent_tables, ensure_agent_tables
+from agora_cli.store._provision import check_agent_tables
 from agora_cli.store._rls import (
     POLICY_NAME,
     PROTECTED_TABLES,
@@ -46,29 +45,6 @@ PARENT = {
     "agent_tool_call": ("message_id", "agent_message"),
     "agent_stream_frame": ("run_id", "agent_run"),
 }
-
-
-@pytest.fixture
-def pg_url(databases: Any) -> str:
-    databases.require("postgresql")
-    url = str(databases.new("postgresql"))
-    engine = open_engine(url)
-    ensure_agent_tables(engine)
-    engine.dispose()
-    return url
-
-
-@pytest.fixture
-def app_role(pg_url: str) -> Iterator[str]:
-    role = f"agora_app_t_{secrets.token_hex(5)}"
-    yield role
-    engine = open_engine(pg_url)
-    with engine.begin() as conn:
-        exists = conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role})
-        if exists.first():
-            conn.exec_driver_sql(f'DROP OWNED BY "{role}"')
-            conn.exec_driver_sql(f'DROP ROLE "{role}"')
-    engine.dispose()
 
 
 @pytest.fixture

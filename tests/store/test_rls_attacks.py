@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from agora_cli.store._engine import open_engine
 from agora_cli.store._errors import InvalidInput
 from agora_cli.store._frames import FrameWriter, delete_frames_of_runs
-from agora_cli.store._provision import check_agent_tables, ensure_agent_tables
+from agora_cli.store._provision import check_agent_tables
 from agora_cli.store._rls import (
     POLICY_NAME,
     PROTECTED_TABLES,
@@ -43,16 +43,6 @@ from agora_cli.store._schema import (
 )
 
 TENANTS = ("acme", "globex")
-
-
-@pytest.fixture
-def pg_url(databases: Any) -> str:
-    databases.require("postgresql")
-    url = str(databases.new("postgresql"))
-    engine = open_engine(url)
-    ensure_agent_tables(engine)
-    engine.dispose()
-    return url
 
 
 def _drop_roles(url: str, *roles: str) -> None:

@@ -46,16 +46,12 @@ from agora_cli.store._threads import (
     update_thread,
 )
 
+pytestmark = pytest.mark.usefixtures("no_kek_in_env")
+
 KEK = Kek.from_text(generate_kek())
 SECRET = "ssn 123-45-6789"
 T0 = 1_767_225_600_000
 ACME = Scope("acme", "alice", "t-acme")
-
-
-@pytest.fixture(autouse=True)
-def _no_kek_in_env(monkeypatch: Any) -> None:
-    monkeypatch.delenv("AGORA_KEK", raising=False)
-    monkeypatch.delenv("AGORA_KEK_FILE", raising=False)
 
 
 @pytest.fixture

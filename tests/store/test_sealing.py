@@ -35,15 +35,11 @@ from agora_cli.store._threads import (
     load_thread_for_turn,
 )
 
+pytestmark = pytest.mark.usefixtures("no_kek_in_env")
+
 KEK_TEXT = generate_kek()
 KEK = Kek.from_text(KEK_TEXT)
 OTHER = Kek.from_text(generate_kek())
-
-
-@pytest.fixture(autouse=True)
-def _no_kek_in_env(monkeypatch: Any) -> None:
-    monkeypatch.delenv("AGORA_KEK", raising=False)
-    monkeypatch.delenv("AGORA_KEK_FILE", raising=False)
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 import pytest
+from helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
@@ -31,17 +32,6 @@ from agora_cli.store._usage import (
 u = schema.token_usage
 NOV_30 = day_window(parse_day("2026-11-30"))
 DEC_1 = day_window(parse_day("2026-12-01"))
-
-
-@pytest.fixture
-def thread(engine: Any) -> str:
-    with engine.begin() as conn:
-        conn.execute(
-            schema.thread.insert().values(
-                id="th-1", actor_ref="alice", title="t", created_at=0, updated_at=0
-            )
-        )
-    return "th-1"
 
 
 def record(engine: Any, model_id: str, **kw: Any) -> Any:
@@ -395,7 +385,7 @@ def _row(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @settings(
-    max_examples=25,
+    max_examples=examples(25),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
