@@ -102,15 +102,13 @@ __all__ = [
 
 POLICY_NAME = "agent_tenant_isolation"
 
-_SETTING = SETTING_SQL
-_UNSET = f"coalesce({_SETTING}, '') = ''"
-_TENANT = TENANT_SQL
+_UNSET = f"coalesce({SETTING_SQL}, '') = ''"
 
 
 def _direct(column: str = "tenant_ref") -> str:
     # Two plain branches rather than one CASE or IS NOT DISTINCT FROM: `tenant_ref = <stable>`
     # is an index condition, so the tenant indexes stay usable under the policy.
-    return f"({column} = {_TENANT} OR ({column} IS NULL AND {_UNSET}))"
+    return f"({column} = {TENANT_SQL} OR ({column} IS NULL AND {_UNSET}))"
 
 
 def _through(table: str, column: str, parent: str) -> str:
@@ -130,7 +128,7 @@ def _own_or_threads(table: str) -> str:
     # lookup is needed, and the planner sees a primary-key probe. The first branch stays a plain
     # equality, and the second starts with `tenant_ref IS NULL`: both are index conditions.
     return (
-        f"(tenant_ref = {_TENANT} OR "
+        f"(tenant_ref = {TENANT_SQL} OR "
         f"(tenant_ref IS NULL AND {_through(table, 'thread_id', 'agent_thread')}))"
     )
 
@@ -141,7 +139,9 @@ def _own_on_parent(table: str, column: str = "thread_id", parent: str = "agent_t
     # parent's own policy. A parent of another tenant and a parent that does not exist fail
     # alike, with the policy's error, before any foreign key is checked: the error does not tell
     # whether another tenant's thread exists.
-    return f"((tenant_ref = {_TENANT} OR tenant_ref IS NULL) AND {_through(table, column, parent)})"
+    return (
+        f"((tenant_ref = {TENANT_SQL} OR tenant_ref IS NULL) AND {_through(table, column, parent)})"
+    )
 
 
 # table -> (USING, WITH CHECK), parents before children. USING says which rows a session sees
@@ -166,12 +166,12 @@ POLICIES: dict[str, tuple[str, str]] = {
         f"({_own_on_parent('agent_action_proposal')} AND tenant_key = coalesce(tenant_ref, ''))",
     ),
     "agent_usage_daily": (
-        f"(tenant_key = coalesce({_SETTING}, ''))",
-        f"(tenant_key = coalesce({_SETTING}, ''))",
+        f"(tenant_key = coalesce({SETTING_SQL}, ''))",
+        f"(tenant_key = coalesce({SETTING_SQL}, ''))",
     ),
     "agent_tenant_key": (
-        f"(tenant_key = coalesce({_SETTING}, ''))",
-        f"(tenant_key = coalesce({_SETTING}, ''))",
+        f"(tenant_key = coalesce({SETTING_SQL}, ''))",
+        f"(tenant_key = coalesce({SETTING_SQL}, ''))",
     ),
     "agent_message": (
         _through("agent_message", "thread_id", "agent_thread"),
@@ -194,7 +194,7 @@ POLICIES: dict[str, tuple[str, str]] = {
     # no session of the app role: only roles that bypass row-level security (the owner, who
     # purges) see it. It is written only on a run the session sees.
     "agent_stream_frame": (
-        f"(tenant_ref = {_TENANT} OR (tenant_ref IS NULL AND "
+        f"(tenant_ref = {TENANT_SQL} OR (tenant_ref IS NULL AND "
         f"{_through('agent_stream_frame', 'run_id', 'agent_run')}))",
         _own_on_parent("agent_stream_frame", "run_id", "agent_run"),
     ),
@@ -514,7 +514,7 @@ def rls_status(conn: Connection) -> RlsStatus:
     _require_postgresql(conn)
     cat = _read_catalog(conn)
     role, kind = _role_kind(conn)
-    tenant = conn.execute(text(f"SELECT {_TENANT}")).scalar()
+    tenant = conn.execute(text(f"SELECT {TENANT_SQL}")).scalar()
     protected = [s for s in cat.tables.values() if s.protected]
     complete = [s for s in protected if s.exists and s.enabled and s.forced and s.policy]
     touched = [s for s in protected if s.enabled or s.forced or s.policy]
