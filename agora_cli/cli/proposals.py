@@ -11,7 +11,6 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
-import json
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
@@ -29,15 +28,27 @@ from agora_cli.cli.options import (
 from agora_cli.cli.output import (
     Col,
     finish,
-    first_line,
     one_format,
-    out_console,
-    relative_text,
     render_table,
-    safe_text,
     say,
     short_ids,
     table_time,
+)
+from agora_cli.cli.proposal_views import (
+    DECIDED_IN_THE_APP,
+    INBOX_CSV,
+    LIST_CSV,
+    claim_document,
+    inbox_item,
+    inbox_notes,
+    inbox_tool_call,
+    print_claim,
+    print_claims,
+    proposal_document,
+    render_inbox,
+    show_proposal,
+    show_tool_call,
+    tool_call_document,
 )
 from agora_cli.store._clock import iso_ms, parse_duration, parse_instant
 from agora_cli.store._errors import InvalidInput
@@ -46,12 +57,8 @@ from agora_cli.store._values import BIGINT_MAX, MAX_CLAIM_BATCH, MAX_LEASE_MS, p
 if TYPE_CHECKING:
     from agora_cli.store._proposals import (
         ActionProposalStore,
-        ClaimResult,
-        Inbox,
         NewProposal,
-        Proposal,
         Scope,
-        ToolCallApproval,
     )
 
 app = typer.Typer(
@@ -259,231 +266,6 @@ def _store(db: str | None, tenant: str | None = None) -> ActionProposalStore:
     return ActionProposalStore(open_db(db, tenant=tenant))
 
 
-# --- render -----------------------------------------------------------------------------------
-
-
-def proposal_document(p: Proposal) -> dict[str, Any]:
-    """The ``P`` document of cli.md: JSON values for input/card/result, ISO times, no token."""
-
-    return {
-        "id": p.id,
-        "idempotency_key": p.idempotency_key,
-        "tenant_ref": p.tenant_ref,
-        "actor_ref": p.actor_ref,
-        "thread_id": p.thread_id,
-        "run_id": p.run_id,
-        "tool_call_id": p.tool_call_id,
-        "tool_name": p.tool_name,
-        "input": p.input_value,
-        "card": p.card_value,
-        "decision": p.decision,
-        "decided_by": p.decided_by,
-        "decided_at": iso_ms(p.decided_at),
-        "decision_note": p.decision_note,
-        "expires_at": iso_ms(p.expires_at),
-        "execution_state": p.execution_state,
-        "lease_owner": p.lease_owner,
-        "lease_expires_at": iso_ms(p.lease_expires_at),
-        "generation": p.generation,
-        "attempts": p.attempts,
-        "result": p.result_value,
-        "error": p.error,
-        "settled_at": iso_ms(p.settled_at),
-        "created_at": iso_ms(p.created_at),
-        "updated_at": iso_ms(p.updated_at),
-    }
-
-
-def _claim_document(result: ClaimResult, *, with_id: bool = False) -> dict[str, Any]:
-
-    work, lease = result.work, result.lease
-    doc: dict[str, Any] = {"outcome": result.outcome}
-    if with_id:
-        doc["id"] = work.id if work else None
-    doc["lease"] = (
-        None
-        if lease is None
-        else {
-            "token": lease.token,
-            "generation": lease.generation,
-            "expires_at": iso_ms(lease.expires_at),
-        }
-    )
-    doc["idempotency_key"] = work.idempotency_key if work else None
-    doc["input"] = work.input_value if work else None
-    return doc
-
-
-def _pretty(value: Any) -> str:
-    """A JSON value for people: indented, with every control character shown as an escape."""
-    return safe_text(json.dumps(value, indent=2, ensure_ascii=False), body=True)
-
-
-def _show_one(p: Proposal) -> None:
-    from rich.markup import escape
-
-    doc = proposal_document(p)
-    rows = [
-        {"field": key, "value": value}
-        for key, value in doc.items()
-        if key not in ("input", "card", "result")
-    ]
-    render_table(rows, [Col("field"), Col("value")], title=escape(f"proposal {safe_text(p.id)}"))
-    console = out_console()
-    for key in ("input", "card", "result"):
-        if doc[key] is not None:
-            console.print(f"{key}:", style="bold")
-            console.print(_pretty(doc[key]), markup=False)
-
-
-def tool_call_document(c: ToolCallApproval) -> dict[str, Any]:
-    """The ``T`` document: the runtime's tool-call approval as ``show --json`` prints it."""
-    return {
-        "kind": "tool_call",
-        "id": c.id,
-        "tool_name": c.tool_name,
-        "tool_type": c.tool_type,
-        "input": c.input_value,
-        "status": c.status,
-        "thread_id": c.thread_id,
-        "run_id": c.run_id,
-        "message_id": c.message_id,
-        "actor_ref": c.actor_ref,
-        "tenant_ref": c.tenant_ref,
-        "requested_at": iso_ms(c.created_at),
-        "executed_at": iso_ms(c.executed_at),
-        "executed_by_ref": c.executed_by_ref,
-        "error": c.error,
-    }
-
-
-def _show_tool_call(c: ToolCallApproval) -> None:
-    from rich.markup import escape
-
-    doc = tool_call_document(c)
-    rows = [{"field": key, "value": value} for key, value in doc.items() if key != "input"]
-    render_table(rows, [Col("field"), Col("value")], title=escape(f"tool call {safe_text(c.id)}"))
-    if doc["input"] is not None:
-        out_console().print("input:", style="bold")
-        out_console().print(_pretty(doc["input"]), markup=False)
-
-
-def _print_claim(result: ClaimResult) -> None:
-
-    console = out_console()
-    if result.lease is None or result.work is None:
-        console.print(f"{result.outcome}: nothing was claimed.")
-        return
-    lease, work = result.lease, result.work
-    console.print(
-        safe_text(
-            f"{result.outcome} {work.id} ({work.tool_name}, attempt {work.attempts}); "
-            f"idempotency key {work.idempotency_key}"
-        ),
-        markup=False,
-    )
-    console.print(f"lease token  {lease.token}", markup=False)
-    console.print(f"generation   {lease.generation}")
-    console.print(f"expires at   {iso_ms(lease.expires_at)}")
-    console.print("input:", style="bold")
-    console.print(_pretty(work.input_value), markup=False)
-
-
-def _print_claims(claims: list[ClaimResult]) -> None:
-    if not claims:
-        out_console().print("none: nothing was claimed.")
-        return
-    for n, result in enumerate(claims):
-        if n:
-            out_console().print()
-        _print_claim(result)
-
-
-# --- commands ---------------------------------------------------------------------------------
-
-
-_INBOX_CSV = [
-    Col(name)
-    for name in (
-        "id",
-        "tenant_ref",
-        "actor_ref",
-        "thread_id",
-        "run_id",
-        "tool_name",
-        "decision",
-        "execution_state",
-        "created_at",
-        "expires_at",
-        "decided_by",
-        "decided_at",
-        "lease_owner",
-        "lease_expires_at",
-        "attempts",
-        "settled_at",
-        "error",
-        "stuck",
-        "kind",
-    )
-]
-# Said wherever a tool-call approval shows, so that no hint points at a command that refuses it.
-DECIDED_IN_THE_APP = (
-    "its run waits on the app, not on the database: decide it in the app "
-    "(AgentService.approve(runId, toolCallId) or reject(...), its approval route); "
-    "agora proposals decide refuses it"
-)
-
-
-def _inbox_item(p: Proposal, stuck: bool) -> dict[str, Any]:
-    return {
-        "id": p.id,
-        "tenant_ref": p.tenant_ref,
-        "actor_ref": p.actor_ref,
-        "thread_id": p.thread_id,
-        "run_id": p.run_id,
-        "tool_name": p.tool_name,
-        "decision": p.decision,
-        "execution_state": p.execution_state,
-        "created_at": iso_ms(p.created_at),
-        "expires_at": iso_ms(p.expires_at),
-        "decided_by": p.decided_by,
-        "decided_at": iso_ms(p.decided_at),
-        "lease_owner": p.lease_owner,
-        "lease_expires_at": iso_ms(p.lease_expires_at),
-        "attempts": p.attempts,
-        "settled_at": iso_ms(p.settled_at),
-        "error": p.error,
-        "stuck": stuck,
-        "kind": "proposal",
-    }
-
-
-def _inbox_tool_call(c: ToolCallApproval) -> dict[str, Any]:
-    """A tool-call approval as an inbox item: the proposal item's keys, null where a tool call
-    has no such thing (it never expires, and nothing of it is decided or leased yet)."""
-    return {
-        "id": c.id,
-        "tenant_ref": c.tenant_ref,
-        "actor_ref": c.actor_ref,
-        "thread_id": c.thread_id,
-        "run_id": c.run_id,
-        "tool_name": c.tool_name,
-        "decision": "pending",
-        "execution_state": None,
-        "created_at": iso_ms(c.created_at),
-        "expires_at": None,
-        "decided_by": None,
-        "decided_at": None,
-        "lease_owner": None,
-        "lease_expires_at": None,
-        "attempts": None,
-        "settled_at": None,
-        "error": None,
-        "stuck": False,
-        "kind": "tool_call",
-    }
-
-
 # Closed sets as choices, so that --help lists them and the shell completes them. Spelled out
 # here (the store's constants live beside SQLAlchemy, which --help must not import); a test
 # holds them equal to the store's INBOX_STATES and DECISIONS.
@@ -557,8 +339,8 @@ def inbox(
         expiring_within_ms=within,
         limit=limit,
     )
-    items = [_inbox_item(e.proposal, e.stuck) for e in page.entries]
-    items += [_inbox_tool_call(c) for c in page.tool_calls]
+    items = [inbox_item(e.proposal, e.stuck) for e in page.entries]
+    items += [inbox_tool_call(c) for c in page.tool_calls]
     finish(
         {
             "state": page.state,
@@ -569,150 +351,12 @@ def inbox(
             "legacy": page.legacy,
         },
         as_json=as_json,
-        csv=(items, _INBOX_CSV) if csv else None,
-        show=lambda: _render_inbox(page),
+        csv=(items, INBOX_CSV) if csv else None,
+        show=lambda: render_inbox(page),
     )
     if not as_json:
-        for note in _inbox_notes(page, limit):
+        for note in inbox_notes(page, limit):
             say(f"note: {note}", style="yellow")
-
-
-def _inbox_notes(page: Inbox, limit: int) -> list[str]:
-    notes = []
-    if page.more:
-        notes.append(f"showing the first {limit:,}; --limit (up to 1,000) or a filter shows more")
-    if page.past_expiry:
-        notes.append(
-            f"{page.past_expiry:,} pending proposal(s) are past their expiry and can no longer "
-            "be decided: agora proposals expire marks them expired"
-        )
-    if page.tool_calls:
-        notes.append(
-            f"{len(page.tool_calls):,} of these (kind tool_call) are the runtime's own "
-            f"approvals; for each, {DECIDED_IN_THE_APP}"
-        )
-    if page.legacy:
-        notes.append(
-            f"{page.legacy:,} proposal(s) written before the discovery index existed are not "
-            "in this view (in any scope): agora db backfill fills them in"
-        )
-    return notes
-
-
-def _render_inbox(page: Inbox) -> None:
-    now = page.now
-    entries = page.entries
-    calls = page.tool_calls
-    ids = short_ids([e.proposal.id for e in entries] + [c.id for c in calls])
-    threads = short_ids([e.proposal.thread_id for e in entries] + [c.thread_id for c in calls])
-    rows = []
-    for e in entries:
-        p = e.proposal
-        row: dict[str, Any] = {
-            "id": ids[p.id],
-            "kind": "proposal",
-            "tool": p.tool_name,
-            "tenant": p.tenant_ref or "—",
-            "actor": p.actor_ref,
-            "thread": threads[p.thread_id],
-            "age": relative_text(p.created_at, now),
-        }
-        if page.state == "pending":
-            row["when"] = "never" if p.expires_at is None else relative_text(p.expires_at, now)
-        elif page.state == "queued":
-            row["by"] = p.decided_by
-            row["when"] = relative_text(p.decided_at, now)
-        elif page.state == "running":
-            row["by"] = p.lease_owner
-            row["attempts"] = p.attempts
-            lease = relative_text(p.lease_expires_at, now)
-            row["when"] = f"STUCK: lease ran out {lease}" if e.stuck else f"lease ends {lease}"
-        else:
-            row["attempts"] = p.attempts
-            row["when"] = table_time(iso_ms(p.settled_at))
-            row["error"] = first_line(p.error, 60)
-        rows.append(row)
-    for c in calls:  # pending only: a tool call never expires
-        rows.append(
-            {
-                "id": ids[c.id],
-                "kind": "tool_call",
-                "tool": c.tool_name,
-                "tenant": c.tenant_ref or "—",
-                "actor": c.actor_ref or "—",
-                "thread": "—" if c.thread_id is None else threads[c.thread_id],
-                "age": relative_text(c.created_at, now),
-                "when": "never",
-            }
-        )
-    columns = [Col("id")]
-    if page.state == "pending":
-        columns.append(Col("kind", wrap=False))
-    columns += [
-        Col("tool"),
-        Col("tenant", drop=3),
-        Col("actor", drop=4),
-        Col("thread", drop=2),
-        Col("age", "created", wrap=False, drop=1),
-    ]
-    columns += {
-        "pending": [Col("when", "expires", wrap=False)],
-        "queued": [Col("by", "approved by", drop=5), Col("when", "queued", wrap=False)],
-        "running": [
-            Col("by", "worker"),
-            Col.number("attempts", drop=5),
-            Col("when", "lease", wrap=False),
-        ],
-        "failed": [
-            Col.number("attempts", drop=5),
-            Col("when", "settled (UTC)", wrap=False, drop=6),
-            Col("error"),
-        ],
-    }[page.state]
-    what = {
-        "pending": "waiting for a decision",
-        "queued": "approved, waiting for a worker",
-        "running": "approved, being executed",
-        "failed": "approved, failed",
-    }[page.state]
-    render_table(
-        rows,
-        columns,
-        title="Waiting for a decision" if page.state == "pending" else f"Proposals {what}",
-        row_styles=[*("bold red" if e.stuck else None for e in entries), *(None for _ in calls)],
-        empty=f"nothing {what}.",
-        fuller="--json",
-    )
-
-
-# P's keys but the JSON values (input, card, result): those stay in --json.
-_LIST_CSV = [
-    Col(name)
-    for name in (
-        "id",
-        "idempotency_key",
-        "tenant_ref",
-        "actor_ref",
-        "thread_id",
-        "run_id",
-        "tool_call_id",
-        "tool_name",
-        "decision",
-        "decided_by",
-        "decided_at",
-        "decision_note",
-        "expires_at",
-        "execution_state",
-        "lease_owner",
-        "lease_expires_at",
-        "generation",
-        "attempts",
-        "error",
-        "settled_at",
-        "created_at",
-        "updated_at",
-    )
-]
 
 
 @app.command("list")
@@ -742,7 +386,7 @@ def list_(
     finish(
         {"proposals": proposals},
         as_json=as_json,
-        csv=(proposals, _LIST_CSV) if csv else None,
+        csv=(proposals, LIST_CSV) if csv else None,
         show=lambda: render_table(
             [
                 {**p, "id": ids[p["id"]], "created_at": table_time(p["created_at"])}
@@ -783,12 +427,12 @@ def show(
     kind, found = store.resolve_approval(proposal_id, scope)
     if kind == "tool_call":
         call = store.get_tool_call_approval(found, scope)
-        finish(tool_call_document(call), as_json=as_json, show=lambda: _show_tool_call(call))
+        finish(tool_call_document(call), as_json=as_json, show=lambda: show_tool_call(call))
         if call.pending and not as_json:
             say(f"note: this is the runtime's own approval; {DECIDED_IN_THE_APP}", style="yellow")
         return
     proposal = store.get(found, scope)
-    finish(proposal_document(proposal), as_json=as_json, show=lambda: _show_one(proposal))
+    finish(proposal_document(proposal), as_json=as_json, show=lambda: show_proposal(proposal))
 
 
 @app.command("decide")
@@ -900,9 +544,9 @@ def claim(
     store = _store(db, scope.tenant_ref)
     result = store.claim(store.resolve_id(proposal_id, scope), scope, worker, lease_ms)
     finish(
-        _claim_document(result),
+        claim_document(result),
         as_json=as_json,
-        show=lambda: _print_claim(result),
+        show=lambda: print_claim(result),
         exit_code=1 if result.lease is None else 0,
     )
 
@@ -936,15 +580,13 @@ def claim_next(
     if limit is not None:
         claims = _store(db).claim_next(worker, lease_ms, limit=limit)
         finish(
-            [_claim_document(c, with_id=True) for c in claims],
+            [claim_document(c, with_id=True) for c in claims],
             as_json=as_json,
-            show=lambda: _print_claims(claims),
+            show=lambda: print_claims(claims),
         )
         return
     result = _store(db).claim_next(worker, lease_ms)
-    finish(
-        _claim_document(result, with_id=True), as_json=as_json, show=lambda: _print_claim(result)
-    )
+    finish(claim_document(result, with_id=True), as_json=as_json, show=lambda: print_claim(result))
 
 
 @app.command("renew")

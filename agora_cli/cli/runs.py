@@ -303,7 +303,7 @@ def _message_doc(m: Message) -> dict[str, Any]:
 
 
 def _detail_document(d: RunDetail) -> dict[str, Any]:
-    from agora_cli.cli.proposals import proposal_document
+    from agora_cli.cli.proposal_views import proposal_document
 
     return {
         "run": run_document(d.run, d.ledger),

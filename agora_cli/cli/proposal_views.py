@@ -1,0 +1,386 @@
+"""What `agora proposals` shows: the JSON documents of cli.md, the tables and the inbox's notes.
+
+The commands (cli/proposals.py) parse, call the store and hand the result here; nothing here
+touches a database.
+"""
+
+from __future__ import annotations
+
+# internal on purpose: the operator's commands import the store's private modules (cli/__init__.py)
+import json
+from typing import TYPE_CHECKING, Any
+
+from agora_cli.cli.output import (
+    Col,
+    first_line,
+    out_console,
+    relative_text,
+    render_table,
+    safe_text,
+    short_ids,
+    table_time,
+)
+from agora_cli.store._clock import iso_ms
+
+if TYPE_CHECKING:
+    from agora_cli.store._proposals import ClaimResult, Inbox, Proposal, ToolCallApproval
+
+
+def proposal_document(p: Proposal) -> dict[str, Any]:
+    """The ``P`` document of cli.md: JSON values for input/card/result, ISO times, no token."""
+
+    return {
+        "id": p.id,
+        "idempotency_key": p.idempotency_key,
+        "tenant_ref": p.tenant_ref,
+        "actor_ref": p.actor_ref,
+        "thread_id": p.thread_id,
+        "run_id": p.run_id,
+        "tool_call_id": p.tool_call_id,
+        "tool_name": p.tool_name,
+        "input": p.input_value,
+        "card": p.card_value,
+        "decision": p.decision,
+        "decided_by": p.decided_by,
+        "decided_at": iso_ms(p.decided_at),
+        "decision_note": p.decision_note,
+        "expires_at": iso_ms(p.expires_at),
+        "execution_state": p.execution_state,
+        "lease_owner": p.lease_owner,
+        "lease_expires_at": iso_ms(p.lease_expires_at),
+        "generation": p.generation,
+        "attempts": p.attempts,
+        "result": p.result_value,
+        "error": p.error,
+        "settled_at": iso_ms(p.settled_at),
+        "created_at": iso_ms(p.created_at),
+        "updated_at": iso_ms(p.updated_at),
+    }
+
+
+def claim_document(result: ClaimResult, *, with_id: bool = False) -> dict[str, Any]:
+
+    work, lease = result.work, result.lease
+    doc: dict[str, Any] = {"outcome": result.outcome}
+    if with_id:
+        doc["id"] = work.id if work else None
+    doc["lease"] = (
+        None
+        if lease is None
+        else {
+            "token": lease.token,
+            "generation": lease.generation,
+            "expires_at": iso_ms(lease.expires_at),
+        }
+    )
+    doc["idempotency_key"] = work.idempotency_key if work else None
+    doc["input"] = work.input_value if work else None
+    return doc
+
+
+def pretty_json(value: Any) -> str:
+    """A JSON value for people: indented, with every control character shown as an escape."""
+    return safe_text(json.dumps(value, indent=2, ensure_ascii=False), body=True)
+
+
+def show_proposal(p: Proposal) -> None:
+    from rich.markup import escape
+
+    doc = proposal_document(p)
+    rows = [
+        {"field": key, "value": value}
+        for key, value in doc.items()
+        if key not in ("input", "card", "result")
+    ]
+    render_table(rows, [Col("field"), Col("value")], title=escape(f"proposal {safe_text(p.id)}"))
+    console = out_console()
+    for key in ("input", "card", "result"):
+        if doc[key] is not None:
+            console.print(f"{key}:", style="bold")
+            console.print(pretty_json(doc[key]), markup=False)
+
+
+def tool_call_document(c: ToolCallApproval) -> dict[str, Any]:
+    """The ``T`` document: the runtime's tool-call approval as ``show --json`` prints it."""
+    return {
+        "kind": "tool_call",
+        "id": c.id,
+        "tool_name": c.tool_name,
+        "tool_type": c.tool_type,
+        "input": c.input_value,
+        "status": c.status,
+        "thread_id": c.thread_id,
+        "run_id": c.run_id,
+        "message_id": c.message_id,
+        "actor_ref": c.actor_ref,
+        "tenant_ref": c.tenant_ref,
+        "requested_at": iso_ms(c.created_at),
+        "executed_at": iso_ms(c.executed_at),
+        "executed_by_ref": c.executed_by_ref,
+        "error": c.error,
+    }
+
+
+def show_tool_call(c: ToolCallApproval) -> None:
+    from rich.markup import escape
+
+    doc = tool_call_document(c)
+    rows = [{"field": key, "value": value} for key, value in doc.items() if key != "input"]
+    render_table(rows, [Col("field"), Col("value")], title=escape(f"tool call {safe_text(c.id)}"))
+    if doc["input"] is not None:
+        out_console().print("input:", style="bold")
+        out_console().print(pretty_json(doc["input"]), markup=False)
+
+
+def print_claim(result: ClaimResult) -> None:
+
+    console = out_console()
+    if result.lease is None or result.work is None:
+        console.print(f"{result.outcome}: nothing was claimed.")
+        return
+    lease, work = result.lease, result.work
+    console.print(
+        safe_text(
+            f"{result.outcome} {work.id} ({work.tool_name}, attempt {work.attempts}); "
+            f"idempotency key {work.idempotency_key}"
+        ),
+        markup=False,
+    )
+    console.print(f"lease token  {lease.token}", markup=False)
+    console.print(f"generation   {lease.generation}")
+    console.print(f"expires at   {iso_ms(lease.expires_at)}")
+    console.print("input:", style="bold")
+    console.print(pretty_json(work.input_value), markup=False)
+
+
+def print_claims(claims: list[ClaimResult]) -> None:
+    if not claims:
+        out_console().print("none: nothing was claimed.")
+        return
+    for n, result in enumerate(claims):
+        if n:
+            out_console().print()
+        print_claim(result)
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+INBOX_CSV = [
+    Col(name)
+    for name in (
+        "id",
+        "tenant_ref",
+        "actor_ref",
+        "thread_id",
+        "run_id",
+        "tool_name",
+        "decision",
+        "execution_state",
+        "created_at",
+        "expires_at",
+        "decided_by",
+        "decided_at",
+        "lease_owner",
+        "lease_expires_at",
+        "attempts",
+        "settled_at",
+        "error",
+        "stuck",
+        "kind",
+    )
+]
+# Said wherever a tool-call approval shows, so that no hint points at a command that refuses it.
+DECIDED_IN_THE_APP = (
+    "its run waits on the app, not on the database: decide it in the app "
+    "(AgentService.approve(runId, toolCallId) or reject(...), its approval route); "
+    "agora proposals decide refuses it"
+)
+
+
+def inbox_item(p: Proposal, stuck: bool) -> dict[str, Any]:
+    return {
+        "id": p.id,
+        "tenant_ref": p.tenant_ref,
+        "actor_ref": p.actor_ref,
+        "thread_id": p.thread_id,
+        "run_id": p.run_id,
+        "tool_name": p.tool_name,
+        "decision": p.decision,
+        "execution_state": p.execution_state,
+        "created_at": iso_ms(p.created_at),
+        "expires_at": iso_ms(p.expires_at),
+        "decided_by": p.decided_by,
+        "decided_at": iso_ms(p.decided_at),
+        "lease_owner": p.lease_owner,
+        "lease_expires_at": iso_ms(p.lease_expires_at),
+        "attempts": p.attempts,
+        "settled_at": iso_ms(p.settled_at),
+        "error": p.error,
+        "stuck": stuck,
+        "kind": "proposal",
+    }
+
+
+def inbox_tool_call(c: ToolCallApproval) -> dict[str, Any]:
+    """A tool-call approval as an inbox item: the proposal item's keys, null where a tool call
+    has no such thing (it never expires, and nothing of it is decided or leased yet)."""
+    return {
+        "id": c.id,
+        "tenant_ref": c.tenant_ref,
+        "actor_ref": c.actor_ref,
+        "thread_id": c.thread_id,
+        "run_id": c.run_id,
+        "tool_name": c.tool_name,
+        "decision": "pending",
+        "execution_state": None,
+        "created_at": iso_ms(c.created_at),
+        "expires_at": None,
+        "decided_by": None,
+        "decided_at": None,
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "attempts": None,
+        "settled_at": None,
+        "error": None,
+        "stuck": False,
+        "kind": "tool_call",
+    }
+
+
+def inbox_notes(page: Inbox, limit: int) -> list[str]:
+    notes = []
+    if page.more:
+        notes.append(f"showing the first {limit:,}; --limit (up to 1,000) or a filter shows more")
+    if page.past_expiry:
+        notes.append(
+            f"{page.past_expiry:,} pending proposal(s) are past their expiry and can no longer "
+            "be decided: agora proposals expire marks them expired"
+        )
+    if page.tool_calls:
+        notes.append(
+            f"{len(page.tool_calls):,} of these (kind tool_call) are the runtime's own "
+            f"approvals; for each, {DECIDED_IN_THE_APP}"
+        )
+    if page.legacy:
+        notes.append(
+            f"{page.legacy:,} proposal(s) written before the discovery index existed are not "
+            "in this view (in any scope): agora db backfill fills them in"
+        )
+    return notes
+
+
+def render_inbox(page: Inbox) -> None:
+    now = page.now
+    entries = page.entries
+    calls = page.tool_calls
+    ids = short_ids([e.proposal.id for e in entries] + [c.id for c in calls])
+    threads = short_ids([e.proposal.thread_id for e in entries] + [c.thread_id for c in calls])
+    rows = []
+    for e in entries:
+        p = e.proposal
+        row: dict[str, Any] = {
+            "id": ids[p.id],
+            "kind": "proposal",
+            "tool": p.tool_name,
+            "tenant": p.tenant_ref or "—",
+            "actor": p.actor_ref,
+            "thread": threads[p.thread_id],
+            "age": relative_text(p.created_at, now),
+        }
+        if page.state == "pending":
+            row["when"] = "never" if p.expires_at is None else relative_text(p.expires_at, now)
+        elif page.state == "queued":
+            row["by"] = p.decided_by
+            row["when"] = relative_text(p.decided_at, now)
+        elif page.state == "running":
+            row["by"] = p.lease_owner
+            row["attempts"] = p.attempts
+            lease = relative_text(p.lease_expires_at, now)
+            row["when"] = f"STUCK: lease ran out {lease}" if e.stuck else f"lease ends {lease}"
+        else:
+            row["attempts"] = p.attempts
+            row["when"] = table_time(iso_ms(p.settled_at))
+            row["error"] = first_line(p.error, 60)
+        rows.append(row)
+    for c in calls:  # pending only: a tool call never expires
+        rows.append(
+            {
+                "id": ids[c.id],
+                "kind": "tool_call",
+                "tool": c.tool_name,
+                "tenant": c.tenant_ref or "—",
+                "actor": c.actor_ref or "—",
+                "thread": "—" if c.thread_id is None else threads[c.thread_id],
+                "age": relative_text(c.created_at, now),
+                "when": "never",
+            }
+        )
+    columns = [Col("id")]
+    if page.state == "pending":
+        columns.append(Col("kind", wrap=False))
+    columns += [
+        Col("tool"),
+        Col("tenant", drop=3),
+        Col("actor", drop=4),
+        Col("thread", drop=2),
+        Col("age", "created", wrap=False, drop=1),
+    ]
+    columns += {
+        "pending": [Col("when", "expires", wrap=False)],
+        "queued": [Col("by", "approved by", drop=5), Col("when", "queued", wrap=False)],
+        "running": [
+            Col("by", "worker"),
+            Col.number("attempts", drop=5),
+            Col("when", "lease", wrap=False),
+        ],
+        "failed": [
+            Col.number("attempts", drop=5),
+            Col("when", "settled (UTC)", wrap=False, drop=6),
+            Col("error"),
+        ],
+    }[page.state]
+    what = {
+        "pending": "waiting for a decision",
+        "queued": "approved, waiting for a worker",
+        "running": "approved, being executed",
+        "failed": "approved, failed",
+    }[page.state]
+    render_table(
+        rows,
+        columns,
+        title="Waiting for a decision" if page.state == "pending" else f"Proposals {what}",
+        row_styles=[*("bold red" if e.stuck else None for e in entries), *(None for _ in calls)],
+        empty=f"nothing {what}.",
+        fuller="--json",
+    )
+
+
+# P's keys but the JSON values (input, card, result): those stay in --json.
+LIST_CSV = [
+    Col(name)
+    for name in (
+        "id",
+        "idempotency_key",
+        "tenant_ref",
+        "actor_ref",
+        "thread_id",
+        "run_id",
+        "tool_call_id",
+        "tool_name",
+        "decision",
+        "decided_by",
+        "decided_at",
+        "decision_note",
+        "expires_at",
+        "execution_state",
+        "lease_owner",
+        "lease_expires_at",
+        "generation",
+        "attempts",
+        "error",
+        "settled_at",
+        "created_at",
+        "updated_at",
+    )
+]
