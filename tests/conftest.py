@@ -282,9 +282,11 @@ def app_role(pg_url: str) -> Iterator[str]:
     yield role
     engine = open_engine(pg_url)
     with engine.begin() as conn:
-        if conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role}).first():
-            conn.exec_driver_sql(f'DROP OWNED BY "{role}"')
-            conn.exec_driver_sql(f'DROP ROLE "{role}"')
+        for name in (f"{role}_rt", role):  # its member login (helpers.member_login_url) first
+            found = conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": name})
+            if found.first():
+                conn.exec_driver_sql(f'DROP OWNED BY "{name}"')
+                conn.exec_driver_sql(f'DROP ROLE "{name}"')
     engine.dispose()
 
 

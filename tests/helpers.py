@@ -216,3 +216,23 @@ def insert_legacy(engine: Any, n: int) -> None:
             )
             rows.append(row)
         conn.execute(action_proposal.insert(), rows)
+
+
+def member_login_url(url: str, role: str) -> str:
+    """``url`` as ``{role}_rt``, a LOGIN role that is a member of ``role`` (made once, dropped
+    by the ``app_role`` fixture): the runtime's login as deployed, never the superuser, and
+    reachable through a pooler (which passes no ``options=-crole=…`` startup parameter)."""
+    from sqlalchemy.engine import make_url
+
+    from agora_cli.store._engine import open_engine
+
+    login = f"{role}_rt"
+    engine = open_engine(url)
+    try:
+        with engine.begin() as conn:
+            found = conn.exec_driver_sql("SELECT 1 FROM pg_roles WHERE rolname = %s", (login,))
+            if found.first() is None:
+                conn.exec_driver_sql(f'CREATE ROLE "{login}" LOGIN NOBYPASSRLS IN ROLE "{role}"')
+    finally:
+        engine.dispose()
+    return make_url(url).set(username=login).render_as_string(hide_password=False)

@@ -235,20 +235,27 @@ class PostgresDialect(Dialect):
         return [f'VACUUM (FULL) "{t}"' for t in tables]
 
     def set_lock_bound(self, conn: Connection, seconds: float) -> Callable[[], None]:
+        # Transaction-local (``SET LOCAL``), set again as each transaction on ``conn`` begins:
+        # behind a transaction pooler the next transaction may run on another server connection,
+        # and a session setting would stay behind on this one for another client.
         # lazy: the engine and the tenant setting import this module; SQLAlchemy loads on use
-        from sqlalchemy import text
+        from sqlalchemy import event, text
 
-        get = text("SELECT current_setting('lock_timeout')")
-        put = text("SELECT set_config('lock_timeout', :v, false)")
-        old_pg = str(conn.execute(get).scalar())
-        conn.execute(put, {"v": f"{max(1, round(seconds * 1000))}ms"})
-        conn.commit()
+        value = f"{max(1, round(seconds * 1000))}ms"
+
+        def on_begin(c: Connection) -> None:
+            cursor = c.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            try:
+                cursor.execute("SELECT set_config('lock_timeout', %s, true)", (value,))
+            finally:
+                cursor.close()
+
+        event.listen(conn, "begin", on_begin)
+        if conn.in_transaction():
+            conn.execute(text("SELECT set_config('lock_timeout', :v, true)"), {"v": value})
 
         def restore_pg() -> None:
-            if conn.in_transaction():
-                conn.rollback()
-            conn.execute(put, {"v": old_pg})
-            conn.commit()
+            event.remove(conn, "begin", on_begin)
 
         return restore_pg
 

@@ -41,7 +41,7 @@ from agora_cli.store._errors import (
     UnknownDialect,
 )
 from agora_cli.store._masking import mask_url, remember_url, scrub, url_password
-from agora_cli.store._tenant_setting import install_tenant_hook
+from agora_cli.store._tenant_setting import autocommit_tenant_statement, install_tenant_hook
 from agora_cli.store._values import check_identity
 
 if TYPE_CHECKING:
@@ -54,6 +54,7 @@ __all__ = [
     "describe_url",
     "dialect_name",
     "galera_slot",
+    "is_connection_lost",
     "is_galera",
     "is_retryable",
     "mask_url",
@@ -114,7 +115,7 @@ def normalize_url(url: str) -> URL:
 
     remember_url(url)
     try:
-        parsed = make_url(url)
+        parsed = make_url(_libpq_hosts(url))
     except (ArgumentError, ValueError):
         raise InvalidInput(
             f"{mask_url(url)!r} is not a database URL "
@@ -138,6 +139,57 @@ def normalize_url(url: str) -> URL:
     if backend == "mysql" and "charset" not in parsed.query:
         parsed = parsed.update_query_dict({"charset": "utf8mb4"})
     return parsed
+
+
+# libpq's multi-host form, ``postgresql://u@h1:5441,h2:5442/db?target_session_attrs=read-write``:
+# SQLAlchemy cannot parse a comma in the host part, and takes the same hosts as repeated ``host``
+# parameters (``?host=h1:5441&host=h2:5442``), which psycopg hands to libpq as one list.
+_MULTI_HOST = re.compile(
+    r"^(?P<scheme>postgres(?:ql)?(?:\+psycopg)?://)(?:(?P<user>[^@/?#]*)@)?"
+    r"(?P<hosts>[^@/?#]*,[^@/?#]*)(?P<path>/[^?#]*)?(?:\?(?P<query>[^#]*))?$"
+)
+
+
+def _libpq_hosts(url: str) -> str:
+    """``url`` with libpq's comma-separated hosts rewritten as SQLAlchemy's ``host`` parameters
+    (any other URL unchanged). Each host keeps its port; a host without one gets libpq's."""
+    found = _MULTI_HOST.match(url)
+    if found is None:
+        return url
+    hosts = found["hosts"].split(",")
+    if any(not h or h.startswith(":") for h in hosts):
+        raise InvalidInput(
+            f"{mask_url(url)!r} names an empty host in its host list (write h1:5432,h2:5432)"
+        )
+    user = f"{found['user']}@" if found["user"] is not None else ""
+    query = "&".join([*(f"host={h}" for h in hosts), *filter(None, [found["query"]])])
+    return f"{found['scheme']}{user}{found['path'] or '/'}?{query}"
+
+
+# psycopg prepares a statement server-side once it has run this many times on a connection: off
+# by default, since a transaction pooler (PgBouncer's ``pool_mode = transaction``) runs the next
+# transaction on another server connection, where the statement was never prepared. A direct
+# connection may ask for it: ``?prepare_threshold=5`` (0 prepares every statement).
+PREPARE_THRESHOLD_PARAM = "prepare_threshold"
+MAX_PREPARE_THRESHOLD = 1_000_000
+
+
+def _prepare_threshold(url: URL) -> tuple[URL, int | None]:
+    """``url`` without its ``prepare_threshold`` parameter, and that parameter's value (``None``,
+    psycopg's "never prepare", when absent or ``none``)."""
+    if PREPARE_THRESHOLD_PARAM not in url.query:
+        return url, None
+    given = url.query[PREPARE_THRESHOLD_PARAM]
+    text = given[-1] if isinstance(given, tuple) else given
+    stripped = url.difference_update_query([PREPARE_THRESHOLD_PARAM])
+    if text.strip().lower() in ("", "none"):
+        return stripped, None
+    if not text.strip().isdigit() or int(text) > MAX_PREPARE_THRESHOLD:
+        raise InvalidInput(
+            f"prepare_threshold must be a whole number from 0 to {MAX_PREPARE_THRESHOLD:,} or "
+            f"none, not {text!r}"
+        )
+    return stripped, int(text)
 
 
 def sqlite_path(url: URL) -> Path | None:
@@ -181,8 +233,12 @@ def open_engine(
 
     ``tenant`` (else ``AGORA_TENANT``) makes every transaction on a PostgreSQL engine begin with
     ``agora.tenant`` set to it (``SET LOCAL``, for row-level security: see ``rls.py``), and every
-    autocommit connection (a worker's) carry it for its session (``install_tenant_hook``); on
-    every dialect ``session_tenant`` then names it, and privileged jobs refuse to run.
+    statement of an autocommit connection (a worker's) carry it for that statement only
+    (``install_tenant_hook``: safe behind a transaction pooler); on every dialect
+    ``session_tenant`` then names it, and privileged jobs refuse to run.
+    On PostgreSQL no statement is prepared server-side unless the URL asks for it
+    (``?prepare_threshold=N``), and libpq's multi-host URLs are accepted
+    (``postgresql://u@h1:5432,h2:5432/db?target_session_attrs=read-write``).
     Bound parameters never appear in errors (``hide_parameters``).
 
     Raises ``InvalidInput`` for a malformed URL or unknown dialect and ``DatabaseUnreachable``
@@ -213,6 +269,12 @@ def open_engine(
         options["pool_reset_on_return"] = None
     if backend == "sqlite":
         options["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+    if backend == "postgresql":
+        parsed, threshold = _prepare_threshold(parsed)
+        options["connect_args"] = {"prepare_threshold": threshold}
+    given_args = kwargs.pop("connect_args", None)
+    if given_args:
+        options["connect_args"] = {**options.get("connect_args", {}), **given_args}
     options.update(kwargs)
     try:
         engine = create_engine(parsed, **options)
@@ -520,8 +582,37 @@ def is_retryable(exc: BaseException) -> bool:
     return "database is locked" in str(orig).lower()
 
 
+# A lost connection (a failover, a switchover, a restart, a pooler's reconnect) is retried until
+# this deadline from the first loss, with full-jitter delays of at most RECONNECT_MAX_DELAY_S:
+# long enough for Patroni to promote a replica after a primary dies (its ``ttl``, 30 s by
+# default, plus a ``loop_wait``).
+RECONNECT_DEADLINE_S = 60.0
+RECONNECT_MAX_DELAY_S = 1.0
+# Class 08 (connection exception), 57P01-57P03 (admin shutdown, crash shutdown, cannot connect
+# now), 25006 (a read-only transaction: the server this connection reached is a standby now).
+_LOST_SQLSTATES = {"57P01", "57P02", "57P03", "25006"}
+
+
+def is_connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection to the server is gone or unusable (refused, closed,
+    terminated by an administrator or a failover, or now on a standby): a new connection may
+    succeed where this one failed."""
+    orig = getattr(exc, "orig", exc)
+    sqlstate = str(getattr(orig, "sqlstate", None) or "")
+    if sqlstate.startswith("08") or sqlstate in _LOST_SQLSTATES:
+        return True
+    if type(orig).__name__ == "OperationalError" and "connection" in str(orig).lower():
+        return True
+    return _is_connection_error(exc)
+
+
 def retry_transient(
-    fn: Callable[[], T], *, attempts: int = DEFAULT_ATTEMPTS, base_delay: float = 0.01
+    fn: Callable[[], T],
+    *,
+    attempts: int = DEFAULT_ATTEMPTS,
+    base_delay: float = 0.01,
+    reconnect: Engine | None = None,
+    on_lost: Callable[[], None] | None = None,
 ) -> T:
     """Call ``fn`` (one whole transaction), retrying deadlocks, serialization failures and
     Galera certification failures.
@@ -530,21 +621,47 @@ def retry_transient(
     time ("full jitter") up to ``base_delay * 2**attempt`` (at most ``MAX_DELAY_S``): processes
     that collided once do not collide again in lockstep. ``fn`` must redo the whole
     transaction, reads included: nothing it returned from a failed try is ever seen.
+
+    With ``reconnect`` (the engine ``fn`` uses), a lost connection (``is_connection_lost``) is
+    retried too, for ``RECONNECT_DEADLINE_S`` from the first loss: the engine's pooled
+    connections are dropped (they reach the old server) and ``on_lost`` is called before the
+    next try. Only for ``fn`` that is safe to run twice: the statement that was cut off may have
+    committed.
     """
-    for attempt in range(attempts):
+    tries = 0
+    losses = 0
+    deadline: float | None = None
+    while True:
         try:
             return fn()
         except Exception as exc:
+            if reconnect is not None and is_connection_lost(exc):
+                now = time.monotonic()
+                deadline = now + RECONNECT_DEADLINE_S if deadline is None else deadline
+                if now >= deadline:
+                    _STATS.gave_up += 1
+                    raise
+                _count_retry("lost")
+                reconnect.dispose(close=False)
+                if on_lost is not None:
+                    on_lost()
+                losses += 1
+                pause = random.uniform(0, min(RECONNECT_MAX_DELAY_S, 0.05 * (2**losses)))
+                time.sleep(min(pause, max(0.0, deadline - now)))
+                continue
             if not is_retryable(exc):
                 raise
-            if attempt == attempts - 1:
+            tries += 1
+            if tries >= attempts:
                 _STATS.gave_up += 1
                 raise
-            _STATS.retried += 1
-            code = _error_code(exc)
-            _STATS.by_code[code] = _STATS.by_code.get(code, 0) + 1
-            time.sleep(random.uniform(0, min(MAX_DELAY_S, base_delay * (2**attempt))))
-    raise AssertionError("unreachable")
+            _count_retry(_error_code(exc))
+            time.sleep(random.uniform(0, min(MAX_DELAY_S, base_delay * (2 ** (tries - 1)))))
+
+
+def _count_retry(code: str) -> None:
+    _STATS.retried += 1
+    _STATS.by_code[code] = _STATS.by_code.get(code, 0) + 1
 
 
 # --- statements on the driver's cursor --------------------------------------------------------
@@ -598,7 +715,12 @@ def _on_driver(
     if not conn.in_transaction():
         conn.begin()
     dbapi_conn: Any = conn.connection.driver_connection
-    pipelined = pipeline and len(statements) > 1 and hasattr(dbapi_conn, "pipeline")
+    scoped = autocommit_tenant_statement(conn)
+    if scoped is not None:  # an autocommit block under a tenant: the setting goes first
+        statements = [scoped, *statements]
+    pipelined = (scoped is not None or (pipeline and len(statements) > 1)) and hasattr(
+        dbapi_conn, "pipeline"
+    )
     cursors: list[Any] = []
     sql, params = statements[0]
     try:
@@ -614,7 +736,7 @@ def _on_driver(
                     cursors[-1] = _collect(cursor)
         if pipelined:  # leaving the pipeline sent them all and waited once
             cursors = [_collect(cursor) for cursor in cursors]
-        return cursors
+        return cursors[1:] if scoped is not None else cursors
     except conn.dialect.loaded_dbapi.Error as exc:
         cursor = cursors[-1] if cursors and not isinstance(cursors[-1], DriverResult) else None
         lost = conn.dialect.is_disconnect(exc, dbapi_conn, cursor)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import agora_cli.migrations as shipped_migrations
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._engine import dialect_name
 from agora_cli.store._errors import InvalidInput
 from agora_cli.store._provision import bounded_lock_waits, provisioning_lock, table_lock_timeout
@@ -204,14 +205,17 @@ def upgrade(
             provisioning_lock(conn),
         ):
             before = _revision_on(script, _heads(conn), branch)
-            conn.rollback()
+            if not dialect_of(conn).keyed_advisory_locks:
+                # PostgreSQL's lock is its transaction's: the migrations run in it (Alembic
+                # joins a transaction it finds open), all or nothing, committed with the lock.
+                conn.rollback()
             cfg = make_config(conn, applied=applied)
             try:
                 command.upgrade(cfg, revision)
             except CommandError as exc:
                 raise InvalidInput(str(exc).splitlines()[0]) from None
             after = _revision_on(script, _heads(conn), branch)
-            if conn.in_transaction():
+            if conn.in_transaction() and not dialect_of(conn).keyed_advisory_locks:
                 conn.commit()
     return UpgradeResult(before, after, applied, [], notices)
 
@@ -225,6 +229,6 @@ def downgrade(engine: Engine, revision: str) -> list[str]:
     with engine.connect() as conn, provisioning_lock(conn):
         applied: list[str] = []
         command.downgrade(make_config(conn, applied=applied), revision)
-        if conn.in_transaction():
+        if conn.in_transaction() and not dialect_of(conn).keyed_advisory_locks:
             conn.commit()
     return applied

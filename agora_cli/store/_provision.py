@@ -2,7 +2,7 @@
 
 ``ensure_agent_tables`` reads the catalog in a few queries (independent of the number of tables),
 and against a current schema does nothing else: no DDL, no lock. When something is missing it takes
-the session-level provisioning lock (PostgreSQL ``pg_try_advisory_lock``, MySQL ``GET_LOCK``
+the provisioning lock (PostgreSQL ``pg_try_advisory_xact_lock``, MySQL ``GET_LOCK``
 salted with the database name; SQLite's ``BEGIN IMMEDIATE`` is its own lock), re-reads the
 catalog, and does only what is still to do: create missing tables, columns and indexes, widen
 columns narrower than the schema, add foreign keys missing by shape, and with
@@ -121,8 +121,7 @@ PROBLEM_KINDS = (
 _PG_LOCK_KEY = 0x61676F7261  # "agora"
 # The provisioning lock's statements: PostgreSQL's advisory lock on _PG_LOCK_KEY, MySQL's named
 # lock salted with the database name (``provisioning_lock``).
-_PG_TRY_LOCK = "SELECT pg_try_advisory_lock(:k)"
-_PG_UNLOCK = "SELECT pg_advisory_unlock(:k)"
+_PG_TRY_XACT_LOCK = "SELECT pg_try_advisory_xact_lock(:k)"
 _MYSQL_LOCK_NAME = "CONCAT('agora_provision_', SHA1(DATABASE()))"
 _MYSQL_GET_LOCK = f"SELECT GET_LOCK({_MYSQL_LOCK_NAME}, :t)"
 _MYSQL_RELEASE_LOCK = f"SELECT RELEASE_LOCK({_MYSQL_LOCK_NAME})"
@@ -310,10 +309,14 @@ def orphan_rows(conn: Connection, table: str, fk: ForeignKeyShape) -> str | None
 
 @contextmanager
 def provisioning_lock(conn: Connection, *, timeout_s: float = 300.0) -> Iterator[None]:
-    """Hold agora's session-level provisioning lock on ``conn`` (no-op on SQLite).
+    """Hold agora's provisioning lock on ``conn`` for the block (no-op on SQLite).
 
-    PostgreSQL: ``pg_try_advisory_lock`` polled until ``timeout_s``. MySQL: ``GET_LOCK`` on a name
-    salted with the database name. Raises ``LockTimeout`` when not granted in time.
+    PostgreSQL: ``pg_try_advisory_xact_lock``, polled until ``timeout_s``, in a transaction
+    that the block runs in and that commits when it ends (rolls back on an error): a lock of the
+    transaction, not the session, so that it holds behind a transaction pooler, and the block's
+    DDL commits with it, all or nothing. MySQL: ``GET_LOCK`` on a name salted with the database
+    name, for the session; the block commits as it goes. Raises ``LockTimeout`` when not
+    granted in time.
     """
     d = dialect_of(conn)
     if d.single_writer:
@@ -321,32 +324,51 @@ def provisioning_lock(conn: Connection, *, timeout_s: float = 300.0) -> Iterator
         return
     if d.keyed_advisory_locks:
         deadline = time.monotonic() + timeout_s
+        if conn.in_transaction():
+            conn.rollback()
         while True:
-            got = conn.execute(text(_PG_TRY_LOCK), {"k": _PG_LOCK_KEY})
-            granted = bool(got.scalar())
-            conn.commit()
-            if granted:
+            got = conn.execute(text(_PG_TRY_XACT_LOCK), {"k": _PG_LOCK_KEY})
+            if bool(got.scalar()):
                 break
+            conn.rollback()
             if time.monotonic() > deadline:
                 raise LockTimeout(f"the provisioning lock was not granted within {timeout_s:g} s")
             time.sleep(0.05)
-        release = text(_PG_UNLOCK)
-        params: dict[str, Any] = {"k": _PG_LOCK_KEY}
-    else:
-        got = conn.execute(text(_MYSQL_GET_LOCK), {"t": int(timeout_s)})
-        granted = got.scalar() == 1
-        conn.commit()
-        if not granted:
-            raise LockTimeout(f"the provisioning lock was not granted within {timeout_s:g} s")
-        release = text(_MYSQL_RELEASE_LOCK)
-        params = {}
+        try:
+            yield
+        except BaseException:
+            if conn.in_transaction() and not conn.invalidated:
+                conn.rollback()
+            raise
+        if conn.in_transaction():
+            conn.commit()
+        return
+    got = conn.execute(text(_MYSQL_GET_LOCK), {"t": int(timeout_s)})
+    granted = got.scalar() == 1
+    conn.commit()
+    if not granted:
+        raise LockTimeout(f"the provisioning lock was not granted within {timeout_s:g} s")
     try:
         yield
     finally:
         if conn.in_transaction():
             conn.rollback()
-        conn.execute(release, params)
+        conn.execute(text(_MYSQL_RELEASE_LOCK))
         conn.commit()
+
+
+def _apply_in_lock(conn: Connection, dialect: Dialect, *, convert: bool) -> list[Step]:
+    """PostgreSQL: every missing step in the provisioning lock's one transaction (DDL is
+    transactional there), planned again under the lock; nothing is kept if one fails."""
+    steps = _plan_checked(conn, dialect, convert=convert)
+    for step in steps:
+        try:
+            _execute(conn, step)
+        except Exception as exc:
+            if is_lock_wait(exc):
+                raise lock_wait_error(conn, step, kept=0) from exc
+            raise
+    return steps
 
 
 def ensure_agent_tables(
@@ -417,7 +439,9 @@ def ensure_agent_tables(
                     done = _apply_on(conn, dialect, nested=False, convert=convert)
             else:
                 with provisioning_lock(conn, timeout_s=lock_timeout_s):
-                    if is_galera(conn):
+                    if dialect_of(name).keyed_advisory_locks:
+                        done = _apply_in_lock(conn, dialect, convert=convert)
+                    elif is_galera(conn):
                         done = _apply_converging(conn, dialect, convert=convert)
                     else:
                         done = _apply_each(conn, dialect, convert=convert)

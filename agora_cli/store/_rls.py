@@ -707,9 +707,17 @@ def _run_online(engine: Engine, statements: list[str], ms: dict[str, str]) -> No
     if not statements:
         return
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text("SELECT set_config('lock_timeout', :ms, false)"), ms)
+        # A session setting, the one exception to "transaction-local only": a concurrent build
+        # cannot run inside a transaction (nor a pipeline), so nothing scopes the bound to it.
+        # Reset after each build; behind a transaction pooler run this command through a
+        # session-mode pool or directly (docs/scaling.md).
         for statement in statements:
-            conn.exec_driver_sql(statement)
+            conn.execute(text("SELECT set_config('lock_timeout', :ms, false)"), ms)
+            try:
+                conn.exec_driver_sql(statement)
+            finally:
+                if not conn.invalidated:
+                    conn.exec_driver_sql("RESET lock_timeout")
 
 
 def enable_rls(

@@ -65,5 +65,5 @@ def transaction_tenant(conn: Connection) -> str | None:
 
 def install_tenant_setting(engine: Engine, tenant: str) -> None:
     """Make every transaction on ``engine`` begin with ``agora.tenant = tenant`` (SET LOCAL), and
-    every autocommit connection carry it (``install_tenant_hook``; PostgreSQL only)."""
+    every autocommit statement carry it for itself only (``install_tenant_hook``; PostgreSQL)."""
     install_tenant_hook(engine, tenant)

@@ -10,7 +10,7 @@ import secrets
 from typing import Any
 
 import pytest
-from helpers import no_data
+from helpers import no_data, member_login_url
 from sqlalchemy import select
 
 from agora_cli.store._clock import DAY_MS, ManualClock, SystemClock
@@ -175,7 +175,7 @@ def test_agora_tenant_and_spend_tenant_scope_the_app_roles_view(
                 )
     engine.dispose()
     assert cli("db", "rls", "enable", "--app-role", app_role, "--db", pg_url).exit_code == 0
-    as_app = f"{pg_url}?options=-crole%3D{app_role}"
+    as_app = member_login_url(pg_url, app_role)
 
     listed = cli("threads", "list", "--db", as_app, "--json", env={"AGORA_TENANT": "acme"})
     assert listed.exit_code == 0, listed.stderr
@@ -207,7 +207,7 @@ def test_commands_scoped_by_tenant_set_it_for_the_app_role(
         append_message(conn, thread_id=thread.id, role="user", content="plain words")
     engine.dispose()
     assert cli("db", "rls", "enable", "--app-role", app_role, "--db", pg_url).exit_code == 0
-    as_app = f"{pg_url}?options=-crole%3D{app_role}"
+    as_app = member_login_url(pg_url, app_role)
     doc = {
         "run_id": "run-1",
         "tool_call_id": "call-1",
@@ -314,7 +314,7 @@ def test_upstream_ledger_rows_under_rls_are_their_threads_tenants(
     up = write_upstream(engine, now=1_773_144_000_000)  # 2026-03-10T12:00:00Z
     engine.dispose()
     assert cli("db", "rls", "enable", "--app-role", app_role, "--db", pg_url).exit_code == 0
-    as_app = f"{pg_url}?options=-crole%3D{app_role}"
+    as_app = member_login_url(pg_url, app_role)
     window = ("--from", "2026-03-10", "--to", "2026-03-10", "--raw")
     for tenant in ("acme", "globex", None):
         env = {"AGORA_TENANT": tenant or ""}

@@ -52,6 +52,10 @@ POOL_SIZE = int(os.environ.get("AGORA_PGBOUNCER_POOL_SIZE", "3"))
 # Session mode holds a server connection per client for the client's whole session: a pool as
 # small as the transaction one would only make the 9th of 8 worker processes wait.
 SESSION_POOL_SIZE = int(os.environ.get("AGORA_PGBOUNCER_SESSION_POOL_SIZE", "40"))
+# A pool is per database and user, and each test has a database of its own: the user's server
+# connections over all of them are capped below the server's max_connections (100), or a busy
+# run is refused ("sorry, too many clients already") instead of waiting for a connection.
+MAX_USER_CONNECTIONS = 50
 RUN_AS = os.environ.get("AGORA_PGBOUNCER_USER", "postgres")
 BOOT_TIMEOUT = float(os.environ.get("AGORA_PGBOUNCER_TIMEOUT", "30"))
 MODES = ("transaction", "session")
@@ -107,6 +111,7 @@ pool_mode = {mode}
 default_pool_size = {pool_size(mode)}
 min_pool_size = 0
 reserve_pool_size = 0
+max_user_connections = {MAX_USER_CONNECTIONS}
 max_client_conn = 1000
 auth_type = trust
 auth_file = {d / "userlist.txt"}

@@ -153,13 +153,6 @@ def test_workers_claim_and_settle_through_the_session_pooler(pooled_db: dict[str
     assert states(pooled_db["direct"]) == Counter({"succeeded": len(ids)})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,  # the workers' errors, asserted; a missing pooler stays an error
-    reason="issue 27: psycopg prepares a statement after 5 executions on a connection; through a "
-    "transaction-mode pooler the next transaction runs on another server connection "
-    "(DuplicatePreparedStatement / InvalidSqlStatementName)",
-)
 def test_workers_claim_and_settle_through_the_transaction_pooler(
     pooled_db: dict[str, str],
 ) -> None:

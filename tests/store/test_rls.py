@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from helpers import member_login_url
 from sqlalchemy import BigInteger, Double, Integer, and_, func, select, text, update
 from sqlalchemy.exc import DBAPIError
 
@@ -405,7 +406,7 @@ def test_open_engine_tenant_sets_the_setting_per_transaction(
     rls: Any, pg_url: str, app_role: str
 ) -> None:
     seed(rls)
-    as_role = f"{pg_url}?options=-crole%3D{app_role}"
+    as_role = member_login_url(pg_url, app_role)
     scoped = open_engine(as_role, tenant="acme")
     plain = open_engine(as_role)
     try:

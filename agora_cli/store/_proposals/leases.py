@@ -55,6 +55,7 @@ from agora_cli.store._proposals.queries import (
     lock_by_id_mysql,
     next_due_many,
     settle_many_mysql,
+    settled_generations,
     take_leases_mysql,
     worker_sql,
 )
@@ -182,6 +183,27 @@ def settle_proposal(
     if run_on_driver(conn, sql, params).rowcount != 1:
         return SettleResult("lost")
     return SettleResult("settled")
+
+
+def find_own_settles(conn: Connection, settlements: Sequence[Settlement]) -> set[str]:
+    """The ids among ``settlements`` that their own settle already recorded: the proposal is in
+    the settlement's outcome at the settlement's generation.
+
+    Asked only when a settle is retried after its connection was lost, so that a settle that
+    committed before the loss reports ``settled``, not ``lost``. A generation is advanced by
+    every claim and its lease token is held by one worker only; a proposal settled at that
+    generation was settled by that lease.
+    """
+    if not settlements:
+        return set()
+    ids = [item.proposal_id for item in settlements]
+    sql = dialect_of(conn).driver_sql(settled_generations(len(ids)))
+    found = {str(row[0]): (str(row[1]), int(row[2])) for row in run_on_driver(conn, sql, ids).rows}
+    return {
+        item.proposal_id
+        for item in settlements
+        if found.get(item.proposal_id) == (item.outcome, item.generation)
+    }
 
 
 # --- the privileged claim of the next due work ------------------------------------------------

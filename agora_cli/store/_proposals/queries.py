@@ -58,6 +58,7 @@ __all__ = [
     "rows_by_id_or_key",
     "scope_filter",
     "select_rows",
+    "settled_generations",
     "tenant_key_of",
     "worker_sql",
 ]
@@ -594,6 +595,17 @@ def holders_mysql(n: int) -> str:
         f"SELECT id, lease_token_hash, generation FROM {_T} WHERE id IN ({ids}) "
         "AND execution_state = 'running' AND lease_expires_at > %s FOR UPDATE"
     )
+
+
+@functools.cache
+def settled_generations(n: int) -> str:
+    """The state and generation of ``n`` proposals (``%s`` placeholders): after a connection was
+    lost mid-settle, whether that settle committed (``leases.find_own_settles``).
+
+    Parameters: id × n.
+    """
+    ids = ", ".join("%s" for _ in range(n))
+    return f"SELECT id, execution_state, generation FROM {_T} WHERE id IN ({ids})"
 
 
 @functools.cache

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from agora_cli.store._clock import Clock
 from agora_cli.store._dialects import dialect_of
-from agora_cli.store._engine import retry_transient
+from agora_cli.store._engine import retry_transient, translate_error
+from agora_cli.store._errors import AgoraError
 from agora_cli.store._proposals.backfill import backfill_discovery_index
 from agora_cli.store._proposals.decisions import (
     create_proposal,
@@ -30,6 +31,7 @@ from agora_cli.store._proposals.leases import (
     claim_next_proposal,
     claim_next_proposals,
     claim_proposal,
+    find_own_settles,
     renew_lease,
     settle_and_claim_next,
     settle_proposal,
@@ -73,7 +75,8 @@ class ActionProposalStore:
         self.engine = engine
         self.clock: Clock = clock_or_system(clock)
         self._autocommit_steps = dialect_of(engine).autocommit_worker_steps
-        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+        autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._steps = autocommit if self._autocommit_steps else engine
 
     def _write(
         self, fn: Callable[Concatenate[Connection, P], R], *args: P.args, **kwargs: P.kwargs
@@ -82,22 +85,45 @@ class ActionProposalStore:
             with self.engine.begin() as conn:
                 return fn(conn, *args, **kwargs)
 
-        return retry_transient(attempt)
+        return self._retried(attempt)
 
-    def _single(
-        self, fn: Callable[Concatenate[Connection, P], R], *args: P.args, **kwargs: P.kwargs
+    def _lease_step(
+        self,
+        fn: Callable[Concatenate[Connection, P], R],
+        *args: P.args,
+        **kwargs: P.kwargs,
     ) -> R:
-        """A worker's statement that is atomic on its own: on PostgreSQL it runs without a
-        surrounding transaction (autocommit: no BEGIN and COMMIT round trips; a fenced update
-        proves each step whatever the isolation), elsewhere in a short transaction."""
-        if self._autocommit_steps:
+        """A lease's step (claim, renew, settle), idempotent by its token and generation: a
+        lost connection is retried too (``retry_transient(reconnect=…)``), and on PostgreSQL
+        it runs without a surrounding transaction (autocommit: no BEGIN and COMMIT round trips;
+        a fenced update proves each step whatever the isolation), elsewhere in a short one."""
+        return self._step(self._steps, fn, None, *args, **kwargs)
 
-            def attempt() -> R:
-                with self._autocommit.connect() as conn:
-                    return fn(conn, *args, **kwargs)
+    def _step(
+        self,
+        engine: Engine,
+        fn: Callable[Concatenate[Connection, P], R],
+        after_loss: Callable[[Connection, R], R] | None,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> R:
+        """``fn`` as a lease step (``_lease_step``) on ``engine`` (``self.engine`` for one of
+        several statements, which must be one transaction everywhere); ``after_loss`` corrects
+        its result on a try after a lost connection."""
+        lost = False
 
-            return retry_transient(attempt)
-        return self._write(fn, *args, **kwargs)
+        def attempt() -> R:
+            with engine.connect() as conn:
+                with conn.begin():
+                    result = fn(conn, *args, **kwargs)
+                    # A retry after a loss: the first try may have committed before the loss.
+                    return result if after_loss is None or not lost else after_loss(conn, result)
+
+        def on_lost() -> None:
+            nonlocal lost
+            lost = True
+
+        return self._retried(attempt, reconnect=True, on_lost=on_lost)
 
     def _read(
         self, fn: Callable[Concatenate[Connection, P], R], *args: P.args, **kwargs: P.kwargs
@@ -107,7 +133,28 @@ class ActionProposalStore:
                 with conn.begin():
                     return fn(conn, *args, **kwargs)
 
-        return retry_transient(attempt)
+        return self._retried(attempt, reconnect=True)
+
+    def _retried(
+        self,
+        attempt: Callable[[], R],
+        *,
+        reconnect: bool = False,
+        on_lost: Callable[[], None] | None = None,
+    ) -> R:
+        """``attempt`` under ``retry_transient``; what still fails is raised as agora's error
+        (``DatabaseUnreachable`` for a connection that stayed lost), never the driver's."""
+        try:
+            return retry_transient(
+                attempt, reconnect=self.engine if reconnect else None, on_lost=on_lost
+            )
+        except AgoraError:
+            raise
+        except Exception as exc:
+            translated = translate_error(exc)
+            if translated is None:
+                raise
+            raise translated from exc
 
     def create(self, new: NewProposal) -> CreateResult:
         """Create a proposal: ``created``, ``existing`` or ``conflict``."""
@@ -181,8 +228,10 @@ class ActionProposalStore:
 
     def claim(self, proposal_id: str, scope: Scope, worker_id: str, lease_ms: int) -> ClaimResult:
         """Take the execution lease of an approved proposal whose work is due."""
-        return self._write(
+        return self._step(
+            self.engine,
             claim_proposal,
+            None,
             proposal_id,
             scope=scope,
             worker_id=worker_id,
@@ -192,7 +241,7 @@ class ActionProposalStore:
 
     def renew(self, proposal_id: str, token: str, generation: int, lease_ms: int) -> RenewResult:
         """Extend a live lease: ``renewed`` or ``lost``."""
-        return self._single(
+        return self._lease_step(
             renew_lease,
             proposal_id,
             token=token,
@@ -211,8 +260,11 @@ class ActionProposalStore:
         error: str | None = None,
     ) -> SettleResult:
         """Record the outcome under a live lease: ``settled`` or ``lost``."""
-        return self._single(
+        own = Settlement(proposal_id, token, generation, outcome, result, error)  # type: ignore[arg-type]
+        return self._step(
+            self._steps,
             settle_proposal,
+            lambda conn, r: _own_settle(conn, own, r),
             proposal_id,
             token=token,
             generation=generation,
@@ -236,10 +288,10 @@ class ActionProposalStore:
         """Claim the most overdue work across scopes (privileged): one claim (outcome ``none``
         when nothing is due), or with ``limit`` a list of up to ``limit`` claims."""
         if limit is None:
-            return self._single(
+            return self._lease_step(
                 claim_next_proposal, worker_id=worker_id, lease_ms=lease_ms, clock=self.clock
             )
-        return self._single(
+        return self._lease_step(
             claim_next_proposals,
             worker_id=worker_id,
             lease_ms=lease_ms,
@@ -249,15 +301,23 @@ class ActionProposalStore:
 
     def settle_many(self, settlements: Sequence[Settlement]) -> builtins.list[SettleResult]:
         """Record many outcomes at once, each fenced as ``settle``: one result per item."""
-        return self._single(settle_proposals, settlements, clock=self.clock)
+        return self._step(
+            self._steps,
+            settle_proposals,
+            lambda conn, results: _own_settles(conn, settlements, results),
+            settlements,
+            clock=self.clock,
+        )
 
     def settle_and_claim_next(
         self, settlement: Settlement, worker_id: str, lease_ms: int, limit: int = 1
     ) -> tuple[SettleResult, builtins.list[ClaimResult]]:
         """Settle one job and claim the next ``limit`` in one short transaction (on PostgreSQL
         both statements in one round trip, run by the server as one implicit transaction)."""
-        return self._single(
+        return self._step(
+            self._steps,
             settle_and_claim_next,
+            lambda conn, r: (_own_settle(conn, settlement, r[0]), r[1]),
             settlement,
             worker_id=worker_id,
             lease_ms=lease_ms,
@@ -280,3 +340,19 @@ class ActionProposalStore:
     def backfill(self, limit: int = 500) -> BackfillResult:
         """Backfill one bounded batch of legacy rows in its own transaction."""
         return self._write(backfill_discovery_index, limit=limit)
+
+
+def _own_settle(conn: Connection, settlement: Settlement, result: SettleResult) -> SettleResult:
+    """``result`` of a retried settle, ``settled`` when the try cut off by the loss committed."""
+    return _own_settles(conn, [settlement], [result])[0]
+
+
+def _own_settles(
+    conn: Connection, settlements: Sequence[Settlement], results: builtins.list[SettleResult]
+) -> builtins.list[SettleResult]:
+    lost = [s for s, r in zip(settlements, results, strict=True) if r.outcome == "lost"]
+    own = find_own_settles(conn, lost)
+    return [
+        SettleResult("settled") if s.proposal_id in own else r
+        for s, r in zip(settlements, results, strict=True)
+    ]
