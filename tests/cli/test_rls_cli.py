@@ -10,7 +10,7 @@ import secrets
 from typing import Any
 
 import pytest
-from helpers import no_data, member_login_url
+from helpers import member_login_url, no_data
 from sqlalchemy import select
 
 from agora_cli.store._clock import DAY_MS, ManualClock, SystemClock
