@@ -90,3 +90,39 @@ def pooled_db(pgbouncer_urls: dict[str, str]) -> Iterator[dict[str, str]]:
         with admin.connect() as conn:
             conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.dispose()
+
+
+@pytest.fixture
+def app_role_on() -> Iterator[Any]:
+    """``app_role_on(url)``: provision ``url``'s database, enable row-level security for a fresh
+    app role there and return the role's name; the role and its member login
+    (``helpers.member_login_url``) are dropped afterwards."""
+    from agora_cli.store import ensure_agent_tables, open_engine
+    from agora_cli.store._rls import enable_rls
+
+    made: list[tuple[str, str]] = []
+
+    def make(url: str) -> str:
+        role = unique_name("agora_app")
+        engine = open_engine(url)
+        try:
+            ensure_agent_tables(engine)
+            enable_rls(engine, app_role=role)
+        finally:
+            engine.dispose()
+        made.append((url, role))
+        return role
+
+    yield make
+    for url, role in made:
+        engine = open_engine(url)
+        try:
+            with engine.begin() as conn:
+                for name in (f"{role}_rt", role):
+                    if conn.exec_driver_sql(
+                        "SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)
+                    ).first():
+                        conn.exec_driver_sql(f'DROP OWNED BY "{name}"')
+                        conn.exec_driver_sql(f'DROP ROLE "{name}"')
+        finally:
+            engine.dispose()

@@ -203,7 +203,9 @@ def upgrade(
 def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     """Show the migration revision, whether the schema is current, and table sizes.
 
-    Row counts of large tables are catalog estimates, marked as such.
+    Row counts of large tables are catalog estimates, marked as such. On PostgreSQL it says
+    whether a connection pooler (PgBouncer) stands in between, and whether it pools
+    transactions; on a Galera node, the cluster's state.
 
     Example: agora db status --json
     """
@@ -232,6 +234,13 @@ def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
             "primary": st.cluster.cluster_status == "Primary",
             "summary": st.cluster.describe(),
         },
+        "pooler": None
+        if st.pooler is None
+        else {
+            "detected": True,
+            "transaction_pooling": st.pooler.transaction_pooling,
+            "summary": st.pooler.describe(),
+        },
     }
     if as_json:
         emit_json(doc)
@@ -241,6 +250,8 @@ def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     console.print(f"dialect          {doc['dialect']} {safe_text(doc['server_version'])}")
     if st.cluster is not None:
         console.print(f"cluster          {safe_text(st.cluster.describe())}")
+    if st.pooler is not None:
+        console.print(f"pooler           {st.pooler.describe()}")
     console.print(f"revision         {doc['revision'] or '(migrations never run)'}")
     console.print(f"head             {doc['head']}")
     console.print(f"branches         {', '.join(doc['branches']) or '—'}")
