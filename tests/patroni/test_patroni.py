@@ -1,8 +1,8 @@
 """agora on a three-node Patroni cluster (tests/patroni/cluster.py): provisioning through the
 multi-host URL, synchronous replication to the standby, a switchover.
 
-The xfail tests are issue 27's: agora refuses libpq's multi-host URL, and a switchover reaches a
-caller as a raw driver error.
+A store keeps working across a switchover (its lost connections retried inside the store), and
+libpq's multi-host URL is accepted (issue 27).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from conftest import Patroni, PatroniDb
 import pytest
 from helpers import run_agora
-from sqlalchemy.exc import OperationalError
 
 pytestmark = [pytest.mark.patroni, pytest.mark.slow]
 
@@ -103,22 +102,11 @@ def test_provision_write_replicate_switch_over_and_write_again(
     cluster.wait_healthy(120)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,  # not a fixture's failure: a missing cluster stays an error
-    reason="issue 27: agora refuses libpq's multi-host URL (h1:p1,h2:p2,h3:p3) as not a URL",
-)
 def test_the_libpq_multi_host_url_is_accepted(patroni_db: PatroniDb) -> None:
     provisioned = run_agora("db", "provision", "--db", patroni_db.libpq_url)
     assert provisioned.exit_code == 0, provisioned.stdout + provisioned.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=OperationalError,  # the raw driver error; a missing cluster stays an error
-    reason="issue 27: after a switchover the engine's pooled connections are dead and the next "
-    "call raises a raw psycopg OperationalError instead of being retried",
-)
 def test_a_store_keeps_working_across_a_switchover(patroni: Patroni, patroni_db: PatroniDb) -> None:
     from agora_cli.store import ActionProposalStore, AgoraError, ensure_agent_tables, open_engine
 
