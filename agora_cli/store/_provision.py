@@ -366,6 +366,7 @@ def _apply_in_lock(conn: Connection, dialect: Dialect, *, convert: bool) -> list
             _execute(conn, step)
         except Exception as exc:
             if is_lock_wait(exc):
+                conn.rollback()  # the lock's holder is read outside the failed transaction
                 raise lock_wait_error(conn, step, kept=0) from exc
             raise
     return steps

@@ -27,6 +27,7 @@ from agora_cli.store._schema import (
 )
 from agora_cli.store._schema import tenant_key as k  # the keys table, in every key query here
 from agora_cli.store._sqlexpr import exact_eq
+from agora_cli.store._tenant_setting import OUTSIDE_TRANSACTION
 from agora_cli.store._values import check_identity, check_int
 
 if TYPE_CHECKING:
@@ -395,7 +396,8 @@ def vacuum_sealed_tables(engine: Engine) -> list[str]:
         finally:
             raw.close()
         return stmts
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+    outside = {"isolation_level": "AUTOCOMMIT", OUTSIDE_TRANSACTION: True}
+    with engine.connect().execution_options(**outside) as conn:
         for stmt in stmts:
             result = conn.execute(text(stmt))
             if result.returns_rows:  # OPTIMIZE TABLE answers with a status row per table

@@ -16,13 +16,21 @@ from agora_cli.store._values import check_identity
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
-__all__ = ["TENANT_SETTING", "autocommit_tenant_statement", "install_tenant_hook"]
+__all__ = [
+    "OUTSIDE_TRANSACTION",
+    "TENANT_SETTING",
+    "autocommit_tenant_statement",
+    "install_tenant_hook",
+]
 
 TENANT_SETTING = "agora.tenant"
 
 _TENANT_SQL = f"SELECT set_config('{TENANT_SETTING}', %s, true)"  # on the driver's cursor
 _AUTOCOMMIT_TENANT = "agora_autocommit_tenant"  # connection key: this autocommit block's tenant
 _WRAPPED = "agora_tenant_wrapped"  # connection key: a statement sent inside BEGIN … COMMIT
+# Execution option: this autocommit connection's statements cannot run inside a transaction
+# block (VACUUM, CREATE INDEX CONCURRENTLY) and read no tenant's rows: sent as they are.
+OUTSIDE_TRANSACTION = "agora_outside_transaction"
 
 
 def install_tenant_hook(engine: Engine, tenant: str) -> None:
@@ -34,7 +42,8 @@ def install_tenant_hook(engine: Engine, tenant: str) -> None:
     worker's renew, settle and claim, which run without BEGIN — has no transaction to scope it:
     statements sent on the driver's cursor (``run_on_driver``) go in one pipeline behind the
     setting, which PostgreSQL runs as one implicit transaction (no extra round trip); any other
-    statement on it is sent as ``BEGIN; set_config(…)``, the statement, ``COMMIT``.
+    statement on it is sent as ``BEGIN; set_config(…)``, the statement, ``COMMIT`` — except on
+    a connection with the execution option ``OUTSIDE_TRANSACTION`` (maintenance statements).
     """
     # lazy: start-up — the engine module stays importable without SQLAlchemy (agora config)
     from sqlalchemy import event
@@ -56,7 +65,7 @@ def install_tenant_hook(engine: Engine, tenant: str) -> None:
 
     def _before(conn: Connection, cursor: Any, *_args: Any) -> None:
         scoped = conn.info.get(_AUTOCOMMIT_TENANT)
-        if scoped is None:
+        if scoped is None or conn.get_execution_options().get(OUTSIDE_TRANSACTION):
             return
         # lazy: PostgreSQL only
         from psycopg import sql

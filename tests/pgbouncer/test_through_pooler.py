@@ -17,6 +17,7 @@ from collections import Counter
 
 import pytest
 from helpers import run_agora
+from workload import Workload, queue_approved, start_workers, states, stop_workers, wait_for
 
 pytestmark = [pytest.mark.pgbouncer, pytest.mark.slow]  # subprocesses, threads, PostgreSQL
 
@@ -38,40 +39,6 @@ def test_provision_and_demo_through_the_pooler(pooled_db: dict[str, str], mode: 
     spent = run_agora("spend", "--by", "model", "--db", url, "--json")
     assert spent.exit_code == 0, spent.stderr
     assert spent.json()["rows"]  # the demo's ledger, read back through the pooler
-
-
-def queue_approved(url: str, n: int) -> list[str]:
-    """``n`` approved proposals (queued work), written through the public store API."""
-    from agora_cli.store import (
-        ActionProposalStore,
-        NewProposal,
-        Scope,
-        ensure_agent_tables,
-        metadata,
-        open_engine,
-    )
-
-    engine = open_engine(url)
-    try:
-        ensure_agent_tables(engine)
-        with engine.begin() as conn:
-            conn.execute(
-                metadata.tables["agent_thread"]
-                .insert()
-                .values(id="t1", actor_ref="alice", tenant_ref=None, title="t", created_at=0,
-                        updated_at=0)
-            )  # fmt: skip
-        store = ActionProposalStore(engine)
-        scope = Scope(None, "alice", "t1")
-        ids = []
-        for i in range(n):
-            new = NewProposal(scope, "refund", {"order": i}, run_id="r", tool_call_id=f"c{i}")
-            pid = store.create(new).proposal.id
-            assert store.decide(pid, scope, "approved", "bob").outcome == "applied"
-            ids.append(pid)
-        return ids
-    finally:
-        engine.dispose()
 
 
 def run_workers(url: str, workers: int, cycles: int) -> tuple[list[str], list[str]]:
@@ -129,21 +96,6 @@ def error_summary(errors: list[str]) -> str:
     return f"{len(errors)} errors ({listed}); the first: {errors[0] if errors else ''}"
 
 
-def states(url: str) -> Counter[str]:
-    from sqlalchemy import select
-
-    from agora_cli.store import metadata, open_engine
-
-    table = metadata.tables["agent_action_proposal"]
-    engine = open_engine(url)
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(select(table.c.execution_state)).scalars().all()
-    finally:
-        engine.dispose()
-    return Counter(str(r) for r in rows)
-
-
 def test_workers_claim_and_settle_through_the_session_pooler(pooled_db: dict[str, str]) -> None:
     """Session pooling keeps a server connection per client: the workload runs clean."""
     ids = queue_approved(pooled_db["direct"], WORKERS * CYCLES)
@@ -164,3 +116,21 @@ def test_workers_claim_and_settle_through_the_transaction_pooler(
     assert errors == [], error_summary(errors)
     assert sorted(settled) == sorted(ids)
     assert states(pooled_db["direct"]) == Counter({"succeeded": len(ids)})
+
+
+def test_six_workers_drain_5000_proposals_through_the_transaction_pooler(
+    pooled_db: dict[str, str],
+) -> None:
+    """Issue 27's workload through PgBouncer in transaction mode (3 server connections for 6
+    workers): every proposal settled exactly once, zero errors of any kind."""
+    n = int(os.environ.get("AGORA_TEST_FAILOVER_N", "5000"))
+    queue_approved(pooled_db["transaction"], n)
+    w = Workload()
+    threads = start_workers(pooled_db["transaction"], w, 6)
+    try:
+        wait_for(w, n, 600)
+    finally:
+        stop_workers(w, threads)
+    assert w.foreign == [] and not w.agora_errors, (w.foreign[:1], w.agora_errors)
+    assert sorted(w.settled.values()) == [1] * n
+    assert states(pooled_db["direct"]) == Counter({"succeeded": n})
