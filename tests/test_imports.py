@@ -84,7 +84,10 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("SQL expressions and the dialects", ("dialects", "sqlexpr", "redaction_form")),
-    ("the engine and its tenant setting", ("tenant_setting", "engine", "tenant_session")),
+    (
+        "the engine and its tenant setting; row-level security's SQL text (it names the setting)",
+        ("tenant_setting", "rls_sql", "engine", "tenant_session"),
+    ),
     ("the schema", ("schema",)),
     (
         "reading and changing the live schema; checks keyed by the schema's tables",

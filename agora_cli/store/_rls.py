@@ -62,6 +62,9 @@ usable. No ``SECURITY DEFINER`` helper is left: the frames' old ``agent_rls_run_
 ``verify_isolation`` is the per-table isolation test, everything it writes rolled back.
 MySQL/MariaDB and SQLite have no row-level security: the commands refuse there
 (``RlsUnsupported``); ``tenant_session`` does nothing there.
+
+Every statement this module and ``rls_verify.py`` run — catalog reads, settings, and the DDL
+templates — is named once in ``rls_sql.py``; the policies' expressions are built here.
 """
 
 from __future__ import annotations
@@ -74,14 +77,12 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
+from agora_cli.store import _rls_sql as sql
 from agora_cli.store._dialects import dialect_of
 from agora_cli.store._errors import InvalidInput, SchemaDrift
 from agora_cli.store._problems import Problem
 from agora_cli.store._schema import metadata
-from agora_cli.store._tenant_session import (
-    SETTING_SQL,
-    TENANT_SQL,
-)
+from agora_cli.store._tenant_session import SETTING_SQL, TENANT_SQL, transaction_tenant
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -228,15 +229,10 @@ def _marker(using: str, check: str) -> str:
 # `status` and `db check` compare both with the live policy: a policy without the mark (an older
 # agora's) or with another, or whose live expressions are not the ones installed (a hand edit
 # such as `ALTER POLICY … USING (true)`, which keeps the comment), is outdated, and `enable`
-# replaces its expressions in place (ALTER POLICY).
+# replaces its expressions in place (ALTER POLICY). The md5: rls_sql.DEPARSED_MD5.
 POLICY_MARKS: dict[str, str] = {t: _marker(*e) for t, e in POLICIES.items()}
-_DEPARSED_MD5 = (
-    "md5(coalesce(qual, '') || chr(10) || coalesce(with_check, '') || chr(10) || cmd "
-    "|| chr(10) || permissive || chr(10) || array_to_string(roles, ','))"
-)
 # Built by `enable` outside its transaction (CONCURRENTLY), dropped by `disable`.
 THREAD_TENANT_INDEX = "agent_token_usage_thread_tenant_idx"
-_ONLINE = "CONCURRENTLY"  # statements that run outside the transaction, in autocommit
 # Tables whose rows with no tenant_ref belong to their thread's tenant (_own_or_threads; queued
 # messages follow their thread anyway): `verify` probes that case on each.
 THREADS_TENANT_TABLES = (
@@ -350,32 +346,10 @@ def _tenant_tables(columns: dict[str, set[str]], keys: list[tuple[str, str]]) ->
 
 def _read_catalog(conn: Connection) -> _Catalog:
     """Every table of the schema (the live catalog, not a fixed list) and its policy."""
-    schema = str(conn.execute(text("SELECT current_schema()")).scalar())
-    rows = conn.execute(
-        text(
-            "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity, p.oid IS NOT NULL, "
-            "obj_description(p.oid, 'pg_policy'), "
-            f"(SELECT {_DEPARSED_MD5} FROM pg_policies s WHERE s.schemaname = n.nspname "
-            "AND s.tablename = c.relname AND s.policyname = p.polname), "
-            "ARRAY(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = c.oid "
-            "AND a.attnum > 0 AND NOT a.attisdropped) "
-            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "LEFT JOIN pg_policy p ON p.polrelid = c.oid AND p.polname = :policy "
-            "WHERE n.nspname = :schema AND c.relkind IN ('r', 'p') AND NOT c.relispartition"
-        ),
-        {"policy": POLICY_NAME, "schema": schema},
-    ).all()
+    schema = str(conn.execute(text(sql.CURRENT_SCHEMA)).scalar())
+    rows = conn.execute(text(sql.TABLES), {"policy": POLICY_NAME, "schema": schema}).all()
     keys = [
-        (str(r[0]), str(r[1]))
-        for r in conn.execute(
-            text(
-                "SELECT c.relname, f.relname FROM pg_constraint k "
-                "JOIN pg_class c ON c.oid = k.conrelid JOIN pg_class f ON f.oid = k.confrelid "
-                "JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE k.contype = 'f' AND n.nspname = :schema"
-            ),
-            {"schema": schema},
-        )
+        (str(r[0]), str(r[1])) for r in conn.execute(text(sql.FOREIGN_KEYS), {"schema": schema})
     ]
     live = {str(r[0]): (bool(r[1]), bool(r[2]), bool(r[3]), r[4], r[5]) for r in rows}
     tenant = _tenant_tables({str(r[0]): set(r[6]) for r in rows}, keys)
@@ -403,20 +377,11 @@ def _read_catalog(conn: Connection) -> _Catalog:
         )
     function = bool(
         conn.execute(
-            text(
-                "SELECT EXISTS (SELECT 1 FROM pg_proc f JOIN pg_namespace n "
-                "ON n.oid = f.pronamespace WHERE f.proname = :name AND n.nspname = :schema)"
-            ),
-            {"name": RUN_ABSENT_FUNCTION, "schema": schema},
+            text(sql.FUNCTION_EXISTS), {"name": RUN_ABSENT_FUNCTION, "schema": schema}
         ).scalar()
     )
     valid = conn.execute(
-        text(
-            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE c.relname = :name AND n.nspname = :schema"
-        ),
-        {"name": THREAD_TENANT_INDEX, "schema": schema},
+        text(sql.INDEX_VALID), {"name": THREAD_TENANT_INDEX, "schema": schema}
     ).scalar()
     index = "missing" if valid is None else "valid" if valid else "invalid"
     return _Catalog(schema, tables, function, index)
@@ -425,13 +390,7 @@ def _read_catalog(conn: Connection) -> _Catalog:
 def _role_kind(conn: Connection, role: str | None = None) -> tuple[str, str]:
     """(role name, kind): ``superuser`` and ``bypassrls`` bypass the policies; ``subject``
     roles (the owner too: the policies are forced) see only their tenant's rows."""
-    row = conn.execute(
-        text(
-            "SELECT rolname, rolsuper, rolbypassrls FROM pg_roles "
-            "WHERE rolname = coalesce(:role, current_user)"
-        ),
-        {"role": role},
-    ).first()
+    row = conn.execute(text(sql.ROLE), {"role": role}).first()
     if row is None:
         return (role or "", "missing")
     kind = "superuser" if row[1] else "bypassrls" if row[2] else "subject"
@@ -453,22 +412,13 @@ def _app_role_refusal(conn: Connection, role: str, cat: _Catalog) -> str | None:
         return f"role {role!r} is a {kind} role and bypasses row-level security"
     names = sorted(t.table for t in cat.tables.values() if t.exists)
     owns = conn.execute(
-        text(
-            "SELECT c.relname, pg_get_userbyid(c.relowner) FROM pg_class c "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = :schema AND c.relname = ANY(CAST(:tables AS text[])) "
-            "AND pg_has_role(:role, c.relowner, 'MEMBER') ORDER BY c.relname LIMIT 1"
-        ),
-        {"schema": cat.schema, "tables": names, "role": role},
+        text(sql.OWNED_TABLE), {"schema": cat.schema, "tables": names, "role": role}
     ).first()
     if owns is not None:
         owner = str(owns[1])
         how = "owns" if owner == role else f"is a member of {owner!r}, which owns"
         return f"role {role!r} {how} {owns[0]} and could switch its row-level security off"
-    if conn.execute(
-        text("SELECT has_schema_privilege(:role, :schema, 'CREATE')"),
-        {"role": role, "schema": cat.schema},
-    ).scalar():
+    if conn.execute(text(sql.SCHEMA_CREATE), {"role": role, "schema": cat.schema}).scalar():
         return f"role {role!r} has CREATE on schema {cat.schema!r} and could re-own its tables"
     return None
 
@@ -514,14 +464,14 @@ def rls_status(conn: Connection) -> RlsStatus:
     _require_postgresql(conn)
     cat = _read_catalog(conn)
     role, kind = _role_kind(conn)
-    tenant = conn.execute(text(f"SELECT {TENANT_SQL}")).scalar()
+    tenant = transaction_tenant(conn)
     protected = [s for s in cat.tables.values() if s.protected]
     complete = [s for s in protected if s.exists and s.enabled and s.forced and s.policy]
     touched = [s for s in protected if s.enabled or s.forced or s.policy]
     return RlsStatus(
         role=role,
         role_kind=kind,
-        tenant=None if tenant is None else str(tenant),
+        tenant=tenant,
         enabled=len(complete) == len(protected),
         partial=bool(touched) and len(complete) < len(protected),
         function=cat.function,
@@ -612,30 +562,10 @@ class RlsPlan:
         return bool(self.sql)
 
 
-def _comment_sql(conn: Connection, table: str) -> str:
-    """Mark the policy on ``table``: our mark and the md5 of its expressions as deparsed now.
-
-    A DO block, since the deparsed text exists only once the policy does (it runs in the same
-    transaction, after the CREATE or ALTER POLICY).
-    """
-    literal = f"'{table}'"
-    return (
-        "DO $agora$BEGIN EXECUTE 'COMMENT ON POLICY "
-        f"{POLICY_NAME} ON ' || quote_ident({literal}) || ' IS ' || quote_literal("
-        f"'{POLICY_MARKS[table]} ' || (SELECT {_DEPARSED_MD5} FROM pg_policies "
-        f"WHERE schemaname = current_schema() AND tablename = {literal} "
-        f"AND policyname = '{POLICY_NAME}')); END$agora$"
-    )
-
-
 def _privileges(conn: Connection, role: str, tables: list[str]) -> dict[str, set[str]]:
     """The DML privileges ``role`` holds on each of ``tables`` (schema-qualified by search_path)."""
     rows = conn.execute(
-        text(
-            "SELECT t, p FROM unnest(CAST(:tables AS text[])) t, unnest(CAST(:privs AS text[])) p "
-            "WHERE has_table_privilege(:role, quote_ident(t), p)"
-        ),
-        {"tables": tables, "privs": list(_DML), "role": role},
+        text(sql.TABLE_PRIVILEGES), {"tables": tables, "privs": list(_DML), "role": role}
     ).all()
     held: dict[str, set[str]] = {t: set() for t in tables}
     for t, p in rows:
@@ -650,26 +580,23 @@ def _grant_sql(conn: Connection, role: str, cat: _Catalog, *, revoke: bool) -> l
     qrole = _quote(conn, role)
     statements: list[str] = []
     has_usage = bool(
-        conn.execute(
-            text("SELECT has_schema_privilege(:role, :schema, 'USAGE')"),
-            {"role": role, "schema": cat.schema},
-        ).scalar()
+        conn.execute(text(sql.SCHEMA_USAGE), {"role": role, "schema": cat.schema}).scalar()
     )
     for table in agent:
         want = {"SELECT"} if table in READ_ONLY_TABLES else set(_DML)
         qt = _quote(conn, table)
         if revoke:
             if held[table]:
-                statements.append(f"REVOKE ALL ON {qt} FROM {qrole}")
+                statements.append(sql.REVOKE_ALL.format(table=qt, role=qrole))
         else:
             if not want <= held[table]:
                 privs = ", ".join(p for p in _DML if p in want)
-                statements.append(f"GRANT {privs} ON {qt} TO {qrole}")
+                statements.append(sql.GRANT.format(privileges=privs, tables=qt, role=qrole))
             if held[table] - want:  # an older agora's grant (the fold's tables)
                 extra = ", ".join(p for p in _DML if p in held[table] - want)
-                statements.append(f"REVOKE {extra} ON {qt} FROM {qrole}")
+                statements.append(sql.REVOKE.format(privileges=extra, table=qt, role=qrole))
     if not revoke and not has_usage:
-        statements.insert(0, f"GRANT USAGE ON SCHEMA {_quote(conn, cat.schema)} TO {qrole}")
+        statements.insert(0, sql.GRANT_USAGE.format(schema=_quote(conn, cat.schema), role=qrole))
     return statements
 
 
@@ -681,16 +608,16 @@ def _run(engine: Engine, build: Any, *, dry_run: bool, lock_timeout_s: float) ->
     if dry_run or not plan.sql:
         return plan
     ms = {"ms": f"{int(lock_timeout_s * 1000)}ms"}
-    online = [s for s in plan.sql if _ONLINE in s]
+    online = [s for s in plan.sql if sql.ONLINE in s]
     before = online if plan.action == "enable" else []
     after = [] if plan.action == "enable" else online
     _run_online(engine, before, ms)
     with engine.connect() as conn:
         # The catalog read again, inside the transaction that applies what it found missing.
         again: RlsPlan = build(conn)
-        applied = [s for s in again.sql if _ONLINE not in s]
+        applied = [s for s in again.sql if sql.ONLINE not in s]
         if applied:
-            conn.execute(text("SELECT set_config('lock_timeout', :ms, true)"), ms)
+            conn.execute(text(sql.LOCK_TIMEOUT_LOCAL), ms)
             for statement in applied:
                 conn.exec_driver_sql(statement)
         conn.commit()
@@ -712,12 +639,12 @@ def _run_online(engine: Engine, statements: list[str], ms: dict[str, str]) -> No
         # Reset after each build; behind a transaction pooler run this command through a
         # session-mode pool or directly (docs/scaling.md).
         for statement in statements:
-            conn.execute(text("SELECT set_config('lock_timeout', :ms, false)"), ms)
+            conn.execute(text(sql.LOCK_TIMEOUT_SESSION), ms)
             try:
                 conn.exec_driver_sql(statement)
             finally:
                 if not conn.invalidated:
-                    conn.exec_driver_sql("RESET lock_timeout")
+                    conn.exec_driver_sql(sql.RESET_LOCK_TIMEOUT)
 
 
 def enable_rls(
@@ -747,51 +674,44 @@ def enable_rls(
             raise SchemaDrift(
                 f"the agent schema lacks {', '.join(missing)}: run `agora db provision` first"
             )
-        sql: list[str] = []
+        ddl: list[str] = []
         notes: list[str] = []
-        index = f"{_quote(conn, cat.schema)}.{_quote(conn, THREAD_TENANT_INDEX)}"
+        schema = _quote(conn, cat.schema)
+        index = _quote(conn, THREAD_TENANT_INDEX)
         if cat.index == "invalid":
-            sql.append(f"DROP INDEX {_ONLINE} IF EXISTS {index}")
+            ddl.append(sql.DROP_THREAD_TENANT_INDEX.format(schema=schema, index=index))
         if cat.index != "valid":
-            sql.append(
-                f"CREATE INDEX {_ONLINE} IF NOT EXISTS {_quote(conn, THREAD_TENANT_INDEX)} "
-                f"ON {_quote(conn, 'agent_token_usage')} (thread_id, tenant_ref)"
-            )
-        for table in PROTECTED_TABLES:
-            state = cat.tables[table]
-            qt = _quote(conn, table)
+            table = _quote(conn, "agent_token_usage")
+            ddl.append(sql.CREATE_THREAD_TENANT_INDEX.format(index=index, table=table))
+        for name in PROTECTED_TABLES:
+            state = cat.tables[name]
+            qt = _quote(conn, name)
             if not state.enabled:
-                sql.append(f"ALTER TABLE {qt} ENABLE ROW LEVEL SECURITY")
+                ddl.append(sql.ENABLE_RLS.format(table=qt))
             if not state.forced:
-                sql.append(f"ALTER TABLE {qt} FORCE ROW LEVEL SECURITY")
-            using, check = POLICIES[table]
+                ddl.append(sql.FORCE_RLS.format(table=qt))
+            using, check = POLICIES[name]
+            policy = {"policy": POLICY_NAME, "table": qt, "using": using, "check": check}
             if not state.policy:
-                sql.append(
-                    f"CREATE POLICY {POLICY_NAME} ON {qt} AS PERMISSIVE FOR ALL "
-                    f"USING ({using}) WITH CHECK ({check})"
-                )
+                ddl.append(sql.CREATE_POLICY.format(**policy))
             elif not state.policy_current:  # an older agora's, or edited: replaced in place
-                sql.append(
-                    f"ALTER POLICY {POLICY_NAME} ON {qt} TO PUBLIC "
-                    f"USING ({using}) WITH CHECK ({check})"
-                )
-            if not state.policy_current:
-                sql.append(_comment_sql(conn, table))
+                ddl.append(sql.ALTER_POLICY.format(**policy))
+            if not state.policy_current:  # the DO block runs after the CREATE or ALTER POLICY
+                mark = POLICY_MARKS[name]
+                ddl.append(sql.COMMENT_POLICY.format(policy=POLICY_NAME, name=name, mark=mark))
         if cat.function:  # the frames' old helper (issue 24: it answered for every tenant),
             # dropped once no policy uses it any more
-            sql.append(
-                f"DROP FUNCTION IF EXISTS {_quote(conn, cat.schema)}.{RUN_ABSENT_FUNCTION}(text)"
-            )
+            ddl.append(sql.DROP_FUNCTION.format(schema=schema, name=RUN_ABSENT_FUNCTION))
         created = False
         if app_role is not None:
             _refuse_app_role(conn, app_role, cat)
             _, kind = _role_kind(conn, app_role)
             if kind == "missing":
                 created = True
-                sql.append(f"CREATE ROLE {_quote(conn, app_role)} NOLOGIN NOBYPASSRLS")
-                sql += _grant_sql_for_new_role(conn, app_role, cat)
+                ddl.append(sql.CREATE_ROLE.format(role=_quote(conn, app_role)))
+                ddl += _grant_sql_for_new_role(conn, app_role, cat)
             else:
-                sql += _grant_sql(conn, app_role, cat, revoke=False)
+                ddl += _grant_sql(conn, app_role, cat, revoke=False)
         _, me = _role_kind(conn)
         if me == "subject":
             notes.append(
@@ -799,7 +719,7 @@ def enable_rls(
                 "reports, the fold and the purge of frames whose run is gone as a superuser "
                 "or a BYPASSRLS role"
             )
-        return RlsPlan("enable", app_role, created, False, dry_run, sql, notes)
+        return RlsPlan("enable", app_role, created, False, dry_run, ddl, notes)
 
     return _run(engine, build, dry_run=dry_run, lock_timeout_s=lock_timeout_s)
 
@@ -810,12 +730,12 @@ def _grant_sql_for_new_role(conn: Connection, role: str, cat: _Catalog) -> list[
     names = [t for t in names if cat.tables[t].exists]
     rw = [_quote(conn, t) for t in names if t not in READ_ONLY_TABLES]
     ro = [_quote(conn, t) for t in names if t in READ_ONLY_TABLES]
-    sql = [f"GRANT USAGE ON SCHEMA {_quote(conn, cat.schema)} TO {qrole}"]
+    ddl = [sql.GRANT_USAGE.format(schema=_quote(conn, cat.schema), role=qrole)]
     if rw:
-        sql.append(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {', '.join(rw)} TO {qrole}")
+        ddl.append(sql.GRANT.format(privileges=", ".join(_DML), tables=", ".join(rw), role=qrole))
     if ro:
-        sql.append(f"GRANT SELECT ON {', '.join(ro)} TO {qrole}")
-    return sql
+        ddl.append(sql.GRANT.format(privileges="SELECT", tables=", ".join(ro), role=qrole))
+    return ddl
 
 
 def disable_rls(
@@ -839,56 +759,42 @@ def disable_rls(
 
     def build(conn: Connection) -> RlsPlan:
         cat = _read_catalog(conn)
-        sql: list[str] = []
+        ddl: list[str] = []
+        schema = _quote(conn, cat.schema)
         for table in reversed(PROTECTED_TABLES):
             state = cat.tables[table]
             qt = _quote(conn, table)
             if state.policy:
-                sql.append(f"DROP POLICY {POLICY_NAME} ON {qt}")
+                ddl.append(sql.DROP_POLICY.format(policy=POLICY_NAME, table=qt))
             if state.forced:
-                sql.append(f"ALTER TABLE {qt} NO FORCE ROW LEVEL SECURITY")
+                ddl.append(sql.NO_FORCE_RLS.format(table=qt))
             if state.enabled:
-                sql.append(f"ALTER TABLE {qt} DISABLE ROW LEVEL SECURITY")
+                ddl.append(sql.DISABLE_RLS.format(table=qt))
         if cat.function:  # left by an agora before issue 24
-            sql.append(
-                f"DROP FUNCTION IF EXISTS {_quote(conn, cat.schema)}.{RUN_ABSENT_FUNCTION}(text)"
-            )
+            ddl.append(sql.DROP_FUNCTION.format(schema=schema, name=RUN_ABSENT_FUNCTION))
         dropped = False
         if app_role is not None:
             _, kind = _role_kind(conn, app_role)
             if kind != "missing":
-                sql += _grant_sql(conn, app_role, cat, revoke=True)
+                ddl += _grant_sql(conn, app_role, cat, revoke=True)
+                qrole = _quote(conn, app_role)
                 if conn.execute(
-                    text("SELECT has_schema_privilege(:r, :s, 'USAGE')"),
-                    {"r": app_role, "s": cat.schema},
+                    text(sql.SCHEMA_USAGE), {"role": app_role, "schema": cat.schema}
                 ).scalar():
-                    sql.append(
-                        f"REVOKE USAGE ON SCHEMA {_quote(conn, cat.schema)} "
-                        f"FROM {_quote(conn, app_role)}"
-                    )
+                    ddl.append(sql.REVOKE_USAGE.format(schema=schema, role=qrole))
                 if drop_role:
-                    elsewhere = conn.execute(
-                        text(
-                            "SELECT count(*) FROM pg_shdepend d JOIN pg_roles r "
-                            "ON r.oid = d.refobjid AND d.refclassid = 'pg_authid'::regclass "
-                            "WHERE r.rolname = :r AND d.dbid <> "
-                            "(SELECT oid FROM pg_database WHERE datname = current_database())"
-                        ),
-                        {"r": app_role},
-                    ).scalar()
+                    elsewhere = conn.execute(text(sql.ROLE_ELSEWHERE), {"r": app_role}).scalar()
                     if elsewhere:
                         raise InvalidInput(
                             f"role {app_role!r} holds privileges or objects in another "
                             "database: revoke them there first, or keep the role",
                             param="drop_role",
                         )
-                    sql.append(f"DROP ROLE {_quote(conn, app_role)}")
+                    ddl.append(sql.DROP_ROLE.format(role=qrole))
                     dropped = True
         if cat.index != "missing":  # last: it runs after the transaction, in autocommit
-            sql.append(
-                f"DROP INDEX {_ONLINE} IF EXISTS "
-                f"{_quote(conn, cat.schema)}.{_quote(conn, THREAD_TENANT_INDEX)}"
-            )
-        return RlsPlan("disable", app_role, False, dropped, dry_run, sql, [])
+            index = _quote(conn, THREAD_TENANT_INDEX)
+            ddl.append(sql.DROP_THREAD_TENANT_INDEX.format(schema=schema, index=index))
+        return RlsPlan("disable", app_role, False, dropped, dry_run, ddl, [])
 
     return _run(engine, build, dry_run=dry_run, lock_timeout_s=lock_timeout_s)

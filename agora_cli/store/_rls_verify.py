@@ -11,10 +11,10 @@ from sqlalchemy import BigInteger, Double, Integer, and_, func, select, text, up
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
+from agora_cli.store import _rls_sql as sql
 from agora_cli.store._errors import InvalidInput, SchemaDrift
 from agora_cli.store._masking import scrub
 from agora_cli.store._schema import metadata
-from agora_cli.store._tenant_setting import TENANT_SETTING
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -161,7 +161,7 @@ def verify_isolation(engine: Engine, *, app_role: str | None = None) -> RlsVerif
         _check_role_name(app_role)
     tag = f"agora-verify-{secrets.token_hex(4)}"
     tenants = {"a": f"{tag}-a", "b": f"{tag}-b"}
-    setter = text(f"SELECT set_config('{TENANT_SETTING}', :t, true)")
+    setter = text(sql.SET_TENANT)
     checks: list[RlsTableCheck] = []
     with engine.connect() as conn:
         try:
@@ -174,12 +174,12 @@ def verify_isolation(engine: Engine, *, app_role: str | None = None) -> RlsVerif
             temporary = app_role is None
             role = app_role or f"agora_verify_{secrets.token_hex(6)}"
             if temporary:
-                conn.exec_driver_sql(f"CREATE ROLE {_quote(conn, role)} NOLOGIN NOBYPASSRLS")
+                conn.exec_driver_sql(sql.CREATE_ROLE.format(role=_quote(conn, role)))
                 for statement in _grant_sql_for_new_role(conn, role, cat):
                     conn.exec_driver_sql(statement)
                 _, me = _role_kind(conn)
                 if me != "superuser":
-                    conn.exec_driver_sql(f"GRANT {_quote(conn, role)} TO CURRENT_USER")
+                    conn.exec_driver_sql(sql.GRANT_ROLE_TO_ME.format(role=_quote(conn, role)))
             else:
                 _, kind = _role_kind(conn, role)
                 if kind == "missing":
@@ -220,7 +220,7 @@ def verify_isolation(engine: Engine, *, app_role: str | None = None) -> RlsVerif
                 row = _fixture_row(tables[name], f"{tag}-n", tenants["a"], rows["a"], 20_000 + n)
                 row["tenant_ref"] = None
                 unowned[name] = _insert_or_why(conn, tables[name], row)
-            conn.exec_driver_sql(f"SET LOCAL ROLE {_quote(conn, role)}")
+            conn.exec_driver_sql(sql.SET_ROLE.format(role=_quote(conn, role)))
             for name in PROTECTED_TABLES:
                 check = _check_table(
                     conn, tables[name], rows["a"][name], rows["b"][name], intruders[name]
@@ -265,11 +265,7 @@ def _fold_writes(conn: Connection, role: str, cat: _Catalog) -> list[str]:
     """The fold's tables ``role`` may write (issue 24, finding 6: the fold is privileged)."""
     present = [t for t in FOLD_TABLES if t in cat.tables and cat.tables[t].exists]
     rows = conn.execute(
-        text(
-            "SELECT t, string_agg(p, ', ' ORDER BY p) FROM unnest(CAST(:tables AS text[])) t, "
-            "unnest(CAST(:privs AS text[])) p WHERE has_table_privilege(:role, quote_ident(t), p) "
-            "GROUP BY t ORDER BY t"
-        ),
+        text(sql.FOLD_WRITES),
         {"tables": present, "privs": ["INSERT", "UPDATE", "DELETE", "TRUNCATE"], "role": role},
     ).all()
     return [
@@ -397,7 +393,7 @@ def _check_threads_tenant(
     if isinstance(row, str):
         details.append(f"tenant A could not write a row with no tenant_ref on its thread: {row}")
         return replace(check, thread_tenant=False, detail="; ".join(details))
-    setter = text(f"SELECT set_config('{TENANT_SETTING}', :t, true)")
+    setter = text(sql.SET_TENANT)
     count = select(func.count()).select_from(table).where(_pk_where(table, row))
     # the same row with a fresh key, tried by B and by an untenanted session
     key = next(iter(table.primary_key.columns)).name
