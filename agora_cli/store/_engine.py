@@ -171,6 +171,7 @@ def _libpq_hosts(url: str) -> str:
 # transaction on another server connection, where the statement was never prepared. A direct
 # connection may ask for it: ``?prepare_threshold=5`` (0 prepares every statement).
 PREPARE_THRESHOLD_PARAM = "prepare_threshold"
+PG_CONNECT_TIMEOUT_S = 10  # per host, unless the URL says ?connect_timeout=N
 MAX_PREPARE_THRESHOLD = 1_000_000
 
 
@@ -272,6 +273,10 @@ def open_engine(
     if backend == "postgresql":
         parsed, threshold = _prepare_threshold(parsed)
         options["connect_args"] = {"prepare_threshold": threshold}
+        if "connect_timeout" not in parsed.query:
+            # libpq waits for a host that does not answer as long as TCP does (minutes): a
+            # multi-host URL would sit on a dead machine past the reconnect deadline.
+            options["connect_args"]["connect_timeout"] = PG_CONNECT_TIMEOUT_S
     given_args = kwargs.pop("connect_args", None)
     if given_args:
         options["connect_args"] = {**options.get("connect_args", {}), **given_args}
