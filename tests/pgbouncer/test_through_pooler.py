@@ -1,10 +1,11 @@
 """agora through PgBouncer (tests/pgbouncer/pooler.py): transaction and session pooling.
 
-The smoke tests run the real ``agora`` (a subprocess) through each pooler. The workload test is
-the reproduction of issue 27: workers claiming and settling approved proposals through a
-transaction-mode pooler, where the next transaction of a client connection may run on another
-server connection. ``AGORA_TEST_PGBOUNCER_CYCLES`` (default 40) is each worker's number of
-claim + settle cycles.
+The smoke tests run the real ``agora`` (a subprocess) through each pooler. The workload tests
+were issue 27's reproduction (psycopg's server-side prepares broke them at once): workers
+claiming and settling approved proposals through a transaction-mode pooler, where the next
+transaction of a client connection may run on another server connection.
+``AGORA_TEST_PGBOUNCER_CYCLES`` (default 40) is each worker's number of claim + settle cycles;
+the 6-worker drain takes ``AGORA_TEST_FAILOVER_N`` (default 5,000) proposals.
 """
 
 from __future__ import annotations
