@@ -29,12 +29,10 @@ __all__ = [
     "FromOpt",
     "JsonOpt",
     "NoPagerOpt",
-    "ReadDbOpt",
     "ToOpt",
     "command_tenancy",
     "days_window",
     "open_db",
-    "open_read_db",
     "refuse_unscoped",
     "remember_command",
     "reset_session",
@@ -273,68 +271,6 @@ def days_window(
         start,
         end,
     )
-
-
-ReadDbOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--read-db",
-        help="A read-only replica (a hot standby) for this report, else AGORA_READ_DATABASE_URL, "
-        "else the profile's read_db. Used when given at least as explicitly as --db (an explicit "
-        "--db beats a read URL from the environment or a profile); the output notes the "
-        "replica's replay lag past 1 s. Write commands never use it.",
-        envvar="AGORA_READ_DATABASE_URL",
-        show_envvar=True,
-        show_default=False,
-        metavar="URL",
-    ),
-]
-LAG_NOTE_S = 1.0  # a replica further behind than this is named in a note
-
-
-def _explicitness(param: str, var: str) -> int:
-    """How explicitly the current command got ``param``: 3 on its command line, 2 from the
-    environment, 1 from the profile (which fills the environment), 0 not at all."""
-    from typer._click.core import ParameterSource  # Typer's own click (vendored since 0.26)
-    from typer._click.globals import get_current_context
-
-    ctx = get_current_context(silent=True)
-    source = None if ctx is None else ctx.get_parameter_source(param)
-    if source is ParameterSource.COMMANDLINE:
-        return 3
-    if source is ParameterSource.ENVIRONMENT:
-        from agora_cli.cli.profiles import set_by_profile
-
-        return 1 if set_by_profile(var) else 2
-    return 0
-
-
-def read_url(db: str | None, read_db: str | None) -> str | None:
-    """The URL a report reads: ``read_db`` when given at least as explicitly as ``db``."""
-    if read_db and _explicitness("read_db", "AGORA_READ_DATABASE_URL") >= _explicitness(
-        "db", "AGORA_DATABASE_URL"
-    ):
-        return read_db
-    return None
-
-
-def open_read_db(db: str | None, read_db: str | None, *, tenant: str | None = None) -> Engine:
-    """Open the database a report reads (``read_url``, else ``db``), read-only; on a replica
-    behind its primary by more than ``LAG_NOTE_S``, say so on stderr (never in the data)."""
-    chosen = read_url(db, read_db)
-    engine = open_db(chosen or db, readonly=True, tenant=tenant)
-    if chosen is not None:
-        from agora_cli.cli.output import say
-        from agora_cli.store._status import replay_lag
-
-        lag = replay_lag(engine)
-        if lag is not None and lag > LAG_NOTE_S:
-            say(
-                f"note: the read database is {lag:,.1f} s behind its primary (replay lag): "
-                "the latest writes may be missing",
-                style="yellow",
-            )
-    return engine
 
 
 def open_db(

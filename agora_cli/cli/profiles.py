@@ -5,7 +5,6 @@ Linux, from ``platformdirs``), or ``AGORA_CONFIG``::
 
     [profiles.prod]
     db = "postgresql://agora@db.internal/app"
-    read_db = "postgresql://agora@db-standby.internal/app"
     catalog = "https://models.dev/api.json"
     tenant = "acme"
     by = "day,model"
@@ -13,10 +12,10 @@ Linux, from ``platformdirs``), or ``AGORA_CONFIG``::
 
 Precedence, for every setting: the command's flag, then the environment variable, then the
 profile, then the built-in default. A profile fills the environment variables that are unset
-(``db`` → ``AGORA_DATABASE_URL``, ``read_db`` → ``AGORA_READ_DATABASE_URL``, ``catalog`` →
-``AGORA_MODELS_DEV_URL``, ``tenant`` → ``AGORA_TENANT``) for the one command, so everything
-below reads one place; ``by`` and ``last`` are defaults of ``agora spend``. The environment is
-put back when the command ends (the CLI runs in-process in tests and in scripts that import it).
+(``db`` → ``AGORA_DATABASE_URL``, ``catalog`` → ``AGORA_MODELS_DEV_URL``, ``tenant`` →
+``AGORA_TENANT``) for the one command, so everything below reads one place; ``by`` and ``last``
+are defaults of ``agora spend``. The environment is put back when the command ends (the CLI
+runs in-process in tests and in scripts that import it).
 
 A bad file is exit 2 with the file and the line: a TOML syntax error, a profile that does not
 exist, an unknown key, a value of the wrong type or out of its set. Choosing a profile when the
@@ -44,13 +43,11 @@ __all__ = [
     "exposed_secrets",
     "load_profile",
     "profile_default",
-    "set_by_profile",
 ]
 
 # The settings a profile may hold, and the environment variable each one fills.
 ENV_KEYS: dict[str, str] = {
     "db": "AGORA_DATABASE_URL",
-    "read_db": "AGORA_READ_DATABASE_URL",
     "catalog": "AGORA_MODELS_DEV_URL",
     "tenant": "AGORA_TENANT",
 }
@@ -224,7 +221,7 @@ def exposed_secrets(profile: Profile | None) -> list[str]:
     found = []
     if profile is not None and any(
         mask_url(profile.values[key]) != profile.values[key]
-        for key in ("db", "read_db", "catalog")
+        for key in ("db", "catalog")
         if key in profile.values
     ):
         mode = _mode(profile.path)
@@ -249,12 +246,6 @@ def deactivate() -> None:
     for var in _STATE["set_env"]:
         os.environ.pop(var, None)
     _STATE.update(profile=None, set_env={})
-
-
-def set_by_profile(var: str) -> bool:
-    """Whether the environment variable ``var`` holds the active profile's value (the profile
-    filled it, the environment had none)."""
-    return var in _STATE["set_env"]
 
 
 def active() -> tuple[Profile | None, dict[str, str]]:

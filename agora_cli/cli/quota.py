@@ -11,8 +11,7 @@ from agora_cli.cli.options import (
     CsvOpt,
     DbOpt,
     JsonOpt,
-    ReadDbOpt,
-    open_read_db,
+    open_db,
     refuse_unscoped,
     scoped_tenant,
 )
@@ -98,7 +97,6 @@ def quota(
         typer.Option("--fail-on-warning", help="Exit 1 on a warning too, not only when exhausted."),
     ] = False,
     db: DbOpt = None,
-    read_db: ReadDbOpt = None,
     as_json: JsonOpt = False,
     csv: CsvOpt = False,
 ) -> None:
@@ -141,7 +139,7 @@ def quota(
     if scope_ref is not None:
         check_identity(f"--{scope_kind}", scope_ref)
     at_ms = parse_instant(at, what="--at") if at is not None else SystemClock().now_ms()
-    engine = open_read_db(db, read_db, tenant=tenant)
+    engine = open_db(db, readonly=True, tenant=tenant)
     notes: list[str] = []
     with engine.connect() as conn:
         if every:

@@ -11,15 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import (
-    CsvOpt,
-    DbOpt,
-    JsonOpt,
-    ReadDbOpt,
-    open_db,
-    open_read_db,
-    scoped_tenant,
-)
+from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db, scoped_tenant
 from agora_cli.cli.output import (
     Col,
     emit_csv,
@@ -156,7 +148,6 @@ def spend(
         ),
     ] = False,
     db: DbOpt = None,
-    read_db: ReadDbOpt = None,
     as_json: JsonOpt = False,
     csv: CsvOpt = False,
 ) -> None:
@@ -173,13 +164,6 @@ def spend(
     Example: agora spend --by day,model --last 7d --order tokens
     """
     if ctx.invoked_subcommand is not None:
-        from typer._click.core import ParameterSource  # Typer's own click
-
-        if read_db and ctx.get_parameter_source("read_db") is ParameterSource.COMMANDLINE:
-            raise InvalidInput(
-                f"--read-db reads a replica, and `agora spend {ctx.invoked_subcommand}` writes: "
-                "leave --read-db out (the command writes to --db, the primary)"
-            )
         return
     from agora_cli.store._ledger import list_unpriced_models
     from agora_cli.store._ledger import spend as spend_report
@@ -196,7 +180,7 @@ def spend(
         _check_chart_window(grouping.split(",")[0], start, end)
     tenant = scoped_tenant(tenant)
     filters = {"actor": actor, "tenant": tenant, "model": model}
-    engine = open_read_db(db, read_db, tenant=tenant)
+    engine = open_db(db, readonly=True, tenant=tenant)
     with engine.connect() as conn:
         report = spend_report(
             conn,

@@ -183,11 +183,6 @@ class Dialect:
         """Whether ``FOR UPDATE SKIP LOCKED`` works on ``conn``'s server."""
         return self.always_skips_locked
 
-    def replay_lag_s(self, conn: Connection) -> float | None:
-        """How many seconds ``conn``'s server, a replica, is behind its primary: ``None`` when
-        it is no replica (or will not say), ``0.0`` when it has replayed all it received."""
-        return None
-
     # --- statements -----------------------------------------------------------------------
     def sqlalchemy_dialect(self) -> SADialect:
         """A SQLAlchemy dialect object for compiling statements without a database."""
@@ -223,13 +218,6 @@ class PostgresDialect(Dialect):
     has_row_level_security = True
     keyed_advisory_locks = True
     server_version_sql = "SHOW server_version"
-    # A standby that has replayed everything it received is not behind, however old its last
-    # replayed transaction (an idle primary sends none).
-    replay_lag_sql = (
-        "SELECT CASE WHEN NOT pg_is_in_recovery() THEN NULL "
-        "WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 "
-        "ELSE EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()) END"
-    )
     row_estimates_sql = (
         "SELECT c.relname, c.reltuples::bigint FROM pg_catalog.pg_class c "
         "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
@@ -270,10 +258,6 @@ class PostgresDialect(Dialect):
             event.remove(conn, "begin", on_begin)
 
         return restore_pg
-
-    def replay_lag_s(self, conn: Connection) -> float | None:
-        lag = conn.exec_driver_sql(self.replay_lag_sql).scalar()
-        return None if lag is None else max(0.0, float(lag))
 
 
 class MySQLDialect(Dialect):
@@ -349,22 +333,6 @@ class MySQLDialect(Dialect):
             conn.commit()
 
         return restore_mysql
-
-    def replay_lag_s(self, conn: Connection) -> float | None:
-        # lazy: the engine and the tenant setting import this module; SQLAlchemy loads on use
-        from sqlalchemy.exc import DBAPIError
-
-        for statement in ("SHOW REPLICA STATUS", "SHOW SLAVE STATUS"):  # MySQL 8.0.22+/MariaDB
-            try:
-                row = conn.exec_driver_sql(statement).mappings().first()
-            except DBAPIError:  # an older server's syntax, or no REPLICATION CLIENT privilege
-                conn.rollback()
-                continue
-            if row is None:
-                return None  # not a replica
-            lag = row.get("Seconds_Behind_Source", row.get("Seconds_Behind_Master"))
-            return None if lag is None else float(lag)
-        return None
 
 
 class SQLiteDialect(Dialect):

@@ -16,7 +16,7 @@ from agora_cli.store._provision import RowCount, check_agent_tables, table_row_c
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-__all__ = ["PoolerStatus", "SchemaStatus", "pooler_status", "replay_lag", "schema_status"]
+__all__ = ["PoolerStatus", "SchemaStatus", "pooler_status", "schema_status"]
 
 
 @dataclass(frozen=True)
@@ -101,12 +101,3 @@ def pooler_status(engine: Engine) -> PoolerStatus | None:
         shared = second.exec_driver_sql(sql).scalar() == server
         second.rollback()
     return PoolerStatus(transaction_pooling=shared)
-
-
-def replay_lag(engine: Engine) -> float | None:
-    """How many seconds ``engine``'s server, a replica, is behind its primary (``None``: not a
-    replica, or it will not say; ``0.0``: it has replayed all it received)."""
-    with engine.connect().execution_options(sqlite_deferred=True) as conn:
-        lag = dialect_of(engine).replay_lag_s(conn)
-        conn.rollback()
-    return lag
