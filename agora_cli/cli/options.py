@@ -37,6 +37,7 @@ __all__ = [
     "given_on_command_line",
     "open_db",
     "open_read_db",
+    "read_url",
     "refuse_unscoped",
     "remember_command",
     "reset_session",
@@ -370,7 +371,7 @@ def open_read_db(db: str | None, read_db: str | None, *, tenant: str | None = No
     ``db`` as ``open_db`` does.
 
     On the read database, a replay lag of more than ``LAG_NOTE_S`` is one note on stderr,
-    never on stdout: JSON and CSV stay exactly what a script reads from the primary.
+    never on stdout: JSON and CSV stay exactly the data, whatever the lag.
     """
     from agora_cli.store._errors import DatabaseUnreachable
 
