@@ -83,7 +83,10 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "thread_model",
         ),
     ),
-    ("SQL expressions and the dialects", ("dialects", "sqlexpr", "redaction_form")),
+    (
+        "SQL expressions and the dialects",
+        ("dialects", "sqlexpr", "redaction_form", "replica"),
+    ),
     (
         "the engine and its tenant setting; row-level security's SQL text (it names the setting)",
         ("tenant_setting", "rls_sql", "engine", "tenant_session"),

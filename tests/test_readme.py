@@ -22,6 +22,8 @@ EXAMPLE_URLS = {
     "postgresql://agora@db/app": "postgresql",
     "mysql://root@127.0.0.1:3306/app": "mysql",
 }
+# The README's standby is the demo database itself (a primary: no lag to note).
+SAME_AS_THE_DEMO = {"postgresql://reports@standby.internal/app": "sqlite:///agora.db"}
 
 
 def test_the_readme_profiles_load() -> None:
@@ -110,6 +112,7 @@ def test_every_readme_command_runs(tmp_path: Path, monkeypatch: Any, databases: 
         databases.require(dialect)
     scratch = {dialect: databases.new(dialect) for dialect in ("postgresql", "mysql")}
     urls = {example: scratch[dialect] for example, dialect in EXAMPLE_URLS.items()}
+    urls.update(SAME_AS_THE_DEMO)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("AGORA_DATABASE_URL", raising=False)
     # The README's config.toml is the config file of every command it shows.

@@ -24,11 +24,15 @@ app = typer.Typer(
 # setting -> (environment variable, profile key or None)
 _SETTINGS: tuple[tuple[str, str, str | None], ...] = (
     ("db", "AGORA_DATABASE_URL", "db"),
+    ("read_db", "AGORA_READ_DATABASE_URL", "read_db"),
     ("catalog", "AGORA_MODELS_DEV_URL", "catalog"),
     ("tenant", "AGORA_TENANT", "tenant"),
     ("cache_dir", "AGORA_CACHE_DIR", None),
     ("pager", "AGORA_PAGER", None),
 )
+
+
+_URLS = frozenset({"db", "read_db", "catalog"})
 
 
 def _setting(name: str, value: str | None, source: str, env: str | None = None) -> dict[str, Any]:
@@ -38,7 +42,8 @@ def _setting(name: str, value: str | None, source: str, env: str | None = None) 
 def resolve() -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The profile in use and every setting with its source: flag, environment, profile, default.
 
-    Values that may carry a password (``db``, ``catalog``) are masked by the URL's own parse.
+    Values that may carry a password (``db``, ``read_db``, ``catalog``) are masked by the URL's
+    own parse.
     """
     from agora_cli.cli.pager import pager_command
     from agora_cli.cli.profiles import active, config_path
@@ -50,6 +55,7 @@ def resolve() -> tuple[dict[str, Any], list[dict[str, Any]]]:
     path = config_path()
     defaults: dict[str, str | None] = {
         "db": DEFAULT_URL,
+        "read_db": None,
         "catalog": DEFAULT_CATALOG_URL,
         "tenant": None,
         "cache_dir": str(catalog_cache_dir()),
@@ -66,7 +72,7 @@ def resolve() -> tuple[dict[str, Any], list[dict[str, Any]]]:
             raw, source = defaults[name], "environment (PAGER)"
         else:
             raw, source = defaults[name], "default"
-        value = mask_url(raw) if raw is not None and name in ("db", "catalog") else raw
+        value = mask_url(raw) if raw is not None and name in _URLS else raw
         settings.append(_setting(name, value, source, var))
     for key, default in (("by", "model"), ("last", None)):
         if profile is not None and key in profile.values:

@@ -1,4 +1,5 @@
-"""Options every command shares, written after its name: ``--db``, ``--json``, ``--csv``.
+"""Options every command shares, written after its name: ``--db``, ``--read-db``, ``--json``,
+``--csv``.
 
 It is also the one home of the **session tenant** (``AGORA_TENANT``, a profile's ``tenant``):
 every command that opens a database goes through ``open_db``, which looks the command up in
@@ -13,7 +14,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -29,10 +30,14 @@ __all__ = [
     "FromOpt",
     "JsonOpt",
     "NoPagerOpt",
+    "ReadDbOpt",
     "ToOpt",
     "command_tenancy",
     "days_window",
+    "given_on_command_line",
     "open_db",
+    "open_read_db",
+    "read_url",
     "refuse_unscoped",
     "remember_command",
     "reset_session",
@@ -100,7 +105,7 @@ TENANCY: dict[str, str] = {
     "tools stats": "scoped",
 }
 
-_SESSION: dict[str, object] = {"command": None, "all_tenants": False}
+_SESSION: dict[str, Any] = {"command": None, "all_tenants": False, "sources": {}}
 
 
 def remember_command(path: str, all_tenants: bool) -> None:
@@ -111,7 +116,7 @@ def remember_command(path: str, all_tenants: bool) -> None:
 
 def reset_session() -> None:
     """Forget the command (the CLI may run again in-process)."""
-    _SESSION.update(command=None, all_tenants=False)
+    _SESSION.update(command=None, all_tenants=False, sources={})
 
 
 def command_tenancy() -> str | None:
@@ -199,6 +204,20 @@ def _without_env_tenant() -> Iterator[None]:
             os.environ["AGORA_TENANT"] = saved
 
 
+def _remember_source(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+    """Option callback: where the option's value came from (the command line, the environment
+    or the default), for ``open_read_db``'s precedence and ``given_on_command_line``."""
+    if not ctx.resilient_parsing and param.name:
+        source = ctx.get_parameter_source(param.name)
+        _SESSION["sources"][param.name] = None if source is None else source.name
+    return value
+
+
+def given_on_command_line(name: str) -> bool:
+    """Whether the option ``name`` (``"read_db"``) of the running command was typed."""
+    return bool(_SESSION["sources"].get(name) == "COMMANDLINE")
+
+
 DbOpt = Annotated[
     str | None,
     typer.Option(
@@ -208,6 +227,22 @@ DbOpt = Annotated[
         show_envvar=True,
         show_default=False,
         metavar="URL",
+        callback=_remember_source,
+    ),
+]
+ReadDbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--read-db",
+        help="Read from this database instead: a hot standby or replica (else the "
+        "environment, else the profile's read_db). Used when given at least as explicitly as "
+        "--db: a typed --db beats the environment's and the profile's, AGORA_DATABASE_URL "
+        "beats the profile's. A replay lag over 1 s is noted on stderr.",
+        envvar="AGORA_READ_DATABASE_URL",
+        show_envvar=True,
+        show_default=False,
+        metavar="URL",
+        callback=_remember_source,
     ),
 ]
 YesOpt = Annotated[
@@ -294,6 +329,70 @@ def open_db(
     with _without_env_tenant():
         engine = open_engine(db, create=create, readonly=readonly, tenant=tenant)
     startup_done()  # the heavy imports are done: the collector is back before any real work
+    return engine
+
+
+# How explicitly a URL was given: typed on the command line, the environment, a profile (which
+# fills the environment variables left unset), nothing (the default).
+_TYPED, _ENVIRONMENT, _PROFILE, _DEFAULT = 3, 2, 1, 0
+# A lag up to this many seconds goes unsaid: a busy standby is always a little behind.
+LAG_NOTE_S = 1.0
+
+
+def _explicitness(name: str, value: str | None, var: str) -> int:
+    if not value:
+        return _DEFAULT
+    source = _SESSION["sources"].get(name)
+    if source == "ENVIRONMENT" or (source is None and value == os.environ.get(var)):
+        from agora_cli.cli.profiles import active
+
+        return _PROFILE if var in active()[1] else _ENVIRONMENT
+    return _TYPED
+
+
+def read_url(db: str | None, read_db: str | None) -> str | None:
+    """The read database's URL when it was given at least as explicitly as ``db``, else
+    ``None`` (the command reads ``db``, as every other command does).
+
+    ``--read-db`` on the command line always wins; ``AGORA_READ_DATABASE_URL`` (or a profile's
+    ``read_db``) wins over ``AGORA_DATABASE_URL`` and a profile's ``db``, but not over a typed
+    ``--db``; a profile's ``read_db`` loses to ``AGORA_DATABASE_URL``.
+    """
+    if not read_db:
+        return None
+    ours = _explicitness("read_db", read_db, "AGORA_READ_DATABASE_URL")
+    theirs = _explicitness("db", db, "AGORA_DATABASE_URL")
+    return read_db if ours >= theirs else None
+
+
+def open_read_db(db: str | None, read_db: str | None, *, tenant: str | None = None) -> Engine:
+    """Open a report's database read-only: the read database (``--read-db``,
+    ``AGORA_READ_DATABASE_URL``, a profile's ``read_db``) when ``read_url`` chooses it, else
+    ``db`` as ``open_db`` does.
+
+    On the read database, a replay lag of more than ``LAG_NOTE_S`` is one note on stderr,
+    never on stdout: JSON and CSV stay exactly the data, whatever the lag.
+    """
+    from agora_cli.store._errors import DatabaseUnreachable
+
+    url = read_url(db, read_db)
+    if url is None:
+        return open_db(db, readonly=True, tenant=tenant)
+    try:
+        engine = open_db(url, readonly=True, tenant=tenant)
+    except DatabaseUnreachable as exc:
+        raise DatabaseUnreachable(
+            f"{exc.message} (the read database: --read-db, AGORA_READ_DATABASE_URL or the "
+            "profile's read_db)"
+        ) from exc
+    from agora_cli.store._replica import replay_lag
+
+    lag = replay_lag(engine)
+    if lag is not None and lag > LAG_NOTE_S:
+        from agora_cli.cli.output import duration_text, say
+
+        behind = duration_text(lag * 1000)
+        say(f"note: the read database is {behind} behind its primary (replay lag)", style="yellow")
     return engine
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db
+from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, ReadDbOpt, open_db, open_read_db
 from agora_cli.cli.output import (
     Col,
     emit_csv,
@@ -476,6 +476,7 @@ def list_(
         bool, typer.Option("--history", help="Every row, retired prices included.")
     ] = False,
     db: DbOpt = None,
+    read_db: ReadDbOpt = None,
     as_json: JsonOpt = False,
     csv: CsvOpt = False,
 ) -> None:
@@ -490,7 +491,7 @@ def list_(
     from agora_cli.store._pricing import list_prices
 
     one_format(as_json, csv)
-    engine = open_db(db, readonly=True)
+    engine = open_read_db(db, read_db)
     with engine.connect() as conn:
         prices = list_prices(conn, model_id=model, history=history)
     if csv:

@@ -5,6 +5,7 @@ Linux, from ``platformdirs``), or ``AGORA_CONFIG``::
 
     [profiles.prod]
     db = "postgresql://agora@db.internal/app"
+    read_db = "postgresql://agora@standby.internal/app"
     catalog = "https://models.dev/api.json"
     tenant = "acme"
     by = "day,model"
@@ -12,10 +13,12 @@ Linux, from ``platformdirs``), or ``AGORA_CONFIG``::
 
 Precedence, for every setting: the command's flag, then the environment variable, then the
 profile, then the built-in default. A profile fills the environment variables that are unset
-(``db`` → ``AGORA_DATABASE_URL``, ``catalog`` → ``AGORA_MODELS_DEV_URL``, ``tenant`` →
-``AGORA_TENANT``) for the one command, so everything below reads one place; ``by`` and ``last``
-are defaults of ``agora spend``. The environment is put back when the command ends (the CLI
-runs in-process in tests and in scripts that import it).
+(``db`` → ``AGORA_DATABASE_URL``, ``read_db`` → ``AGORA_READ_DATABASE_URL``, ``catalog`` →
+``AGORA_MODELS_DEV_URL``, ``tenant`` → ``AGORA_TENANT``) for the one command, so everything
+below reads one place; ``by`` and ``last`` are defaults of ``agora spend``; ``read_db`` (the
+reports' standby) is used where it is as explicit as the database (``options.read_url``). The
+environment is put back when the command ends (the CLI runs in-process in tests and in scripts
+that import it).
 
 A bad file is exit 2 with the file and the line: a TOML syntax error, a profile that does not
 exist, an unknown key, a value of the wrong type or out of its set. Choosing a profile when the
@@ -48,6 +51,7 @@ __all__ = [
 # The settings a profile may hold, and the environment variable each one fills.
 ENV_KEYS: dict[str, str] = {
     "db": "AGORA_DATABASE_URL",
+    "read_db": "AGORA_READ_DATABASE_URL",
     "catalog": "AGORA_MODELS_DEV_URL",
     "tenant": "AGORA_TENANT",
 }
@@ -221,7 +225,7 @@ def exposed_secrets(profile: Profile | None) -> list[str]:
     found = []
     if profile is not None and any(
         mask_url(profile.values[key]) != profile.values[key]
-        for key in ("db", "catalog")
+        for key in ("db", "read_db", "catalog")
         if key in profile.values
     ):
         mode = _mode(profile.path)

@@ -21,7 +21,9 @@ from agora_cli.cli.options import (
     CsvOpt,
     DbOpt,
     JsonOpt,
+    ReadDbOpt,
     open_db,
+    open_read_db,
     refuse_unscoped,
     scoped_tenant,
 )
@@ -266,6 +268,15 @@ def _store(db: str | None, tenant: str | None = None) -> ActionProposalStore:
     return ActionProposalStore(open_db(db, tenant=tenant))
 
 
+def _read_store(
+    db: str | None, read_db: str | None, tenant: str | None = None
+) -> ActionProposalStore:
+    """The store over the read database, when there is one (``open_read_db``): for reads only."""
+    from agora_cli.store._proposals import ActionProposalStore
+
+    return ActionProposalStore(open_read_db(db, read_db, tenant=tenant))
+
+
 # Closed sets as choices, so that --help lists them and the shell completes them. Spelled out
 # here (the store's constants live beside SQLAlchemy, which --help must not import); a test
 # holds them equal to the store's INBOX_STATES and DECISIONS.
@@ -307,6 +318,7 @@ def inbox(
     ] = None,
     limit: LimitOpt = 50,
     db: DbOpt = None,
+    read_db: ReadDbOpt = None,
     as_json: JsonOpt = False,
     csv: CsvOpt = False,
 ) -> None:
@@ -331,7 +343,7 @@ def inbox(
     if within is not None and chosen != "pending":
         raise InvalidInput("--expiring-within applies to --state pending only")
     tenant = scoped_tenant(tenant)
-    page = _store(db, tenant).inbox(
+    page = _read_store(db, read_db, tenant).inbox(
         chosen,  # type: ignore[arg-type]  # one of INBOX_STATES: a choice
         tenant_ref=tenant,
         actor_ref=actor,
@@ -369,6 +381,7 @@ def list_(
     ] = None,
     limit: Annotated[int, typer.Option("--limit", help="At most N (1-1000).")] = 100,
     db: DbOpt = None,
+    read_db: ReadDbOpt = None,
     as_json: JsonOpt = False,
     csv: CsvOpt = False,
 ) -> None:
@@ -380,7 +393,8 @@ def list_(
     one_format(as_json, csv)
     chosen = None if decision is None else str(decision.value)
     proposals = [
-        proposal_document(p) for p in _store(db, scope.tenant_ref).list(scope, chosen, limit)
+        proposal_document(p)
+        for p in _read_store(db, read_db, scope.tenant_ref).list(scope, chosen, limit)
     ]
     ids = short_ids([p["id"] for p in proposals])
     finish(
@@ -412,6 +426,7 @@ def show(
     proposal_id: ApprovalIdArg,
     scope: Scope,
     db: DbOpt = None,
+    read_db: ReadDbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show one proposal with its input, card and audit; exit 1 if it is not in that scope.
@@ -423,7 +438,7 @@ def show(
 
     Example: agora proposals show ap_c16786a6 --actor bob --thread demo-thread-05 --tenant acme
     """
-    store = _store(db, scope.tenant_ref)
+    store = _read_store(db, read_db, scope.tenant_ref)
     kind, found = store.resolve_approval(proposal_id, scope)
     if kind == "tool_call":
         call = store.get_tool_call_approval(found, scope)

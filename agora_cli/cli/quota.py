@@ -11,7 +11,8 @@ from agora_cli.cli.options import (
     CsvOpt,
     DbOpt,
     JsonOpt,
-    open_db,
+    ReadDbOpt,
+    open_read_db,
     refuse_unscoped,
     scoped_tenant,
 )
@@ -97,6 +98,7 @@ def quota(
         typer.Option("--fail-on-warning", help="Exit 1 on a warning too, not only when exhausted."),
     ] = False,
     db: DbOpt = None,
+    read_db: ReadDbOpt = None,
     as_json: JsonOpt = False,
     csv: CsvOpt = False,
 ) -> None:
@@ -139,7 +141,7 @@ def quota(
     if scope_ref is not None:
         check_identity(f"--{scope_kind}", scope_ref)
     at_ms = parse_instant(at, what="--at") if at is not None else SystemClock().now_ms()
-    engine = open_db(db, readonly=True, tenant=tenant)
+    engine = open_read_db(db, read_db, tenant=tenant)
     notes: list[str] = []
     with engine.connect() as conn:
         if every:

@@ -13,9 +13,10 @@ from agora_cli.cli.options import (
     FromOpt,
     JsonOpt,
     NoPagerOpt,
+    ReadDbOpt,
     ToOpt,
     days_window,
-    open_db,
+    open_read_db,
     scoped_tenant,
 )
 from agora_cli.cli.output import (
@@ -143,6 +144,7 @@ def list_(
         int, typer.Option("--limit", min=1, max=1000, help="At most N (1-1000).")
     ] = 50,
     db: DbOpt = None,
+    read_db: ReadDbOpt = None,
     as_json: JsonOpt = False,
     csv: CsvOpt = False,
 ) -> None:
@@ -158,7 +160,7 @@ def list_(
     one_format(as_json, csv)
     from_ms, to_ms, _, _ = days_window(from_day, to_day)
     tenant = scoped_tenant(tenant)
-    engine = open_db(db, readonly=True, tenant=tenant)
+    engine = open_read_db(db, read_db, tenant=tenant)
     with engine.connect() as conn:
         page = list_runs(
             conn,
@@ -324,6 +326,7 @@ def show(
         str, typer.Argument(metavar="ID", help="The run's id, or a unique prefix (8+ characters).")
     ],
     db: DbOpt = None,
+    read_db: ReadDbOpt = None,
     as_json: JsonOpt = False,
     no_pager: NoPagerOpt = False,
 ) -> None:
@@ -346,7 +349,7 @@ def show(
     from agora_cli.store._tenant_guard import check_run_in_scope
 
     tenant = scoped_tenant(None)
-    engine = open_db(db, readonly=True, tenant=tenant)
+    engine = open_read_db(db, read_db, tenant=tenant)
     with engine.connect() as conn:
         resolved = resolve_run_id(conn, run_id)
         check_run_in_scope(conn, resolved, tenant)

@@ -11,7 +11,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db, scoped_tenant
+from agora_cli.cli.options import (
+    CsvOpt,
+    DbOpt,
+    JsonOpt,
+    ReadDbOpt,
+    given_on_command_line,
+    open_db,
+    open_read_db,
+    scoped_tenant,
+)
 from agora_cli.cli.output import (
     Col,
     emit_csv,
@@ -148,6 +157,7 @@ def spend(
         ),
     ] = False,
     db: DbOpt = None,
+    read_db: ReadDbOpt = None,
     as_json: JsonOpt = False,
     csv: CsvOpt = False,
 ) -> None:
@@ -161,9 +171,17 @@ def spend(
     ledger (the figures are the same; --raw reads the ledger alone; the JSON says how many days
     came from the fold in `folded_days`).
 
+    From a hot standby (the primary stays free for writes): agora spend --last 7d --read-db
+    postgresql://reports@standby.internal/app
+
     Example: agora spend --by day,model --last 7d --order tokens
     """
     if ctx.invoked_subcommand is not None:
+        if given_on_command_line("read_db"):
+            raise InvalidInput(
+                f"--read-db is for reports: `agora spend {ctx.invoked_subcommand}` writes, on the "
+                "primary (--db)"
+            )
         return
     from agora_cli.store._ledger import list_unpriced_models
     from agora_cli.store._ledger import spend as spend_report
@@ -180,7 +198,7 @@ def spend(
         _check_chart_window(grouping.split(",")[0], start, end)
     tenant = scoped_tenant(tenant)
     filters = {"actor": actor, "tenant": tenant, "model": model}
-    engine = open_db(db, readonly=True, tenant=tenant)
+    engine = open_read_db(db, read_db, tenant=tenant)
     with engine.connect() as conn:
         report = spend_report(
             conn,

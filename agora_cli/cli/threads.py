@@ -9,7 +9,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, NoPagerOpt, YesOpt, open_db, scoped_tenant
+from agora_cli.cli.options import (
+    CsvOpt,
+    DbOpt,
+    JsonOpt,
+    NoPagerOpt,
+    ReadDbOpt,
+    YesOpt,
+    open_db,
+    open_read_db,
+    scoped_tenant,
+)
 from agora_cli.cli.output import (
     Col,
     finish,
@@ -108,6 +118,7 @@ def list_(
         typer.Option("--include-transient", help="Also transient threads (marked)."),
     ] = False,
     db: DbOpt = None,
+    read_db: ReadDbOpt = None,
     as_json: JsonOpt = False,
     csv: CsvOpt = False,
 ) -> None:
@@ -122,7 +133,7 @@ def list_(
 
     one_format(as_json, csv)
     tenant = scoped_tenant(None)
-    engine = open_db(db, readonly=True, tenant=tenant)
+    engine = open_read_db(db, read_db, tenant=tenant)
     with engine.connect() as conn:
         threads = list_threads(
             conn,
@@ -314,6 +325,7 @@ def _transcript_doc(transcript: Transcript) -> dict[str, Any]:
 def show(
     thread_id: IdArg,
     db: DbOpt = None,
+    read_db: ReadDbOpt = None,
     as_json: JsonOpt = False,
     no_pager: NoPagerOpt = False,
 ) -> None:
@@ -337,7 +349,7 @@ def show(
     from agora_cli.store._threads import get_transcript
 
     tenant = scoped_tenant(None)
-    engine = open_db(db, readonly=True, tenant=tenant)
+    engine = open_read_db(db, read_db, tenant=tenant)
     with engine.connect() as conn:
         resolved = resolve_thread_id(conn, thread_id)
         check_thread_in_scope(conn, resolved, tenant)  # before any sealed value is opened

@@ -12,9 +12,10 @@ from agora_cli.cli.options import (
     DbOpt,
     FromOpt,
     JsonOpt,
+    ReadDbOpt,
     ToOpt,
     days_window,
-    open_db,
+    open_read_db,
     scoped_tenant,
 )
 from agora_cli.cli.output import (
@@ -157,6 +158,7 @@ def stats(
         typer.Option("--tenant", help="Only this tenant's calls and runs.", show_default=False),
     ] = None,
     db: DbOpt = None,
+    read_db: ReadDbOpt = None,
     as_json: JsonOpt = False,
     csv: CsvOpt = False,
 ) -> None:
@@ -181,7 +183,7 @@ def stats(
     from_ms, to_ms, start, end = days_window(from_day, to_day, default_days=DEFAULT_DAYS)
     assert from_ms is not None and to_ms is not None and start and end
     tenant = scoped_tenant(tenant)
-    engine = open_db(db, readonly=True, tenant=tenant)
+    engine = open_read_db(db, read_db, tenant=tenant)
     with engine.connect() as conn:
         tools = stats_by_tool(conn, from_ms=from_ms, to_ms=to_ms, tenant_ref=tenant)
         agents = run_reliability(conn, from_ms=from_ms, to_ms=to_ms, tenant_ref=tenant)

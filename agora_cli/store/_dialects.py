@@ -183,6 +183,12 @@ class Dialect:
         """Whether ``FOR UPDATE SKIP LOCKED`` works on ``conn``'s server."""
         return self.always_skips_locked
 
+    def replay_lag_s(self, conn: Connection) -> float | None:
+        """How many seconds ``conn``'s server is behind its primary in applying its changes:
+        ``None`` when it is no replica (a primary, SQLite) or cannot tell; 0 when it has
+        applied everything it received."""
+        return None
+
     # --- statements -----------------------------------------------------------------------
     def sqlalchemy_dialect(self) -> SADialect:
         """A SQLAlchemy dialect object for compiling statements without a database."""
@@ -224,6 +230,21 @@ class PostgresDialect(Dialect):
         "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') "
         "AND c.relname LIKE :p ESCAPE '!'"
     )
+
+    # NULL on a primary. A standby that has replayed all the WAL it received is not behind,
+    # however old its last replayed commit is (an idle primary sends nothing to replay);
+    # otherwise the lag is the age of the last commit it replayed.
+    replay_lag_sql: ClassVar[str] = (
+        "SELECT CASE WHEN NOT pg_is_in_recovery() THEN NULL "
+        "WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 "
+        "ELSE EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()) END"
+    )
+
+    def replay_lag_s(self, conn: Connection) -> float | None:
+        """A hot standby's replay lag (``pg_last_xact_replay_timestamp``); ``None`` on a
+        primary."""
+        value = conn.exec_driver_sql(self.replay_lag_sql).scalar()
+        return None if value is None else max(0.0, float(value))
 
     def sqlalchemy_dialect(self) -> SADialect:
         # lazy: the engine and the tenant setting import this module; SQLAlchemy loads on use
@@ -292,6 +313,36 @@ class MySQLDialect(Dialect):
         if "mariadb" in text.lower() or getattr(conn.dialect, "is_mariadb", False):
             return (major, minor) >= (10, 6)
         return (major, minor, patch) >= (8, 0, 1)
+
+    # SHOW REPLICA STATUS: MySQL 8.0.22+, MariaDB 10.5.1+; SHOW SLAVE STATUS before them.
+    replica_status_sql: ClassVar[tuple[str, ...]] = ("SHOW REPLICA STATUS", "SHOW SLAVE STATUS")
+    _SYNTAX_ERROR: ClassVar[int] = 1064  # an older server: try the next spelling
+    _NO_PRIVILEGE: ClassVar[int] = 1227  # needs REPLICATION CLIENT (MariaDB: REPLICA MONITOR)
+
+    def replay_lag_s(self, conn: Connection) -> float | None:
+        """A replica's ``Seconds_Behind_Source`` (``Seconds_Behind_Master``): ``None`` on a
+        server that replicates from nothing, with replication stopped (the server says NULL),
+        or for a login without the privilege to ask (REPLICATION CLIENT, MariaDB's REPLICA
+        MONITOR)."""
+        # lazy: the engine and the tenant setting import this module; SQLAlchemy loads on use
+        from sqlalchemy.exc import DBAPIError
+
+        for statement in self.replica_status_sql:
+            try:
+                row = conn.exec_driver_sql(statement).mappings().first()
+            except DBAPIError as exc:
+                args = getattr(exc.orig, "args", ())
+                code = args[0] if args and isinstance(args[0], int) else None
+                if code == self._SYNTAX_ERROR:
+                    continue
+                if code == self._NO_PRIVILEGE:
+                    return None
+                raise
+            if row is None:
+                return None
+            value = row.get("Seconds_Behind_Source", row.get("Seconds_Behind_Master"))
+            return None if value is None else float(value)
+        return None
 
     def sqlalchemy_dialect(self) -> SADialect:
         # lazy: the engine and the tenant setting import this module; SQLAlchemy loads on use

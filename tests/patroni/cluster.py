@@ -563,6 +563,30 @@ def switchover(candidate: str | None = None) -> tuple[float, str, str]:
     return time.monotonic() - started, str(old["name"]), candidate
 
 
+@contextlib.contextmanager
+def maintenance() -> Iterator[None]:
+    """Patroni's maintenance mode for the block (``patronictl pause --wait``, then ``resume
+    --wait``): Patroni leaves PostgreSQL alone, so no failover, and a WAL replay a test paused
+    (``pg_wal_replay_pause()``) stays paused; outside it, Patroni resumes a paused replay on its
+    next loop (PostgreSQL 14+)."""
+    ctl = Path(sys.executable).with_name("patronictl")
+    config = str(node_dir(0) / "patroni.yml")
+
+    def run(*args: str) -> None:
+        done = subprocess.run(
+            [str(ctl), "-c", config, *args, SCOPE, "--wait"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"patronictl {args[0]} failed: {done.stdout}{done.stderr}")
+
+    run("pause")
+    try:
+        yield
+    finally:
+        run("resume")
+
+
 def kill_primary(with_patroni: bool = False) -> tuple[float, str, str]:
     """``kill -9`` of the leader's postmaster; the seconds until a primary took a write, the
     old and the new leader. Its Patroni restarts it in place (crash recovery) while it holds
