@@ -387,3 +387,53 @@ def test_lock_timeout_out_of_bounds_is_exit_2_before_connecting(
     assert result.exit_code == 2, result.stderr
     assert no_data(result)
     assert "--lock-timeout" in _one_error_line(result.stderr)
+
+
+# --- what an alembic user expects of the schema commands (issue 28, item 6) -------------------
+
+
+def test_the_forward_only_note_is_said_only_when_a_main_revision_is_applied(
+    empty_url: str, cli: Any
+) -> None:
+    first = cli("db", "upgrade", "--db", empty_url)
+    assert first.exit_code == 0, first.stderr
+    assert "forward-only" in first.stderr
+    again = cli("db", "upgrade", "--db", empty_url)
+    assert again.exit_code == 0, again.stderr
+    assert "Already at" in again.stdout and "note:" not in again.stderr
+    branch = cli("db", "upgrade", "rollup@head", "--db", empty_url)
+    assert branch.exit_code == 0, branch.stderr
+    assert "forward-only" not in branch.stderr
+
+
+def test_upgrade_reports_drift_the_version_table_cannot_see(
+    empty_url: str, dialect: str, cli: Any
+) -> None:
+    """A column dropped by hand at head: `db upgrade` has nothing to apply, and says the schema
+    differs (exit 1, naming `db provision`) instead of "nothing to apply"."""
+    assert cli("db", "upgrade", "--db", empty_url).exit_code == 0
+    _exec(empty_url, "ALTER TABLE agent_thread DROP COLUMN summary")
+    drifted = cli("db", "upgrade", "--db", empty_url, "--json")
+    assert drifted.exit_code == 1, drifted.stdout + drifted.stderr
+    assert drifted.json()["error"]["kind"] == "schema_drift"
+    assert "agora db provision" in drifted.stderr and "summary" in drifted.stderr
+    assert cli("db", "provision", "--db", empty_url).exit_code == 0
+    repaired = cli("db", "upgrade", "--db", empty_url)
+    assert repaired.exit_code == 0, repaired.stderr
+
+
+def test_status_never_says_current_below_head(empty_url: str, cli: Any) -> None:
+    """Tables that match head under a version table at 0001 are not "current"."""
+    assert cli("db", "upgrade", "--db", empty_url).exit_code == 0
+    _exec(empty_url, "UPDATE agent_alembic_version SET version_num = '0001'")
+    shown = cli("db", "status", "--db", empty_url)
+    assert shown.exit_code == 0, shown.stderr
+    line = next(x for x in shown.stdout.splitlines() if x.startswith("schema current"))
+    assert "yes" not in line and "0001" in line and "agora db upgrade" in line
+    at_head = cli("db", "upgrade", "--db", empty_url)
+    assert at_head.exit_code == 0, at_head.stderr
+    line = next(
+        x for x in cli("db", "status", "--db", empty_url).stdout.splitlines()
+        if x.startswith("schema current")
+    )  # fmt: skip
+    assert line.split()[-1] == "yes"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 # internal on purpose: the operator's commands import the store's private modules (cli/__init__.py)
 import enum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,6 +19,9 @@ from agora_cli.cli.output import (
     say,
 )
 from agora_cli.store._dialects import DIALECT_CHOICES
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 LockTimeoutOpt = Annotated[
     float,
@@ -162,7 +165,7 @@ def upgrade(
 
     seconds = table_lock_timeout(lock_timeout)
     engine = open_db(_upgrade_target(db) if sql else db, create=True)
-    if not sql:
+    if not sql and _main_chain_pending(engine, revision):
         for notice in pending_notices(revision):
             say(f"note: {notice}", style="yellow")
     result = run_upgrade(engine, revision, sql=sql, table_lock_timeout_s=seconds)
@@ -181,6 +184,7 @@ def upgrade(
             for statement in result.sql:
                 console.print(statement + ";", markup=False)
         return
+    _refuse_drift(engine, result.to_revision)
     if as_json:
         emit_json(
             {"from": result.from_revision, "to": result.to_revision, "applied": result.applied}
@@ -198,6 +202,36 @@ def upgrade(
             return
         start = result.from_revision or "an unversioned database"
         out_console().print(f"Upgraded {start} → {result.to_revision} (applied {applied}).")
+
+
+def _main_chain_pending(engine: Engine, revision: str) -> bool:
+    """Whether upgrading to ``revision`` applies a main-chain revision (its forward-only note
+    is for those alone: a no-op, or an optional branch, says nothing)."""
+    from agora_cli.store._migrate import MAIN_BRANCH, current_revision, head_revision, target_branch
+
+    if target_branch(revision) != MAIN_BRANCH:
+        return False
+    with engine.connect().execution_options(sqlite_deferred=True) as conn:
+        now = current_revision(conn)
+        conn.rollback()
+    wanted = head_revision() if revision.endswith("@head") else revision
+    return now != wanted
+
+
+def _refuse_drift(engine: Engine, revision: str | None) -> None:
+    """After an upgrade: the live schema must be what the revision says. A difference ``db
+    check`` sees (a column dropped by hand) is exit 1, naming the command that repairs it."""
+    from agora_cli.store._errors import SchemaDrift
+    from agora_cli.store._provision import check_agent_tables
+
+    problems = check_agent_tables(engine)
+    if problems:
+        first = problems[0].detail
+        raise SchemaDrift(
+            f"the database is at revision {revision} but its schema differs "
+            f"({len(problems):,} problem(s), e.g. {first}): `agora db check` lists them, "
+            "`agora db provision` adds what is missing"
+        )
 
 
 def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
@@ -255,7 +289,14 @@ def status(db: DbOpt = None, as_json: JsonOpt = False) -> None:
     console.print(f"revision         {doc['revision'] or '(migrations never run)'}")
     console.print(f"head             {doc['head']}")
     console.print(f"branches         {', '.join(doc['branches']) or '—'}")
-    current = "yes" if st.schema_current else f"no ({len(st.problems)} problem(s): agora db check)"
+    if not st.schema_current:
+        current = f"no ({len(st.problems)} problem(s): agora db check)"
+    elif st.revision is not None and st.revision != st.head:
+        # The tables match, but the recorded revision is behind: never "current" below head.
+        # (A database `db provision` made records none: it is current when the tables match.)
+        current = f"no: revision {st.revision}, head {st.head} (agora db upgrade)"
+    else:
+        current = "yes"
     console.print(f"schema current   {current}")
     legacy = st.legacy_proposals
     console.print(f"legacy proposals {legacy:,}" + ("  (agora db backfill)" if legacy else ""))
