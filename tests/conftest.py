@@ -47,6 +47,7 @@ from helpers import (
     REQUIRED,
     T0,
     UNAVAILABLE,
+    drop_roles,
     run_cli,
     unique_name,
     with_database,
@@ -274,20 +275,9 @@ def pg_url(databases: Databases) -> str:
 @pytest.fixture
 def app_role(pg_url: str) -> Iterator[str]:
     """A fresh role name on ``pg_url``'s server; the role, if a test made it, dropped after."""
-    from sqlalchemy import text
-
-    from agora_cli.store._engine import open_engine
-
     role = f"agora_app_{secrets.token_hex(5)}"
     yield role
-    engine = open_engine(pg_url)
-    with engine.begin() as conn:
-        for name in (f"{role}_rt", role):  # its member login (helpers.member_login_url) first
-            found = conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": name})
-            if found.first():
-                conn.exec_driver_sql(f'DROP OWNED BY "{name}"')
-                conn.exec_driver_sql(f'DROP ROLE "{name}"')
-    engine.dispose()
+    drop_roles(pg_url, f"{role}_rt", role)  # its member login (helpers.member_login_url) first
 
 
 @pytest.fixture

@@ -236,3 +236,20 @@ def member_login_url(url: str, role: str) -> str:
     finally:
         engine.dispose()
     return make_url(url).set(username=login).render_as_string(hide_password=False)
+
+
+def drop_roles(url: str, *roles: str) -> None:
+    """Drop each of ``roles`` that exists on ``url``'s server (what it owns in ``url``'s
+    database first), in the order given: a member login before the role it belongs to."""
+    from agora_cli.store._engine import open_engine
+
+    engine = open_engine(url)
+    try:
+        with engine.begin() as conn:
+            for role in roles:
+                found = conn.exec_driver_sql("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,))
+                if found.first() is not None:
+                    conn.exec_driver_sql(f'DROP OWNED BY "{role}"')
+                    conn.exec_driver_sql(f'DROP ROLE "{role}"')
+    finally:
+        engine.dispose()

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import PG_ADMIN_URL, unavailable, unique_name, with_database
+from helpers import PG_ADMIN_URL, drop_roles, unavailable, unique_name, with_database
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pooler
@@ -115,14 +115,4 @@ def app_role_on() -> Iterator[Any]:
 
     yield make
     for url, role in made:
-        engine = open_engine(url)
-        try:
-            with engine.begin() as conn:
-                for name in (f"{role}_rt", role):
-                    if conn.exec_driver_sql(
-                        "SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)
-                    ).first():
-                        conn.exec_driver_sql(f'DROP OWNED BY "{name}"')
-                        conn.exec_driver_sql(f'DROP ROLE "{name}"')
-        finally:
-            engine.dispose()
+        drop_roles(url, f"{role}_rt", role)

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from helpers import drop_roles
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import DBAPIError
 
@@ -45,16 +46,6 @@ from agora_cli.store._schema import (
 TENANTS = ("acme", "globex")
 
 
-def _drop_roles(url: str, *roles: str) -> None:
-    engine = open_engine(url)
-    with engine.begin() as conn:
-        for role in roles:
-            if conn.execute(text("SELECT 1 FROM pg_roles WHERE rolname = :r"), {"r": role}).first():
-                conn.exec_driver_sql(f'DROP OWNED BY "{role}"')
-                conn.exec_driver_sql(f'DROP ROLE "{role}"')
-    engine.dispose()
-
-
 @pytest.fixture
 def roles(pg_url: str) -> Iterator[tuple[str, str]]:
     """(app role, a LOGIN that is a member of it): the runtime's login, as deployed."""
@@ -66,7 +57,7 @@ def roles(pg_url: str) -> Iterator[tuple[str, str]]:
         conn.exec_driver_sql(f'CREATE ROLE "{login}" LOGIN NOBYPASSRLS IN ROLE "{app}"')
     engine.dispose()
     yield app, login
-    _drop_roles(pg_url, login, app)
+    drop_roles(pg_url, login, app)
 
 
 @pytest.fixture
@@ -295,7 +286,7 @@ def test_an_app_role_that_could_switch_rls_off_is_refused(pg_url: str, owner: An
     finally:
         with owner.begin() as conn:
             conn.exec_driver_sql('ALTER TABLE agent_budget OWNER TO "postgres"')
-        _drop_roles(pg_url, member, creator, table_owner)
+        drop_roles(pg_url, member, creator, table_owner)
 
 
 def test_verify_refuses_an_app_role_made_a_member_of_the_owner_by_hand(
@@ -319,7 +310,7 @@ def test_verify_refuses_an_app_role_made_a_member_of_the_owner_by_hand(
     finally:
         with owner.begin() as conn:
             conn.exec_driver_sql('ALTER TABLE agent_thread OWNER TO "postgres"')
-        _drop_roles(pg_url, table_owner)
+        drop_roles(pg_url, table_owner)
 
 
 # --- finding 6: the fold's tables are not the app role's to write ---------------------------------
