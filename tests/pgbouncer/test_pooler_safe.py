@@ -40,22 +40,32 @@ def test_a_tenant_workers_setting_never_reaches_the_next_client(
     pooled_db: dict[str, str], app_role_on: Any
 ) -> None:
     """acme's worker runs its autocommit steps (renew, settle, claim) through the pooler; an
-    untenanted login of the same app role, with acme's thread id in hand, then reads through
-    the same pool: it sees none of acme's rows and no ``agora.tenant`` is left set."""
+    untenanted login of the same app role, with acme's thread, run and proposal ids in hand,
+    then reads through the same pool: it sees none of acme's rows and no ``agora.tenant`` is
+    left set."""
     from sqlalchemy import select
 
-    from agora_cli.store import ActionProposalStore, metadata, open_engine
+    from agora_cli.store import ActionProposalStore, NewProposal, Scope, metadata, open_engine
+    from agora_cli.store._steps import start_run
 
     direct, pooled = pooled_db["direct"], pooled_db["transaction"]
     role = app_role_on(direct)
-    with open_engine(direct).begin() as conn:
-        conn.execute(
-            metadata.tables["agent_thread"].insert(),
-            [
-                {"id": "acme-t", "actor_ref": "alice", "tenant_ref": "acme", "title": "secret",
-                 "created_at": 0, "updated_at": 0},
-            ],
-        )  # fmt: skip
+    owner = open_engine(direct)
+    try:
+        with owner.begin() as conn:
+            conn.execute(
+                metadata.tables["agent_thread"].insert(),
+                [
+                    {"id": "acme-t", "actor_ref": "alice", "tenant_ref": "acme",
+                     "title": "secret", "created_at": 0, "updated_at": 0},
+                ],
+            )  # fmt: skip
+            run = start_run(conn, thread_id="acme-t", actor_ref="alice", tenant_ref="acme")
+        acme = Scope("acme", "alice", "acme-t")
+        new = NewProposal(acme, "refund", {"order": 7}, run_id=run.id, tool_call_id="c1")
+        proposal = ActionProposalStore(owner).create(new).proposal.id
+    finally:
+        owner.dispose()
     login = member_login_url(pooled, role)
     worker = open_engine(login, tenant="acme")
     try:
@@ -66,14 +76,17 @@ def test_a_tenant_workers_setting_never_reaches_the_next_client(
     finally:
         worker.dispose()
     assert _settings(login, ("agora.tenant",)) == {("",)}
+    stolen = {"agent_thread": "acme-t", "agent_run": run.id, "agent_action_proposal": proposal}
     attacker = open_engine(login)
     try:
         with attacker.connect() as conn:
             for _ in range(ROUNDS):
-                thread = metadata.tables["agent_thread"]
-                found = conn.execute(select(thread.c.id).where(thread.c.id == "acme-t")).all()
-                assert found == []
+                for name, row_id in stolen.items():
+                    table = metadata.tables[name]
+                    found = conn.execute(select(table.c.id).where(table.c.id == row_id)).all()
+                    assert found == [], name
                 conn.rollback()
+        assert ActionProposalStore(attacker).find(proposal, acme) is None
     finally:
         attacker.dispose()
 
