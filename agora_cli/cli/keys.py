@@ -96,11 +96,19 @@ def rotate(tenant: TenantOpt, db: DbOpt = None, as_json: JsonOpt = False) -> Non
 
     Example: agora keys rotate --tenant acme && agora db seal --tenant acme --rotate
     """
-    from agora_cli.store._sealing import rotate_tenant_key
+    from agora_cli.store._engine import retry_transient
+    from agora_cli.store._sealing import KeyRotation, rotate_tenant_key
 
     scoped_tenant(tenant)  # another tenant than the session's is exit 2
-    with open_db(db, tenant=tenant).begin() as conn:
-        rotation = rotate_tenant_key(conn, tenant=tenant)
+    engine = open_db(db, tenant=tenant)
+
+    def run() -> KeyRotation:
+        # Concurrent rotations of one tenant can deadlock on MySQL/MariaDB (1213): the whole
+        # transaction is tried again, as every other write command does.
+        with engine.begin() as conn:
+            return rotate_tenant_key(conn, tenant=tenant)
+
+    rotation = retry_transient(run)
     doc = {**_key_doc(rotation.key), "retired": rotation.retired}
     finish(
         doc,
