@@ -394,7 +394,8 @@ def test_messages_proposals_and_frames_are_redacted_too(engine: Any, batch: int)
         frames[("r-done", 2)],
     ]
     for row in redacted:
-        text = json.dumps(row)
+        # The markers' digests are random hex under this run's KEK: "4111" may appear in one.
+        text = re.sub(r"agora:redacted:v1:[0-9a-f]+:[0-9a-f]{64}", "<marker>", json.dumps(row))
         assert "order_id" not in text and "4111" not in text and "refund_id" not in text, row
     again = redact_tool_io(engine, cutoff_ms=CUTOFF)
     assert (again.matched, again.redacted, again.batches) == (0, 0, 0)
