@@ -76,3 +76,27 @@ def test_help_has_text_and_an_example(path: tuple[str, ...]) -> None:
     assert result.exit_code == 0
     if not hasattr(command, "commands"):
         assert "Example: agora " in result.stdout, f"agora {' '.join(path)} has no example"
+
+
+def test_root_help_groups_commands_by_job() -> None:
+    """`agora --help` lists every command under the job it does, in the operator's order."""
+    import re
+
+    from agora_cli.cli import COMMANDS
+
+    result = run_cli("--help", env={"COLUMNS": "120"})
+    assert result.exit_code == 0
+    panels: dict[str, list[str]] = {}
+    current = None
+    for line in result.stdout.splitlines():
+        if m := re.match(r"╭─ (.+?) ─", line):
+            current = m.group(1)
+            panels[current] = []
+        elif current and (m := re.match(r"│ ([a-z][a-z-]*) ", line)):
+            panels[current].append(m.group(1))
+    jobs = [panel for panel in panels if panel != "Options"]
+    assert jobs == ["Set up", "Watch", "Decide", "Money", "Maintenance"]
+    assert panels["Decide"] == ["proposals"]
+    assert panels["Set up"][0] == "demo"
+    listed = [name for job in jobs for name in panels[job]]
+    assert listed == [name for name, _, _ in COMMANDS]

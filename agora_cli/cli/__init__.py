@@ -65,7 +65,11 @@ class AgoraGroup(TyperGroup):
         return super().get_command(ctx, cmd_name)
 
     def list_commands(self, ctx: Any) -> list[str]:
-        return list(dict.fromkeys([*self.lazy, *super().list_commands(ctx)]))
+        # In the order of COMMANDS (the panels' order in `agora --help`), not commands first:
+        # Typer keeps the two lists apart.
+        names = dict.fromkeys([*self.lazy, *super().list_commands(ctx)])
+        order = {name: i for i, (name, _, _) in enumerate(COMMANDS)}
+        return sorted(names, key=lambda name: order.get(name, len(order)))
 
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         if args and args[0] not in self.lazy and args[0] not in self.commands:
@@ -152,19 +156,29 @@ def root(
     set_debug(debug)
 
 
-app.add_typer(db.app, name="db")
-app.add_typer(prices.app, name="prices")
-app.add_typer(spend.app, name="spend")
-app.command("quota")(quota.quota)
-app.add_typer(budgets.app, name="budgets")
-app.add_typer(frames.app, name="frames")
-app.add_typer(proposals.app, name="proposals")
-app.add_typer(threads.app, name="threads")
-app.add_typer(runs.app, name="runs")
-app.add_typer(tools.app, name="tools")
-app.add_typer(keys.app, name="keys")
-app.command("demo")(demo.demo)
-app.add_typer(config.app, name="config")
+# `agora --help` lists the commands grouped by the job they do, in the order an operator meets
+# them (issue 28); this table is both the registration and that order.
+SET_UP, WATCH, DECIDE, MONEY, MAINTENANCE = "Set up", "Watch", "Decide", "Money", "Maintenance"
+COMMANDS: tuple[tuple[str, str, typer.Typer | Callable[..., Any]], ...] = (
+    ("demo", SET_UP, demo.demo),
+    ("db", SET_UP, db.app),
+    ("config", SET_UP, config.app),
+    ("runs", WATCH, runs.app),
+    ("tools", WATCH, tools.app),
+    ("threads", WATCH, threads.app),
+    ("proposals", DECIDE, proposals.app),
+    ("spend", MONEY, spend.app),
+    ("quota", MONEY, quota.quota),
+    ("budgets", MONEY, budgets.app),
+    ("prices", MONEY, prices.app),
+    ("frames", MAINTENANCE, frames.app),
+    ("keys", MAINTENANCE, keys.app),
+)
+for _name, _panel, _target in COMMANDS:
+    if isinstance(_target, typer.Typer):
+        app.add_typer(_target, name=_name, rich_help_panel=_panel)
+    else:
+        app.command(_name, rich_help_panel=_panel)(_target)
 
 
 def lazy_root() -> AgoraGroup:
