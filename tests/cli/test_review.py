@@ -577,6 +577,23 @@ def test_the_operator_profile_key(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "tenant, by, last, operator)" in bad.stderr
 
 
+def test_its_help_loads_neither_the_database_layer_nor_the_terminal_modes() -> None:
+    code = (
+        "import sys\n"
+        "from agora_cli.cli import main\n"
+        "sys.argv = ['agora', 'proposals', 'review', '--help']\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('MODULES', ' '.join(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "Example: agora proposals review --by ops-lead" in done.stdout
+    modules = set(done.stdout.rsplit("MODULES", 1)[1].split())
+    assert not {"sqlalchemy", "httpx", "alembic", "termios", "tty"} & modules
+
+
 # --- in a real terminal: tmux ------------------------------------------------------------------
 
 AGORA = Path(sys.executable).with_name("agora")
