@@ -196,8 +196,9 @@ def test_the_walk_approves_rejects_with_the_reason_and_skips(
     assert "tenant — · actor dave · thread t-none-cancel" in out
     assert "Refund order\n" in out and "alice asked: refund" in out and '"risk": "low"' in out
     assert '"order_id": 7,' in out and '"amount": 12.5' in out
-    assert re.search(r"expires\s+\S+ \S+ UTC \(in 5\dm \d\ds\)", out)
-    assert re.search(r"created\s+\S+ \S+ UTC \(\d+(\.\d)? s ago\)", out)
+    # an hour from the seed, less the seconds a busy machine took to get here
+    assert re.search(r"expires\s+\S+ \S+ UTC \(in [1-5]?\dm \d\ds\)", out)
+    assert re.search(r"created\s+\S+ \S+ UTC \((\d+ ms|\d+\.\d s|\dm \d\ds) ago\)", out)
     assert "approved by ops-lead: queued for a worker." in out
     assert "rejected by ops-lead: not a customer of ours" in out
     assert out.rstrip().endswith("approved 1, rejected 1, skipped 1.")
@@ -707,7 +708,7 @@ def test_review_driven_in_a_real_terminal_at_120_columns(
     assert header.startswith("1 of 3 · proposal ap_") and header.rstrip().endswith("─")
     assert re.search(r"^tool\s+refund_order$", screen, re.M)
     assert re.search(r"^scope\s+tenant acme · actor alice · thread t-acme-refund$", screen, re.M)
-    assert re.search(r"^expires\s+\S+ \S+ UTC \(in 5\dm \d\ds\)$", screen, re.M)
+    assert re.search(r"^expires\s+\S+ \S+ UTC \(in [1-5]?\dm \d\ds\)$", screen, re.M)
     assert re.search(rf"^id\s+{s.refund}$", screen, re.M)
     assert re.search(r"^card\s+Refund order$", screen, re.M)
     assert '"order_id": 7,' in screen
