@@ -21,6 +21,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -677,18 +678,22 @@ def tmux(tmp_path: Path) -> Iterator[Tmux]:
         for k, v in os.environ.items()
         if not k.startswith(("AGORA_", "TMUX")) and k not in ("COLUMNS", "LINES", "NO_COLOR")
     }
+    # the server's socket in a folder of its own, short enough for a socket's path (108 bytes)
+    sockets = tempfile.mkdtemp(prefix="agora-tmux-", dir="/tmp")
     env.update(
         AGORA_CONFIG=str(tmp_path / "no-config.toml"),
         TERM="xterm-256color",
         LANG="C.UTF-8",
         LC_ALL="C.UTF-8",
         HOME=str(tmp_path),
+        TMUX_TMPDIR=sockets,
     )
     server = Tmux(f"agora-review-{os.getpid()}-{secrets.token_hex(4)}", env)
     try:
         yield server
     finally:
         server.kill()
+        shutil.rmtree(sockets, ignore_errors=True)
 
 
 def _line_of(screen: str, text: str) -> str:
