@@ -57,6 +57,7 @@ def test_the_tree_is_complete() -> None:
         "proposals settle",
         "proposals expire",
         "proposals inbox",
+        "proposals review",
         "runs list",
         "runs show",
         "tools stats",

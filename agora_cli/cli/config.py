@@ -80,6 +80,11 @@ def resolve() -> tuple[dict[str, Any], list[dict[str, Any]]]:
             settings.append(_setting(f"spend.{key}", profile.values[key], source))
         else:
             settings.append(_setting(f"spend.{key}", default, "default"))
+    if profile is not None and "operator" in profile.values:  # `proposals review`'s --by
+        source = f"profile {profile.name} ({profile.where('operator')})"
+        settings.append(_setting("operator", profile.values["operator"], source))
+    else:
+        settings.append(_setting("operator", None, "default (asked by proposals review)"))
     from agora_cli.cli.output import color_forced_off
 
     if color_forced_off():

@@ -92,6 +92,7 @@ TENANCY: dict[str, str] = {
     "proposals inbox": "scoped",
     "proposals list": "scoped",
     "proposals renew": "cross",  # a lease token, not a tenant's scope
+    "proposals review": "scoped",  # the inbox it walks, and each decision: the session tenant's
     "proposals settle": "cross",
     "proposals show": "scoped",
     "quota": "scoped",  # only the session tenant's windows (not --actor, not --all)

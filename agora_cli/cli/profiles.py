@@ -10,13 +10,15 @@ Linux, from ``platformdirs``), or ``AGORA_CONFIG``::
     tenant = "acme"
     by = "day,model"
     last = "7d"
+    operator = "ops-lead"
 
 Precedence, for every setting: the command's flag, then the environment variable, then the
 profile, then the built-in default. A profile fills the environment variables that are unset
 (``db`` → ``AGORA_DATABASE_URL``, ``read_db`` → ``AGORA_READ_DATABASE_URL``, ``catalog`` →
 ``AGORA_MODELS_DEV_URL``, ``tenant`` → ``AGORA_TENANT``) for the one command, so everything
-below reads one place; ``by`` and ``last`` are defaults of ``agora spend``; ``read_db`` (the
-reports' standby) is used where it is as explicit as the database (``options.read_url``). The
+below reads one place; ``by`` and ``last`` are defaults of ``agora spend``, ``operator`` the
+name ``agora proposals review`` records as deciding; ``read_db`` (the reports' standby) is used
+where it is as explicit as the database (``options.read_url``). The
 environment is put back when the command ends (the CLI runs in-process in tests and in scripts
 that import it).
 
@@ -55,7 +57,7 @@ ENV_KEYS: dict[str, str] = {
     "catalog": "AGORA_MODELS_DEV_URL",
     "tenant": "AGORA_TENANT",
 }
-PROFILE_KEYS: tuple[str, ...] = (*ENV_KEYS, "by", "last")
+PROFILE_KEYS: tuple[str, ...] = (*ENV_KEYS, "by", "last", "operator")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _MAX_BYTES = 1 << 20
 
@@ -191,6 +193,14 @@ def _check_value(key: str, value: str, at: str) -> None:
     elif key == "last":
         if not re.fullmatch(r"[1-9][0-9]{0,3}[dwm]", value):
             raise ProfileError(f"{at}: last = {value!r} is not like 7d, 4w or 3m")
+    elif key == "operator":
+        from agora_cli.store._errors import InvalidInput
+        from agora_cli.store._values import check_identity
+
+        try:
+            check_identity("operator", value)
+        except InvalidInput as exc:
+            raise ProfileError(f"{at}: {exc.message}") from None
 
 
 def activate(name: str) -> Profile:
@@ -258,6 +268,6 @@ def active() -> tuple[Profile | None, dict[str, str]]:
 
 
 def profile_default(key: str) -> str | None:
-    """A report default (``by``, ``last``) from the active profile, if it has one."""
+    """A command's default (``by``, ``last``, ``operator``) from the active profile, if any."""
     profile: Profile | None = _STATE["profile"]
     return None if profile is None else profile.values.get(key)

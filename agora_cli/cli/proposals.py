@@ -52,6 +52,7 @@ from agora_cli.cli.proposal_views import (
     show_tool_call,
     tool_call_document,
 )
+from agora_cli.cli.review import review
 from agora_cli.store._clock import iso_ms, parse_duration, parse_instant
 from agora_cli.store._errors import InvalidInput
 from agora_cli.store._values import BIGINT_MAX, MAX_CLAIM_BATCH, MAX_LEASE_MS, parse_json
@@ -369,6 +370,9 @@ def inbox(
     if not as_json:
         for note in inbox_notes(page, limit):
             say(f"note: {note}", style="yellow")
+
+
+app.command("review")(review)  # the interactive walk: cli/review.py
 
 
 @app.command("list")

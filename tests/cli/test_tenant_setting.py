@@ -78,6 +78,7 @@ CASES: dict[str, list[tuple[tuple[str, ...], str]]] = {
         (("--actor", "carol", "--thread", "demo-thread-10", "--no-tenant"), "past"),
     ],
     "proposals renew": [(LEASE, "refused")],
+    "proposals review": [(("--tenant", "globex", "--by", "x"), "outside")],
     "proposals settle": [((*LEASE, "--succeeded"), "refused")],
     "proposals show": [(("ap_00000000", *SCOPE, "--tenant", "globex"), "outside")],
     "quota": [
