@@ -57,6 +57,7 @@ __all__ = [
     "current_revision",
     "downgrade",
     "downgrade_branch",
+    "downgrade_branch_of",
     "head_revision",
     "history",
     "offline_statements",
@@ -268,7 +269,7 @@ def upgrade(
     return UpgradeResult(before, after, applied, [], notices)
 
 
-_CREATE_VERSION_TABLE = re.compile(rf"CREATE TABLE [`\"]?{VERSION_TABLE}\\b")
+_CREATE_VERSION_TABLE = re.compile(rf"CREATE TABLE [`\"]?{VERSION_TABLE}\b")
 
 
 def _creates_version_table(statement: str) -> bool:
@@ -560,8 +561,13 @@ class BranchDowngrade:
 ROWS_COUNTED_UP_TO = 10_000
 
 
+def downgrade_branch_of(target: str) -> str:
+    """The optional branch a downgrade to ``target`` undoes; the main chain (forward-only), or
+    no branch, is ``InvalidInput``. Reads no database."""
+    return _downgrade_target(script_directory(), target)
+
+
 def _downgrade_target(script: ScriptDirectory, target: str) -> str:
-    """The optional branch ``target`` is on; the main chain (or no branch) is ``InvalidInput``."""
     optional = [b for b in _branch_names(script) if b != MAIN_BRANCH]
     named = ", ".join(f"{b}@base" for b in optional)
     if target in ("base", "head", "heads"):

@@ -225,10 +225,11 @@ def downgrade(
 
     Example: agora db downgrade rollup@base --sql && agora db downgrade rollup@base --yes
     """
-    from agora_cli.store._migrate import downgrade_branch
+    from agora_cli.store._migrate import downgrade_branch, downgrade_branch_of
     from agora_cli.store._provision import table_lock_timeout
 
     seconds = table_lock_timeout(lock_timeout)
+    downgrade_branch_of(target)  # the main chain is refused before connecting
     engine = open_db(db)
     preview = downgrade_branch(engine, target, sql=True, table_lock_timeout_s=seconds)
     if sql or not preview.undone:
