@@ -441,6 +441,20 @@ def test_upgrade_sql_of_an_optional_branch_beside_the_main_chain(
     assert len(_versions(empty_url)) == 2
 
 
+@pytest.mark.parametrize("dialect", ["mysql"], indirect=True)
+def test_upgrade_sql_on_mysql_names_innodb_and_the_binary_collation_for_every_table(
+    empty_url: str, dialect: str, cli: Any
+) -> None:
+    """A database whose default collation is not utf8mb4_bin: every table the script creates
+    says its engine and collation (0001's tables did not: `db check` then found them
+    utf8mb4_general_ci)."""
+    name = make_url(empty_url).database
+    _exec(empty_url, f"ALTER DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci")
+    script = _offline_then_run(empty_url, dialect, cli)
+    created = script.count("CREATE TABLE IF NOT EXISTS")
+    assert created >= 16 and script.count("COLLATE utf8mb4_bin") == created
+
+
 # --- the notes and status words, with the optional branches applied ------------------------
 
 
