@@ -355,6 +355,29 @@ def test_downgrade_an_optional_branch_to_its_base(empty_url: str, cli: Any) -> N
     assert again.exit_code == 0 and "not applied here: nothing to undo" in again.stdout
 
 
+def test_downgrade_asks_on_a_terminal_before_dropping_rows(
+    empty_url: str, monkeypatch: pytest.MonkeyPatch, cli: Any
+) -> None:
+    monkeypatch.setattr("agora_cli.cli.db.history._stdin_is_terminal", lambda: True)
+    assert cli("db", "upgrade", "--db", empty_url).exit_code == 0
+    assert cli("db", "upgrade", "rollup@head", "--db", empty_url).exit_code == 0
+    _exec(
+        empty_url,
+        "INSERT INTO agent_usage_model_daily (day, model_id, turns, input_tokens, "
+        "output_tokens, cache_read_tokens, cache_write_tokens, unpriced_turns, folded_at) "
+        "VALUES (1, 'm', 1, 1, 1, 0, 0, 0, 1), (2, 'm', 1, 1, 1, 0, 0, 0, 1)",
+    )
+    kept = cli("db", "downgrade", "rollup@base", "--db", empty_url, input="n\n")
+    assert kept.exit_code == 1
+    assert "agent_usage_model_daily (2 rows)" in kept.stderr and "nothing dropped" in kept.stderr
+    assert "agent_usage_model_daily" in _tables(empty_url) and len(_versions(empty_url)) == 2
+    dropped = cli("db", "downgrade", "rollup@base", "--db", empty_url, input="y\n")
+    assert dropped.exit_code == 0, dropped.stderr
+    assert "dropped agent_usage_model_daily (2 rows)" in dropped.stdout
+    assert "agent_usage_model_daily" not in _tables(empty_url)
+    assert _versions(empty_url) == [HEAD]
+
+
 def test_downgrade_documents_where_it_did_nothing_removes_its_row(
     empty_url: str, dialect: str, cli: Any
 ) -> None:

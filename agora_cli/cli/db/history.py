@@ -292,9 +292,12 @@ def _downgrade_doc(result: BranchDowngrade, *, sql: bool) -> dict[str, Any]:
 
 def _show_sql(result: BranchDowngrade) -> None:
     if not result.undone:
-        out_console().print(
-            f"The {result.branch} branch is not applied here: nothing to undo.", markup=False
+        where = (
+            "is not applied here"
+            if result.from_revision is None
+            else f"is at {result.from_revision} already"
         )
+        out_console().print(f"The {result.branch} branch {where}: nothing to undo.", markup=False)
         return
     console = out_console()
     for statement in result.sql:
