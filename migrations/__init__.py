@@ -18,14 +18,16 @@ def apply_revision(revision: str) -> None:
 
     Online, every revision delegates to ``ensure_agent_tables``, which builds the library's
     current shape (so a later revision finds nothing left to do, and migrations and
-    provisioning can never drift apart). Offline (``db upgrade --sql``) there is no database to
-    read, so each revision prints exactly the statements it added
-    (``provision.revision_statements``) and the script is valid from an empty database.
+    provisioning can never drift apart). Offline (``db upgrade --sql``) each revision prints
+    what it adds to the schema the script has reached: ``agora db upgrade`` passes the live
+    catalog (``config.attributes["catalog"]``), so the script starts from this database's
+    schema; without one, from the shape before the revision (``ddl.revision_statements``).
     """
     if context.is_offline_mode():
-        from agora_cli.store._provision import revision_statements
+        from agora_cli.store._migrate import offline_statements
 
-        for statement in revision_statements(revision, op.get_context().dialect.name):
+        catalog = context.config.attributes.get("catalog")
+        for statement in offline_statements(revision, op.get_context().dialect.name, catalog):
             op.execute(statement)
         return
     from agora_cli.store._provision import ensure_agent_tables

@@ -59,6 +59,8 @@ TENANCY: dict[str, str] = {
     "config show": "none",
     "db backfill": "cross",
     "db check": "cross",
+    "db downgrade": "cross",
+    "db history": "cross",
     "db provision": "cross",
     "db redact": "scoped",  # --tenant, else the session tenant's rows only
     "db rls disable": "cross",
@@ -67,6 +69,7 @@ TENANCY: dict[str, str] = {
     "db rls verify": "cross",
     "db seal": "scoped",  # its --tenant must be the session tenant
     "db sql": "none",
+    "db stamp": "cross",
     "db status": "cross",
     "db upgrade": "cross",
     "demo": "cross",  # writes acme and globex

@@ -33,7 +33,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Column, ForeignKeyConstraint, Table, select, text, update
+from sqlalchemy import Column, ForeignKeyConstraint, MetaData, Table, select, text, update
 from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -81,7 +81,7 @@ from agora_cli.store._lock_waits import (
 )
 from agora_cli.store._problems import Problem
 from agora_cli.store._rls import policy_problems
-from agora_cli.store._schema import RETIRED_INDEXES, metadata
+from agora_cli.store._schema import RETIRED_INDEXES, RetiredIndex, metadata
 
 __all__ = [
     "DEFAULT_TABLE_LOCK_TIMEOUT_S",
@@ -99,6 +99,7 @@ __all__ = [
     "provisioning_lock",
     "read_catalog",
     "revision_statements",
+    "shape_problems",
     "table_lock_timeout",
     "table_row_counts",
 ]
@@ -656,10 +657,23 @@ def check_agent_tables(bind: Engine | Connection) -> list[Problem]:
     else:
         cat = read_catalog(bind, full=True)
         cluster = galera_problems(bind, names)
-    dialect = dialect_name(bind)
+    problems = shape_problems(cat, dialect_name(bind))
+    problems.extend(policy_problems(bind))
+    return problems + cluster
+
+
+def shape_problems(
+    cat: SchemaCatalog,
+    dialect: str,
+    meta: MetaData = metadata,
+    retired: tuple[RetiredIndex, ...] = RETIRED_INDEXES,
+) -> list[Problem]:
+    """Every difference between the catalog ``cat`` and the tables of ``meta`` (by default the
+    library's schema; ``ddl.schema_at`` gives a revision's): tables, columns, indexes, foreign
+    keys, column types, MySQL's engine and collation, and each index of ``retired`` standing."""
     table_options = dialect_of(dialect).has_table_options
     problems: list[Problem] = []
-    for table in metadata.sorted_tables:
+    for table in meta.sorted_tables:
         t = table.name
         live = cat.columns.get(t)
         if live is None:
@@ -680,14 +694,14 @@ def check_agent_tables(bind: Engine | Connection) -> list[Problem]:
                         "then provision)"
                     )
                 problems.append(Problem("missing_index", t, detail))
-        for retired in RETIRED_INDEXES:
-            if retired.table == t and retired.name in cat.indexes.get(t, set()):
+        for gone in retired:
+            if gone.table == t and gone.name in cat.indexes.get(t, set()):
                 problems.append(
                     Problem(
                         "retired_index",
                         t,
-                        f"index {retired.name} was retired by revision {retired.revision} "
-                        f"({retired.replaced_by} replaces it): agora db upgrade (or provision) "
+                        f"index {gone.name} was retired by revision {gone.revision} "
+                        f"({gone.replaced_by} replaces it): agora db upgrade (or provision) "
                         "drops it",
                     )
                 )
@@ -707,8 +721,7 @@ def check_agent_tables(bind: Engine | Connection) -> list[Problem]:
                         "(agora db provision --convert-collation converts it)",
                     )
                 )
-    problems.extend(policy_problems(bind))
-    return problems + cluster
+    return problems
 
 
 def _check_types(cat: SchemaCatalog, table: Table, dialect: str) -> list[Problem]:

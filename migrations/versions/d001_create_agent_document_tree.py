@@ -16,6 +16,15 @@ branch_labels = ("documents",)
 depends_on = None
 
 
+def creates(dialect: str) -> tuple[str, ...]:
+    """The tables this revision creates on ``dialect`` (``agora db stamp`` and ``downgrade``)."""
+    from agora_cli.store._dialects import dialect_of
+
+    if not dialect_of(dialect).has_pg_extras:
+        return ()
+    return ("agent_document", "agent_document_node")
+
+
 def upgrade() -> None:
     from agora_cli.store._dialects import dialect_of
     from agora_cli.store._pg_extras import create_agent_document_tree, document_tree_statements

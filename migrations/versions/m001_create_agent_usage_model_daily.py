@@ -22,10 +22,21 @@ branch_labels = ("rollup",)
 depends_on = None
 
 
+def creates(dialect: str) -> tuple[str, ...]:
+    """The tables this revision creates on ``dialect`` (``agora db stamp`` and ``downgrade``)."""
+    from agora_cli.store._fold import ROLLUP_TABLE
+
+    return (ROLLUP_TABLE,)
+
+
 def upgrade() -> None:
-    from agora_cli.store._fold import create_rollup, rollup_statements
+    from agora_cli.store._fold import ROLLUP_TABLE, create_rollup, rollup_statements
 
     if context.is_offline_mode():
+        catalog = context.config.attributes.get("catalog")
+        if catalog is not None and ROLLUP_TABLE in catalog.columns:
+            say(f"{ROLLUP_TABLE} is already there")
+            return
         for statement in rollup_statements(op.get_context().dialect):
             op.execute(statement)
         return

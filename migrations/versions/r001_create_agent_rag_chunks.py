@@ -16,6 +16,13 @@ branch_labels = ("rag",)
 depends_on = None
 
 
+def creates(dialect: str) -> tuple[str, ...]:
+    """The tables this revision creates on ``dialect`` (``agora db stamp`` and ``downgrade``)."""
+    from agora_cli.store._dialects import dialect_of
+
+    return ("agent_rag_chunk",) if dialect_of(dialect).has_pg_extras else ()
+
+
 def upgrade() -> None:
     from agora_cli.store._dialects import dialect_of
     from agora_cli.store._pg_extras import create_agent_rag_chunks, rag_statements

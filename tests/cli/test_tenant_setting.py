@@ -36,6 +36,8 @@ CASES: dict[str, list[tuple[tuple[str, ...], str]]] = {
     ],
     "db backfill": [((), "refused")],
     "db check": [((), "refused")],
+    "db downgrade": [(("rollup@base", "--sql"), "refused")],
+    "db history": [((), "refused")],
     "db provision": [((), "refused")],
     "db redact": [
         (("--tool-io", "--older-than", "1d", "--dry-run", "--json"), "acme"),
@@ -46,6 +48,7 @@ CASES: dict[str, list[tuple[tuple[str, ...], str]]] = {
     "db rls status": [((), "refused")],
     "db rls verify": [((), "refused")],
     "db seal": [(("--tenant", "globex", "--dry-run"), "outside")],
+    "db stamp": [(("agent@head",), "refused")],
     "db status": [((), "refused")],
     "db upgrade": [((), "refused")],
     "demo": [(("--force",), "refused")],

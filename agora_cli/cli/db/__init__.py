@@ -3,6 +3,7 @@
 One module per concern, each named for its commands:
 
 - ``schema.py``   ``provision``, ``upgrade``, ``status``, ``check``, ``sql``
+- ``history.py``  ``history``, ``stamp``, ``downgrade`` (the migration history, as Alembic's)
 - ``backfill.py`` ``backfill`` (the proposals' discovery index)
 - ``redact.py``   ``redact`` (tool I/O as keyed hashes)
 - ``seal.py``     ``seal`` (a tenant's rows under its data key; the keys are ``agora keys``)
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import typer
 
-from agora_cli.cli.db import backfill, redact, rls, schema, seal
+from agora_cli.cli.db import backfill, history, redact, rls, schema, seal
 
 __all__ = ["app"]
 
@@ -27,6 +28,9 @@ app.command("upgrade")(schema.upgrade)
 app.command("status")(schema.status)
 app.command("check")(schema.check)
 app.command("sql")(schema.sql)
+app.command("history")(history.history)
+app.command("stamp")(history.stamp)
+app.command("downgrade")(history.downgrade)
 app.command("backfill")(backfill.backfill)
 app.command("seal")(seal.seal)
 app.add_typer(rls.app, name="rls")

@@ -159,13 +159,18 @@ def upgrade(
 
     Example: agora db upgrade --db postgresql://app@db.internal/app && agora db upgrade rag@head
     """
-    from agora_cli.store._migrate import pending_notices
+    from agora_cli.store._migrate import (
+        MAIN_BRANCH,
+        applies_main_revisions,
+        pending_notices,
+        target_branch,
+    )
     from agora_cli.store._migrate import upgrade as run_upgrade
     from agora_cli.store._provision import table_lock_timeout
 
     seconds = table_lock_timeout(lock_timeout)
     engine = open_db(_upgrade_target(db) if sql else db, create=True)
-    if not sql and _main_chain_pending(engine, revision):
+    if not sql and applies_main_revisions(engine, revision):
         for notice in pending_notices(revision):
             say(f"note: {notice}", style="yellow")
     result = run_upgrade(engine, revision, sql=sql, table_lock_timeout_s=seconds)
@@ -184,7 +189,9 @@ def upgrade(
             for statement in result.sql:
                 console.print(statement + ";", markup=False)
         return
-    _refuse_drift(engine, result.to_revision)
+    branch = target_branch(revision)
+    if branch == MAIN_BRANCH:
+        _refuse_drift(engine, result.to_revision)
     if as_json:
         emit_json(
             {"from": result.from_revision, "to": result.to_revision, "applied": result.applied}
@@ -193,10 +200,7 @@ def upgrade(
     if not result.applied:
         out_console().print(f"Already at {result.to_revision}: nothing to apply.")
     else:
-        from agora_cli.store._migrate import MAIN_BRANCH, target_branch
-
         applied = ", ".join(result.applied)
-        branch = target_branch(revision)
         if result.from_revision is None and branch != MAIN_BRANCH:
             out_console().print(f"Applied the {branch} branch ({applied}).")
             return
@@ -204,23 +208,10 @@ def upgrade(
         out_console().print(f"Upgraded {start} → {result.to_revision} (applied {applied}).")
 
 
-def _main_chain_pending(engine: Engine, revision: str) -> bool:
-    """Whether upgrading to ``revision`` applies a main-chain revision (its forward-only note
-    is for those alone: a no-op, or an optional branch, says nothing)."""
-    from agora_cli.store._migrate import MAIN_BRANCH, current_revision, head_revision, target_branch
-
-    if target_branch(revision) != MAIN_BRANCH:
-        return False
-    with engine.connect().execution_options(sqlite_deferred=True) as conn:
-        now = current_revision(conn)
-        conn.rollback()
-    wanted = head_revision() if revision.endswith("@head") else revision
-    return now != wanted
-
-
 def _refuse_drift(engine: Engine, revision: str | None) -> None:
-    """After an upgrade: the live schema must be what the revision says. A difference ``db
-    check`` sees (a column dropped by hand) is exit 1, naming the command that repairs it."""
+    """After an upgrade of the main chain: the live schema must be what the revision says. A
+    difference ``db check`` sees (a column dropped by hand) is exit 1, naming the command that
+    repairs it. (An optional branch's upgrade answers for its own tables only.)"""
     from agora_cli.store._errors import SchemaDrift
     from agora_cli.store._provision import check_agent_tables
 
