@@ -333,7 +333,7 @@ def seed(
     """Price models from the models.dev catalog, all or nothing, and show what changed.
 
     Prices are stored under the model id the provider publishes (openai/gpt-4o-mini is stored as
-    gpt-4o-mini) with source models.dev:<provider>; the ledger finds them through the resolution
+    gpt-4o-mini) with source `models.dev:<provider>`; the ledger finds them through the resolution
     rules. --missing prices every ledger model id that has no price, or only one borrowed from a
     less specific spelling the catalog prices differently (eu. profiles, dated snapshots), and
     never overwrites a price. When the fetch fails and a copy of that catalog is cached, the
@@ -482,7 +482,7 @@ def list_(
 ) -> None:
     """List current prices (with --history, retired ones too), in USD per 1M tokens.
 
-    Source says whose price it is: models.dev:<provider> (the catalog provider whose listing was
+    Source says whose price it is: `models.dev:<provider>` (the catalog provider whose listing was
     taken), manual, or models.dev alone for prices seeded before the provider was recorded.
     --csv prints every column, tiers as JSON.
 
