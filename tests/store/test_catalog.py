@@ -366,12 +366,14 @@ def test_a_redirect_loop_is_a_catalog_error_naming_it(server: CatalogServer) -> 
     assert server.counts["/loop.json"] == 21  # the first request and 20 redirects, once
 
 
-def test_unreachable_server_is_a_catalog_error_chained_from_httpx() -> None:
+def test_unreachable_server_is_a_catalog_error_chained_from_httpx_and_not_retried() -> None:
+    # Connection refused (as offline: a name that does not resolve) is no transient failure:
+    # the next attempt would fail alike, after the backoff (issue 28: 8 s, then exit 3).
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    with pytest.raises(CatalogError, match="after 2 attempt") as info:
-        fetch(f"http://127.0.0.1:{port}/api.json", attempts=2)
+    with pytest.raises(CatalogError, match=r"after 1 attempt\(s\): ConnectError") as info:
+        fetch(f"http://127.0.0.1:{port}/api.json", attempts=3, backoff_s=5.0)
     assert isinstance(info.value.__cause__, httpx.ConnectError)
 
 
