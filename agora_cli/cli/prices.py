@@ -667,7 +667,7 @@ def _show_status(doc: dict[str, Any], checks: list[PriceCheck], copies: CatalogC
             [
                 {
                     "model": c.price.model_id,
-                    "catalog_id": c.catalog_id,
+                    "provider": (c.catalog_id or "").split("/", 1)[0] or None,
                     "since": (iso_ms(c.price.effective_from) or "")[:10],
                     "what": _change_text(c),
                 }
@@ -675,7 +675,7 @@ def _show_status(doc: dict[str, Any], checks: list[PriceCheck], copies: CatalogC
             ],
             [
                 Col("model", "Model"),
-                Col("catalog_id", "Listing", drop=1),
+                Col("provider", "Listed by", wrap=False, drop=1),
                 Col("since", "Since", wrap=False),
                 Col("what", "Against the catalog"),
             ],
