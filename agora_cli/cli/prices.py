@@ -994,7 +994,8 @@ def resolve(
             outcome = match_catalog_price(model_id, cat)
             # The plan seed --missing writes from, with this id as if the ledger had it: the
             # answer takes every other ledger id's claim into account, as the seed does.
-            decision = plan_missing_prices(conn, catalog=cat, also=[model_id]).decision(model_id)
+            plan = plan_missing_prices(conn, catalog=cat, also=[model_id], hints=False)
+            decision = plan.decision(model_id)
     doc = _resolution_doc(res)
     if cat is not None and outcome is not None:
         doc["catalog"] = {"source": cat.source, **_catalog_doc(outcome, decision)}

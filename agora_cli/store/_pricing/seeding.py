@@ -173,7 +173,9 @@ def _not_found_message(catalog: ModelCatalog, provider: str, model: str) -> str:
     return f"{what} (did you mean {', '.join(hints)}?)" if hints else what
 
 
-def match_catalog_price(model_id: str, catalog: ModelCatalog) -> CatalogMatch | SkippedModel:
+def match_catalog_price(
+    model_id: str, catalog: ModelCatalog, *, hints: bool = True
+) -> CatalogMatch | SkippedModel:
     """Choose the catalog price for a ledger model id by the rules of ``seed --missing``.
 
     1. A route naming a catalog provider (directly, through ``ROUTE_ALIASES``, or a Bedrock ARN
@@ -186,7 +188,9 @@ def match_catalog_price(model_id: str, catalog: ModelCatalog) -> CatalogMatch | 
     3. Among the providers listing that spelling: the first party's listing; else the
        hyperscalers' when they agree; else the price every provider agrees on (to 1e-9
        relative); else ``ambiguous``. A spelling one provider lists is priced from it.
-    GovCloud ids are never priced from here.
+    GovCloud ids are never priced from here. ``hints=False`` leaves out the close names a
+    ``not_in_catalog`` id is reported with (a difflib search of the whole catalog: tens of ms
+    an id).
     """
     if is_govcloud(model_id):
         return SkippedModel(model_id, "govcloud")
@@ -231,6 +235,8 @@ def match_catalog_price(model_id: str, catalog: ModelCatalog) -> CatalogMatch | 
         return _decide(model_id, spelling, rule, listed)
     if unpriced:
         return SkippedModel(model_id, "no_price", tuple(dict.fromkeys(unpriced)))
+    if not hints:
+        return SkippedModel(model_id, "not_in_catalog")
     forms = route_forms(model_id)
     return SkippedModel(model_id, "not_in_catalog", _close_names(catalog, forms, chosen))
 
@@ -341,12 +347,18 @@ def ledger_model_ids(conn: Connection) -> list[str]:
 
 
 def plan_missing_prices(
-    conn: Connection, *, catalog: ModelCatalog, also: Sequence[str] = ()
+    conn: Connection,
+    *,
+    catalog: ModelCatalog,
+    also: Sequence[str] = (),
+    hints: bool = True,
 ) -> MissingPlan:
     """Decide what ``seed_missing_prices`` would write for the ledger's model ids (see there).
 
     ``also``: ids to decide for as if the ledger had them (``prices resolve --catalog`` asks
     about one it may not have seen yet); they take part in every conflict like the others.
+    ``hints=False``: ``not_in_catalog`` ids come without close names (they decide nothing, and
+    cost a difflib search of the catalog each: ``resolve`` asks about one id, not the ledger).
     """
     for model_id in also:
         check_identity("model_id", model_id)
@@ -368,7 +380,7 @@ def plan_missing_prices(
             expected[ledger_id] = resolved.price
             if resolved.rule == "exact":
                 continue
-        outcome = match_catalog_price(ledger_id, catalog)
+        outcome = match_catalog_price(ledger_id, catalog, hints=hints)
         if resolved.price is not None and not needs_catalog_price(resolved, outcome):
             continue
         if isinstance(outcome, SkippedModel):
