@@ -423,3 +423,17 @@ def test_list_shows_source_and_effective_date_at_any_width(
             assert "Cache read" in header and "Cache write" in header
         if history and width >= 80:
             assert "Current" in header
+
+
+def test_the_help_example_runs_verbatim(cli: Any, db_url: str) -> None:
+    from typer.main import get_command
+
+    from agora_cli.cli import app
+
+    help_text = str(get_command(app).commands["prices"].commands["status"].help)
+    example = help_text.split("Example: ", 1)[1].split()
+    assert example[:3] == ["agora", "prices", "status"]
+    seed(cli, db_url, str(FIXTURE_CATALOG), "openai/gpt-4o")
+    r = cli(*example[1:], "--db", db_url)
+    assert r.exit_code == 0, r.stderr
+    assert r.json()["current"] is True and r.json()["from"] < r.json()["to"]
