@@ -437,3 +437,24 @@ def test_the_help_example_runs_verbatim(cli: Any, db_url: str) -> None:
     r = cli(*example[1:], "--db", db_url)
     assert r.exit_code == 0, r.stderr
     assert r.json()["current"] is True and r.json()["from"] < r.json()["to"]
+
+
+def test_a_password_in_the_catalog_url_is_never_shown(
+    cli: Any, db_url: str, server: CatalogServer
+) -> None:
+    secret = server.url.replace("127.0.0.1", "agent:s3cret-Pa55@127.0.0.1")
+    masked = server.url.replace("127.0.0.1", "agent:***@127.0.0.1")
+    seed(cli, db_url, secret, "openai/gpt-4o")
+    outputs = [
+        cli("prices", "status", "--catalog", secret, "--db", db_url, *a) for a in ((), ("--json",))
+    ]
+    assert outputs[1].json()["catalog"]["source"] == masked
+    server.stop()
+    outputs += [
+        cli("prices", "status", "--catalog", secret, "--db", db_url, *a) for a in ((), ("--json",))
+    ]
+    assert outputs[3].json()["catalog"]["compared_with"] == "cache"
+    assert masked in outputs[3].json()["catalog"]["live_error"]
+    for r in outputs:
+        assert r.exit_code == 0, r.stderr
+        assert "s3cret-Pa55" not in r.stdout + r.stderr
