@@ -7,10 +7,9 @@ URL|PATH`` or ``AGORA_MODELS_DEV_URL``): an object keyed by provider id, each pr
 An HTTP fetch sends ``User-Agent: agora/<version>`` and is bounded twice:
 
 - **in time**: ``timeout`` seconds (default 10, at most 600) for the *whole* fetch — connecting,
-  waiting, every byte of the body, every retry and every backoff pause (the clock starts once the
-  HTTP client is built: importing httpx and its TLS context are local work). httpx's own timeouts
-  are per read, so a server that drips one byte every half second would never trip them; the body
-  is streamed instead and the deadline checked after every chunk, and a watchdog shuts the
+  waiting, every byte of the body, every retry and every backoff pause. httpx's own timeouts are
+  per read, so a server that drips one byte every half second would never trip them; the body is
+  streamed instead and the deadline checked after every chunk, and a watchdog shuts the
   connection's socket down at the deadline so that a read already waiting cannot outlive it;
 - **in size**: at most ``max_bytes`` (64 MiB; the real catalog is about 2.4 MB) of decoded body,
   streamed and abandoned at the limit; a catalog *file* is read up to the limit plus one byte.
@@ -474,6 +473,7 @@ class _HttpFetch:
         # lazy: httpx (heavy) loads only when a catalog is fetched over HTTP
         import httpx
 
+        deadline = time.monotonic() + self.timeout
         headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
         if cached is not None and cached.etag:
             headers["If-None-Match"] = cached.etag
@@ -482,9 +482,6 @@ class _HttpFetch:
         # No keep-alive: every attempt opens its own connection, which the watchdog can cut.
         limits = httpx.Limits(max_keepalive_connections=0)
         with httpx.Client(follow_redirects=True, headers=headers, limits=limits) as client:
-            # The clock starts once the client exists: building it (its TLS context) is local
-            # work, like importing httpx, and on a loaded machine took more than a short timeout.
-            deadline = time.monotonic() + self.timeout
             body = self._get_with_retries(client, deadline)
             if body.status == 304 and cached is not None:
                 catalog = self._from_cache(cached, stale=False)
