@@ -535,7 +535,6 @@ _STATE_WORDS = {
     "not_from_catalog": "not from the catalog",
 }
 _FIELD_WORDS = dict(_RATES) | {"tiers": "tiers"}
-_NOT_CURRENT = ("changed", "missing", "no_price")
 _SHOWN_NEW = 20  # new listings a person sees; --json has them all
 
 
@@ -558,7 +557,7 @@ def _status_doc(
     window: tuple[Any, Any],
     now: int,
 ) -> dict[str, Any]:
-    from agora_cli.store._pricing import CHECK_STATES, RATE_FIELDS
+    from agora_cli.store._pricing import CHECK_STATES, RATE_FIELDS, STALE_STATES
 
     compared = copies.current
     counts: dict[str, int] = dict.fromkeys(CHECK_STATES, 0)
@@ -569,7 +568,7 @@ def _status_doc(
         return money(v) if field in RATE_FIELDS else v
 
     return {
-        "current": not any(counts[s] for s in _NOT_CURRENT) and not unpriced,
+        "current": not any(counts[s] for s in STALE_STATES) and not unpriced,
         "catalog": {
             "source": copies.source,
             "compared_with": copies.compared_with,
@@ -636,6 +635,8 @@ def _change_text(check: PriceCheck) -> str:
 
 
 def _show_status(doc: dict[str, Any], checks: list[PriceCheck], copies: CatalogCopies) -> None:
+    from agora_cli.store._pricing import STALE_STATES
+
     console = out_console()
     cat, counts = doc["catalog"], doc["counts"]
     now = SystemClock().now_ms()
@@ -661,7 +662,7 @@ def _show_status(doc: dict[str, Any], checks: list[PriceCheck], copies: CatalogC
     console.print(safe_text(line + "."), markup=False)
     if copies.live_error:
         _talk(f"the live catalog: {copies.live_error}", style="yellow")
-    stale = [c for c in checks if c.state in _NOT_CURRENT]
+    stale = [c for c in checks if c.state in STALE_STATES]
     if stale:
         render_table(
             [

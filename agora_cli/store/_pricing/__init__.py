@@ -49,6 +49,7 @@ from agora_cli.store._pricing.seeding import (
 from agora_cli.store._pricing.status import (
     CHECK_STATES,
     RATE_FIELDS,
+    STALE_STATES,
     FieldChange,
     NewModel,
     PriceCheck,
@@ -74,6 +75,7 @@ __all__ = [
     "RATE_FIELDS",
     "ROUTE_ALIASES",
     "RULES",
+    "STALE_STATES",
     "CatalogMatch",
     "FieldChange",
     "MissingPlan",

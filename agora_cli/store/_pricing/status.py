@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECK_STATES",
     "RATE_FIELDS",
+    "STALE_STATES",
     "FieldChange",
     "NewModel",
     "PriceCheck",
@@ -54,8 +55,9 @@ __all__ = [
     "new_catalog_models",
 ]
 
-# A price's state against the catalog; the first three make `prices status` answer "not current".
-CHECK_STATES = ("changed", "missing", "no_price", "unchanged", "not_from_catalog")
+# A price's state against the catalog; the STALE ones make `prices status` answer "not current".
+STALE_STATES = ("changed", "missing", "no_price")
+CHECK_STATES = (*STALE_STATES, "unchanged", "not_from_catalog")
 RATE_FIELDS = ("input_per_1m", "output_per_1m", "cache_read_per_1m", "cache_write_per_1m")
 _REL_TOL = 1e-9  # as ModelPrice.same_rates
 
