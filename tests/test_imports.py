@@ -119,6 +119,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "pricing.rules",
             "pricing.table",
             "pricing.seeding",
+            "pricing.status",
             "pricing",
             "ledger",
             "budgets",

@@ -87,6 +87,7 @@ TENANCY: dict[str, str] = {
     "prices resolve": "cross",
     "prices seed": "cross",
     "prices set": "cross",
+    "prices status": "cross",
     "proposals claim": "scoped",  # the scope's tenant must be the session tenant
     "proposals claim-next": "cross",  # the worker serves every tenant's queue
     "proposals create": "scoped",  # the document's tenant_ref must be the session tenant

@@ -26,14 +26,17 @@ from agora_cli.store._clock import SystemClock, day_window, iso_ms, ms_to_date, 
 from agora_cli.store._errors import InvalidInput
 
 if TYPE_CHECKING:
-    from agora_cli.store._catalog import ModelCatalog
+    from agora_cli.store._catalog import CatalogCopies, ModelCatalog
     from agora_cli.store._pricing import (
         CatalogMatch,
         ModelPrice,
+        NewModel,
         PriceChange,
+        PriceCheck,
         Resolution,
         SeedResult,
         SkippedModel,
+        UnpricedTurns,
     )
 
 __all__ = ["app"]
@@ -274,23 +277,31 @@ def _render_seed(result: SeedResult, *, missing: bool) -> None:
 
 
 def _price_rows(prices: list[ModelPrice]) -> list[dict[str, Any]]:
+    rows = []
+    for p in prices:
+        since = iso_ms(p.effective_from) or ""
+        rows.append(
+            {
+                "model": p.model_id,
+                **{key: _rate(getattr(p, key)) for key, _label in _RATES},
+                "source": f"{_source(p.source)}{', tiered' if p.tiers else ''}",
+                "since": since[:10],
+                "current": "yes" if p.is_current else "",
+            }
+        )
+    return rows
 
-    return [
-        {
-            "model": p.model_id,
-            **{key: _rate(getattr(p, key)) for key, _label in _RATES},
-            "source": f"{_source(p.source)}{', tiered' if p.tiers else ''}",
-            "effective_from": (iso_ms(p.effective_from) or "")[:16].replace("T", " "),
-            "current": "yes" if p.is_current else "",
-        }
-        for p in prices
-    ]
 
-
+# At 80 columns the model, its input and output rates, whose price it is and since when stay;
+# the cache rates give way first, then (at 60) the date (the table says so; --csv and --json have
+# them all).
 _PRICE_COLS = [
     Col("model", "Model"),
-    *(Col(key, label.capitalize(), justify="right") for key, label in _RATES),
-    Col("source", "Source"),
+    Col("input_per_1m", "Input", justify="right", wrap=False),
+    Col("output_per_1m", "Output", justify="right", wrap=False),
+    Col("cache_read_per_1m", "Cache read", justify="right", wrap=False, drop=2),
+    Col("cache_write_per_1m", "Cache write", justify="right", wrap=False, drop=1),
+    Col("source", "Source", wrap=False),
 ]
 
 
@@ -333,7 +344,7 @@ def seed(
     """Price models from the models.dev catalog, all or nothing, and show what changed.
 
     Prices are stored under the model id the provider publishes (openai/gpt-4o-mini is stored as
-    gpt-4o-mini) with source models.dev:<provider>; the ledger finds them through the resolution
+    gpt-4o-mini) with source `models.dev:<provider>`; the ledger finds them through the resolution
     rules. --missing prices every ledger model id that has no price, or only one borrowed from a
     less specific spelling the catalog prices differently (eu. profiles, dated snapshots), and
     never overwrites a price. When the fetch fails and a copy of that catalog is cached, the
@@ -482,9 +493,10 @@ def list_(
 ) -> None:
     """List current prices (with --history, retired ones too), in USD per 1M tokens.
 
-    Source says whose price it is: models.dev:<provider> (the catalog provider whose listing was
-    taken), manual, or models.dev alone for prices seeded before the provider was recorded.
-    --csv prints every column, tiers as JSON.
+    Source says whose price it is: `models.dev:<provider>` (the catalog provider whose listing was
+    taken), manual, or models.dev alone for prices seeded before the provider was recorded; Since
+    is the UTC day it took effect. On a narrow terminal the cache rates give way first. --csv
+    prints every column, tiers as JSON. Are they current? agora prices status.
 
     Example: agora prices list --model gpt-4o-mini --history
     """
@@ -497,9 +509,10 @@ def list_(
     if csv:
         emit_csv([_csv_row(p) for p in prices], _CSV_COLS)
         return
-    cols = _PRICE_COLS
+    # Since: the UTC day the price took effect (--json and --csv have the instant).
+    cols = [*_PRICE_COLS, Col("since", "Since", wrap=False, drop=3)]
     if history:
-        cols = [*_PRICE_COLS, Col("effective_from", "Since (UTC)"), Col("current", "Current")]
+        cols.append(Col("current", "Current", wrap=False, drop=4))
     finish(
         {"prices": [_price_doc(p) for p in prices]},
         as_json=as_json,
@@ -509,6 +522,330 @@ def list_(
             title="Prices, USD per 1M tokens",
             empty="no prices yet: agora prices seed openai/gpt-4o-mini, or agora prices set …",
         ),
+    )
+
+
+# --- status ------------------------------------------------------------------------------------
+
+_STATE_WORDS = {
+    "changed": "changed",
+    "missing": "no longer listed",
+    "no_price": "listed without a price",
+    "unchanged": "unchanged",
+    "not_from_catalog": "not from the catalog",
+}
+_FIELD_WORDS = dict(_RATES) | {"tiers": "tiers"}
+_SHOWN_NEW = 20  # new listings a person sees; --json has them all
+
+
+def _when(ms: int | None) -> str:
+    """An instant for people: ``2026-11-20 14:03 UTC``."""
+    return "unknown" if ms is None else (iso_ms(ms) or "")[:16].replace("T", " ") + " UTC"
+
+
+def _copy_doc(copy: ModelCatalog | None, now: int) -> dict[str, Any] | None:
+    if copy is None:
+        return None
+    return {"downloaded_at": iso_ms(copy.downloaded_at), "age_s": copy.copy_age_ms(now) // 1000}
+
+
+def _status_doc(
+    copies: CatalogCopies,
+    checks: list[PriceCheck],
+    new: list[NewModel] | None,
+    unpriced: list[UnpricedTurns],
+    window: tuple[Any, Any],
+    now: int,
+) -> dict[str, Any]:
+    from agora_cli.store._pricing import CHECK_STATES, RATE_FIELDS, STALE_STATES
+
+    compared = copies.current
+    counts: dict[str, int] = dict.fromkeys(CHECK_STATES, 0)
+    for check in checks:
+        counts[check.state] += 1
+
+    def value(field: str, v: Any) -> Any:
+        return money(v) if field in RATE_FIELDS else v
+
+    return {
+        "current": not any(counts[s] for s in STALE_STATES) and not unpriced,
+        "catalog": {
+            "source": copies.source,
+            "compared_with": copies.compared_with,
+            "live_error": copies.live_error,
+            "modified_at": iso_ms(compared.modified_at),
+            "downloaded_at": iso_ms(compared.downloaded_at),
+            "cache": _copy_doc(copies.cached, now),
+        },
+        "from": window[0].isoformat(),
+        "to": window[1].isoformat(),
+        "prices": [
+            {
+                "model": c.price.model_id,
+                "source": c.price.source,
+                "effective_from": iso_ms(c.price.effective_from),
+                "state": c.state,
+                "catalog_id": c.catalog_id,
+                "changes": [
+                    {
+                        "field": f.field,
+                        "stored": value(f.field, f.stored),
+                        "catalog": value(f.field, f.catalog),
+                    }
+                    for f in c.changes
+                ],
+            }
+            for c in checks
+        ],
+        "new_models": None
+        if new is None
+        else [
+            {
+                "catalog_id": m.catalog_id,
+                "provider": m.provider,
+                "model": m.model_id,
+                "input_per_1m": None if m.price is None else money(m.price.input_per_1m),
+                "output_per_1m": None if m.price is None else money(m.price.output_per_1m),
+                "ledger_ids": list(m.ledger_ids),
+            }
+            for m in new
+        ],
+        "unpriced": [
+            {"model_id": u.model_id, "turns": u.turns, "priced_as": u.priced_as} for u in unpriced
+        ],
+        "counts": {
+            **counts,
+            "new_models": None if new is None else len(new),
+            "unpriced_models": len(unpriced),
+            "unpriced_turns": sum(u.turns for u in unpriced),
+        },
+    }
+
+
+def _change_text(check: PriceCheck) -> str:
+    if check.state != "changed":
+        return _STATE_WORDS[check.state]
+    parts = []
+    for f in check.changes:
+        if f.field == "tiers":
+            parts.append("tiers differ")
+        else:
+            parts.append(f"{_FIELD_WORDS[f.field]} {_rate(f.stored)} → {_rate(f.catalog)}")
+    return "; ".join(parts)
+
+
+def _show_status(doc: dict[str, Any], checks: list[PriceCheck], copies: CatalogCopies) -> None:
+    from agora_cli.store._pricing import STALE_STATES
+
+    console = out_console()
+    cat, counts = doc["catalog"], doc["counts"]
+    now = SystemClock().now_ms()
+    cache = copies.cached
+    cache_words = (
+        f"the cache from {_when(cache.downloaded_at)} ({_ago(cache.copy_age_ms(now))} old)"
+        if cache is not None
+        else None
+    )
+    if cat["compared_with"] == "live":
+        line = f"compared with the live catalog {cat['source']}"
+        if cache_words:
+            line += f"; new models since {cache_words}"
+        else:
+            line += " (no cached copy to find new models against)"
+    elif cat["compared_with"] == "file":
+        changed = _when(copies.current.modified_at)
+        line = f"compared with the catalog file {cat['source']} (changed {changed})"
+    elif copies.offline:
+        line = f"--offline: compared with {cache_words} of {cat['source']}"
+    else:
+        line = f"live catalog unreachable, compared with {cache_words} of {cat['source']}"
+    console.print(safe_text(line + "."), markup=False)
+    if copies.live_error:
+        _talk(f"the live catalog: {copies.live_error}", style="yellow")
+    stale = [c for c in checks if c.state in STALE_STATES]
+    if stale:
+        render_table(
+            [
+                {
+                    "model": c.price.model_id,
+                    "provider": (c.catalog_id or "").split("/", 1)[0] or None,
+                    "since": (iso_ms(c.price.effective_from) or "")[:10],
+                    "what": _change_text(c),
+                }
+                for c in stale
+            ],
+            [
+                Col("model", "Model"),
+                Col("provider", "Listed by", wrap=False, drop=1),
+                Col("since", "Since", wrap=False),
+                Col("what", "Against the catalog"),
+            ],
+            title="Prices that are not current",
+        )
+    new = doc["new_models"]
+    if new:
+        shown = new[:_SHOWN_NEW]
+        render_table(
+            [
+                {
+                    **m,
+                    "input_per_1m": _rate(m["input_per_1m"]),
+                    "output_per_1m": _rate(m["output_per_1m"]),
+                    "ledger_ids": ", ".join(m["ledger_ids"]),
+                }
+                for m in shown
+            ],
+            [
+                Col("catalog_id", "Listing"),
+                Col("input_per_1m", "Input", justify="right", wrap=False),
+                Col("output_per_1m", "Output", justify="right", wrap=False),
+                Col("ledger_ids", "For the ledger's"),
+            ],
+            title="New in the catalog since the cached copy",
+        )
+        if len(new) > len(shown):
+            say(f"… and {len(new) - len(shown)} more (--json lists them all)")
+    unpriced = doc["unpriced"]
+    if unpriced:
+        render_table(
+            [
+                {
+                    "model_id": u["model_id"],
+                    "turns": u["turns"],
+                    "fix": "agora prices reprice"
+                    if u["priced_as"] is not None
+                    else "agora prices seed --missing",
+                }
+                for u in unpriced
+            ],
+            [
+                Col("model_id", "Model id"),
+                Col.number("turns", "Turns"),
+                Col("fix", "Fix"),
+            ],
+            title=f"Ledger turns with no cost, {doc['from']} to {doc['to']}",
+        )
+    tally = [
+        f"{counts['unchanged']:,} unchanged",
+        *(
+            f"{counts[s]:,} {_STATE_WORDS[s]}"
+            for s in ("changed", "missing", "no_price", "not_from_catalog")
+            if counts[s]
+        ),
+    ]
+    if doc["current"]:
+        console.print(f"prices are current: {', '.join(tally)}.", markup=False)
+    else:
+        turns = (
+            f"; {counts['unpriced_turns']:,} turn(s) of {counts['unpriced_models']:,} model id(s) "
+            "with no cost"
+            if unpriced
+            else ""
+        )
+        console.print(f"prices are not current: {', '.join(tally)}{turns}.", markup=False)
+    names = [c.catalog_id for c in checks if c.state == "changed" and c.catalog_id]
+    if names:
+        _talk(
+            f"take the catalog's prices: agora prices seed {' '.join(names)} (then agora "
+            "prices reprice --estimates)",
+            style="yellow",
+        )
+    if any(c.state in ("missing", "no_price") for c in checks):
+        say(
+            "a price the catalog no longer gives stays as it is: set it by hand (agora prices "
+            "set MODEL --input X --output Y) or seed it from another provider",
+            style="yellow",
+        )
+
+
+@app.command("status")
+def status(
+    catalog: Annotated[
+        str | None,
+        typer.Option(
+            "--catalog",
+            metavar="URL|PATH",
+            help="Catalog URL or file (else the environment, else the profile's catalog, else "
+            "models.dev).",
+            envvar="AGORA_MODELS_DEV_URL",
+            show_envvar=True,
+            show_default=False,
+        ),
+    ] = None,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout",
+            metavar="S",
+            help="Give up on the live catalog after S seconds (at most 600); the cached copy "
+            "answers then.",
+        ),
+    ] = 5.0,
+    offline: Annotated[
+        bool,
+        typer.Option(
+            "--offline", help="Compare with the cached copy only; no network (exit 3 if none)."
+        ),
+    ] = False,
+    last: Annotated[
+        str,
+        typer.Option(
+            "--last",
+            metavar="30d|4w|3m",
+            help="The ledger window searched for turns with no cost: the last N UTC days, "
+            "weeks or months, up to today.",
+        ),
+    ] = "30d",
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Answer "are my prices current?": stored prices against the catalog, and unpriced turns.
+
+    Compares every current price seeded from models.dev with its provider's listing in the live
+    catalog (a short --timeout; the cache is read, never written) or, when that cannot be
+    reached or with --offline, with the cached copy, saying from when: unchanged, changed (field
+    by field), no longer listed, or listed without a price; a price set by hand is not compared.
+    Also lists what the live catalog added since the cached copy (for the providers you price
+    and the spellings unpriced ledger ids need), and the ledger's model ids with turns of no
+    cost in the window. Exit 0 when current; 1 when a price changed or is gone or turns have no
+    cost (a cron check); 3 only when neither the live catalog nor a cached copy can be read.
+
+    Example: agora prices status --last 7d --json
+    """
+    from agora_cli.store._catalog import check_timeout, read_catalog_copies
+    from agora_cli.store._pricing import (
+        check_prices,
+        list_prices,
+        list_unpriced_turns,
+        new_catalog_models,
+        source_provider,
+    )
+    from agora_cli.store._windows import last_window
+
+    check_timeout(timeout, "--timeout")
+    now = SystemClock().now_ms()
+    window = last_window(last, ms_to_date(now), what="--last")
+    engine = open_db(db, readonly=True)
+    with engine.connect() as conn:
+        prices = list_prices(conn)
+        unpriced = list_unpriced_turns(conn, from_day=window[0], to_day=window[1])
+    copies = read_catalog_copies(catalog, timeout=timeout, offline=offline)
+    checks = check_prices(prices, copies.current)
+    new: list[NewModel] | None = None
+    if copies.live is not None and copies.cached is not None:
+        providers = {source_provider(p.source) for p in prices} - {None}
+        new = new_catalog_models(
+            copies.live,
+            copies.cached,
+            providers=[p for p in providers if p is not None],
+            unpriced_ids=[u.model_id for u in unpriced if u.priced_as is None],
+        )
+    doc = _status_doc(copies, checks, new, unpriced, window, now)
+    finish(
+        doc,
+        as_json=as_json,
+        show=lambda: _show_status(doc, checks, copies),
+        exit_code=0 if doc["current"] else 1,
     )
 
 
@@ -536,8 +873,11 @@ def _resolution_doc(res: Resolution) -> dict[str, Any]:
     }
 
 
-def _catalog_doc(outcome: CatalogMatch | SkippedModel, *, more_specific: bool) -> dict[str, Any]:
-    from agora_cli.store._pricing import CatalogMatch
+def _catalog_doc(
+    outcome: CatalogMatch | SkippedModel, decision: CatalogMatch | SkippedModel | None
+) -> dict[str, Any]:
+    """What the catalog says about an id, and what seed --missing's plan decides for it."""
+    from agora_cli.store._pricing import CatalogMatch, SkippedModel
 
     if not isinstance(outcome, CatalogMatch):
         return {
@@ -545,6 +885,9 @@ def _catalog_doc(outcome: CatalogMatch | SkippedModel, *, more_specific: bool) -
             "skipped": outcome.reason,
             "candidates": list(outcome.candidates),
         }
+    held_back = None
+    if isinstance(decision, SkippedModel):
+        held_back = {"reason": decision.reason, "candidates": list(decision.candidates)}
     return {
         "matched": outcome.model_id,
         "catalog_id": outcome.catalog_id,
@@ -554,12 +897,16 @@ def _catalog_doc(outcome: CatalogMatch | SkippedModel, *, more_specific: bool) -
         "agreeing": list(outcome.agreeing),
         "passed_over": list(outcome.passed_over),
         "price": {k: v for k, v in _price_doc(outcome.price).items() if k in _CATALOG_PRICE_KEYS},
-        "seed_missing_would_price": more_specific,
+        "seed_missing_would_price": isinstance(decision, CatalogMatch),
+        "seed_missing_skipped": held_back,
     }
 
 
 def _show_catalog(
-    outcome: CatalogMatch | SkippedModel, *, more_specific: bool, priced: bool
+    outcome: CatalogMatch | SkippedModel,
+    decision: CatalogMatch | SkippedModel | None,
+    *,
+    priced: bool,
 ) -> None:
     from agora_cli.store._pricing import CatalogMatch
 
@@ -580,11 +927,19 @@ def _show_catalog(
             safe_text(f"  not taken: {passed} (only resellers list that spelling)"), markup=False
         )
     render_table(_price_rows([outcome.price]), _PRICE_COLS, title="The catalog's price")
-    if more_specific:
+    if isinstance(decision, CatalogMatch):
         then = "reprice --estimates corrects" if priced else "reprice fills"
         _talk(
-            f"agora prices seed --missing would price {outcome.model_id} from "
-            f"{outcome.catalog_id} (then agora prices {then} its past rows)",
+            f"agora prices seed --missing would price {decision.model_id} from "
+            f"{decision.catalog_id} (then agora prices {then} its past rows)",
+            style="yellow",
+        )
+    elif decision is not None:
+        shown = ", ".join(decision.candidates)
+        hint = f" ({shown})" if shown else ""
+        _talk(
+            "agora prices seed --missing would not price it: "
+            f"{_REASONS.get(decision.reason, decision.reason)}{hint}",
             style="yellow",
         )
 
@@ -620,30 +975,31 @@ def resolve(
     """
     from agora_cli.store._pricing import resolve_current_price
 
+    cat: ModelCatalog | None = None
     if catalog is not None:
-        from agora_cli.store._catalog import check_timeout
+        from agora_cli.store._catalog import check_timeout, fetch_catalog
 
         check_timeout(timeout, "--timeout")
-    engine = open_db(db, readonly=True)
-    with engine.connect() as conn:
-        res = resolve_current_price(conn, model_id)
-    doc = _resolution_doc(res)
-    outcome: CatalogMatch | SkippedModel | None = None
-    more_specific = False
-    if catalog is not None:
-        from agora_cli.store._catalog import fetch_catalog
-        from agora_cli.store._pricing import match_catalog_price, needs_catalog_price
-
         cat = fetch_catalog(
             None if catalog == "default" else catalog, timeout=timeout, offline=offline
         )
         _stale_warning(cat, SystemClock().now_ms())
-        outcome = match_catalog_price(model_id, cat)
-        more_specific = needs_catalog_price(res, outcome)
-        doc["catalog"] = {
-            "source": cat.source,
-            **_catalog_doc(outcome, more_specific=more_specific),
-        }
+    engine = open_db(db, readonly=True)
+    outcome: CatalogMatch | SkippedModel | None = None
+    decision: CatalogMatch | SkippedModel | None = None
+    with engine.connect() as conn:
+        res = resolve_current_price(conn, model_id)
+        if cat is not None:
+            from agora_cli.store._pricing import match_catalog_price, plan_missing_prices
+
+            outcome = match_catalog_price(model_id, cat)
+            # The plan seed --missing writes from, with this id as if the ledger had it: the
+            # answer takes every other ledger id's claim into account, as the seed does.
+            plan = plan_missing_prices(conn, catalog=cat, also=[model_id], hints=False)
+            decision = plan.decision(model_id)
+    doc = _resolution_doc(res)
+    if cat is not None and outcome is not None:
+        doc["catalog"] = {"source": cat.source, **_catalog_doc(outcome, decision)}
 
     def show() -> None:
         console = out_console()
@@ -659,7 +1015,7 @@ def resolve(
             title = safe_text(f"USD per 1M tokens ({rule})")
             render_table(_price_rows([res.price]), _PRICE_COLS, title=title)
         if outcome is not None:
-            _show_catalog(outcome, more_specific=more_specific, priced=res.price is not None)
+            _show_catalog(outcome, decision, priced=res.price is not None)
 
     finish(doc, as_json=as_json, show=show)
 

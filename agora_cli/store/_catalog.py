@@ -14,9 +14,14 @@ An HTTP fetch sends ``User-Agent: agora/<version>`` and is bounded twice:
 - **in size**: at most ``max_bytes`` (64 MiB; the real catalog is about 2.4 MB) of decoded body,
   streamed and abandoned at the limit; a catalog *file* is read up to the limit plus one byte.
 
-Connection errors, timeouts, 429 and 5xx are retried (3 attempts, backoff 0.5 s then 1 s); a
-pause that would not end before the deadline is not taken, and the fetch fails with the last
-problem instead. A copy of every catalog fetched is kept on disk (``AGORA_CACHE_DIR``, else the
+What is plausibly transient is retried (3 attempts, backoff 0.5 s then 1 s): a timeout, a
+connection dropped mid-answer, 429 and 5xx. A connection that cannot be made at all — the host
+name does not resolve, the port refuses, the network is unreachable — is not: offline, retrying
+it only spends the backoff (issue 28: 8 s for an exit 3 that was certain after the first try), so
+it fails at once (or falls back to the cached copy). A pause that would not end before the
+deadline is not taken, and the fetch fails with the last problem instead.
+
+A copy of every catalog fetched is kept on disk (``AGORA_CACHE_DIR``, else the
 user's cache folder) under a hash of its URL, with the validators the server sent; the next fetch
 revalidates it (``If-None-Match``/``If-Modified-Since``) so a repeated seed does not download
 2+ MB again. The cache metadata never holds a password: it records the URL masked.
@@ -63,13 +68,16 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "MAX_CATALOG_BYTES",
     "MAX_TIMEOUT_S",
+    "STATUS_TIMEOUT_S",
     "USER_AGENT",
+    "CatalogCopies",
     "ModelCatalog",
     "catalog_cache_dir",
     "catalog_source",
     "check_timeout",
     "fetch_catalog",
     "parse_catalog",
+    "read_catalog_copies",
 ]
 
 DEFAULT_CATALOG_URL = "https://models.dev/api.json"
@@ -77,6 +85,9 @@ DEFAULT_TIMEOUT_S = 10.0
 MAX_TIMEOUT_S = 600.0
 DEFAULT_ATTEMPTS = 3
 DEFAULT_BACKOFF_S = 0.5
+# `prices status` asks the live catalog briefly: a failure is answered from the cached copy.
+STATUS_TIMEOUT_S = 5.0
+STATUS_ATTEMPTS = 2
 # The real catalog is ~2.4 MB; 64 MiB leaves room for years of growth and still bounds memory.
 MAX_CATALOG_BYTES = 64 * 1024 * 1024
 USER_AGENT = f"agora/{__version__}"
@@ -208,6 +219,93 @@ def fetch_catalog(
     return _read_file(where, max_bytes=max_bytes, clock=clock)
 
 
+@dataclass(frozen=True)
+class CatalogCopies:
+    """The live catalog and the cached copy of it, for comparing (``prices status``).
+
+    ``live`` is what the source serves now (``None`` when it could not be read — ``live_error``
+    says why — or ``offline`` asked not to try); ``cached`` is the copy kept from the last fetch
+    that stored one (``None`` when there is none; a file source has none). At least one is there.
+    """
+
+    source: str
+    live: ModelCatalog | None
+    cached: ModelCatalog | None
+    live_error: str | None = None
+    offline: bool = False
+    file: bool = False
+
+    @property
+    def compared_with(self) -> str:
+        """``live``, ``cache`` or ``file`` (a catalog file: no cache beside it)."""
+        if self.file:
+            return "file"
+        return "live" if self.live is not None else "cache"
+
+    @property
+    def current(self) -> ModelCatalog:
+        """The copy to compare with: the live one when it answered, else the cached one."""
+        found = self.live or self.cached
+        assert found is not None  # read_catalog_copies never builds one without either
+        return found
+
+
+def read_catalog_copies(
+    source: str | None = None,
+    *,
+    timeout: float = STATUS_TIMEOUT_S,
+    attempts: int = STATUS_ATTEMPTS,
+    backoff_s: float = DEFAULT_BACKOFF_S,
+    offline: bool = False,
+    max_bytes: int = MAX_CATALOG_BYTES,
+    cache_dir: Path | None = None,
+    clock: Clock | None = None,
+) -> CatalogCopies:
+    """Read the cached copy of the catalog and, unless ``offline``, the live one beside it.
+
+    A question, not a refresh: the cache is read (and revalidated: a 304 makes the live copy
+    the cached bytes) but never written, so asking twice gives the same answer, and what is
+    new since the cache stays new until a seed fetches the catalog. The live fetch is short
+    (``timeout``, default 5 s; ``attempts``, default 2, only for transient failures) and a
+    failure is not an error: ``live_error`` says what happened and the cached copy answers.
+    ``CatalogError`` only when neither can be read (a file source that cannot be read; no
+    cached copy and no live answer).
+    """
+    timeout = check_timeout(timeout)
+    attempts = check_int("attempts", attempts, low=1, high=100)
+    backoff_s = check_finite("backoff_s", backoff_s, low=0.0, high=MAX_TIMEOUT_S)
+    max_bytes = check_int("max_bytes", max_bytes, low=1)
+    clock = clock or SystemClock()
+    where = catalog_source(source)
+    if not where.startswith(("http://", "https://")):
+        live = _read_file(where, max_bytes=max_bytes, clock=clock)
+        return CatalogCopies(where, live, None, file=True)
+    remember_url(where)
+    fetch = _HttpFetch(
+        where,
+        cache=_Cache(cache_dir or catalog_cache_dir(), where),
+        timeout=timeout,
+        attempts=attempts,
+        backoff_s=backoff_s,
+        max_bytes=max_bytes,
+        clock=clock,
+        keep=False,
+    )
+    if offline:
+        return CatalogCopies(fetch.shown, None, fetch.offline(), offline=True)
+    entry = fetch.cache.load()
+    cached = None if entry is None else fetch._from_cache(entry, stale=True)
+    try:
+        live = fetch._fetch(entry if cached is not None else None)
+    except CatalogError as exc:
+        if cached is None:
+            raise CatalogError(
+                f"{exc.message}; and there is no cached copy of that catalog to compare with"
+            ) from exc
+        return CatalogCopies(fetch.shown, None, cached, live_error=exc.message)
+    return CatalogCopies(fetch.shown, live, cached)
+
+
 def _read_file(where: str, *, max_bytes: int, clock: Clock) -> ModelCatalog:
     path = Path(where.removeprefix("file://"))
     try:
@@ -286,12 +384,16 @@ def _size(n: int) -> str:
 
 
 class _Retry(Exception):
-    """One attempt failed in a way worth another try (connection, timeout, 429, 5xx)."""
+    """One attempt failed: worth another try (a timeout, a dropped connection, 429, 5xx) unless
+    ``transient`` is False (no connection could be made: the next try would fail alike)."""
 
-    def __init__(self, problem: str, cause: BaseException | None = None) -> None:
+    def __init__(
+        self, problem: str, cause: BaseException | None = None, *, transient: bool = True
+    ) -> None:
         super().__init__(problem)
         self.problem = problem
         self.cause = cause
+        self.transient = transient
 
 
 @dataclass
@@ -315,8 +417,10 @@ class _HttpFetch:
         backoff_s: float,
         max_bytes: int,
         clock: Clock,
+        keep: bool = True,
     ) -> None:
         self.url = url
+        self.keep = keep
         self.shown = mask_url(url)
         self.cache = cache
         self.timeout = timeout
@@ -384,7 +488,8 @@ class _HttpFetch:
                 if catalog is not None:
                     return catalog
                 # The cached copy is gone or damaged: forget it and download afresh.
-                self.cache.clear()
+                if self.keep:
+                    self.cache.clear()
                 for name in ("If-None-Match", "If-Modified-Since"):
                     client.headers.pop(name, None)
                 body = self._get_with_retries(client, deadline)
@@ -396,12 +501,13 @@ class _HttpFetch:
         providers = parse_catalog(body.content, source=self.shown)
         now = self.clock.now_ms()
         last_modified = body.headers.get("last-modified")
-        self.cache.store(
-            body.content,
-            etag=body.headers.get("etag"),
-            last_modified=last_modified,
-            downloaded_at=now,
-        )
+        if self.keep:
+            self.cache.store(
+                body.content,
+                etag=body.headers.get("etag"),
+                last_modified=last_modified,
+                downloaded_at=now,
+            )
         return ModelCatalog(
             source=self.shown,
             providers=providers,
@@ -410,7 +516,7 @@ class _HttpFetch:
         )
 
     def _get_with_retries(self, client: httpx.Client, deadline: float) -> _Body:
-        problem, cause, made = "", None, 0
+        problem, cause, made, final = "", None, 0, False
         for attempt in range(self.attempts):
             if attempt:
                 pause = self.backoff_s * 2 ** (attempt - 1)
@@ -423,8 +529,10 @@ class _HttpFetch:
             try:
                 return self._attempt(client, deadline)
             except _Retry as retry:
-                problem, cause = retry.problem, retry.cause
-        if time.monotonic() >= deadline or not problem:
+                problem, cause, final = retry.problem, retry.cause, not retry.transient
+            if final:
+                break  # no connection could be made: another try would fail alike
+        if not final and (time.monotonic() >= deadline or not problem):
             problem = f"timed out after {self.timeout:g} s"
         raise CatalogError(
             f"could not fetch the models.dev catalog from {self.shown} after {made} attempt(s): "
@@ -459,6 +567,12 @@ class _HttpFetch:
             ) from exc
         except httpx.TimeoutException as exc:
             raise _Retry(f"timed out after {self.timeout:g} s", exc) from exc
+        except httpx.ConnectError as exc:
+            if watchdog.fired:
+                raise _Retry(f"timed out after {self.timeout:g} s", exc) from exc
+            # DNS failure, connection refused, network unreachable: nothing a retry would change.
+            problem = scrub(f"{type(exc).__name__}: {exc}".rstrip(": "))
+            raise _Retry(problem, exc, transient=False) from exc
         except httpx.TransportError as exc:
             if watchdog.fired:
                 raise _Retry(f"timed out after {self.timeout:g} s", exc) from exc

@@ -669,6 +669,7 @@ def test_resolve_says_plainly_what_was_dropped_and_whose_price_it_is(
             "source": "models.dev:openai",
         },
         "seed_missing_would_price": True,
+        "seed_missing_skipped": None,
     }
     r = cli("prices", "resolve", "gpt-4o-2024-05-13", *catalog, "--db", db_url)
     assert "agora prices seed --missing would price gpt-4o-2024-05-13" in " ".join(r.stderr.split())

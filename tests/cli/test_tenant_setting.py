@@ -66,6 +66,7 @@ CASES: dict[str, list[tuple[tuple[str, ...], str]]] = {
     "prices resolve": [(("gpt-4o-mini",), "refused")],
     "prices seed": [(("--missing",), "refused")],
     "prices set": [(("m", "--input", "1", "--output", "2"), "refused")],
+    "prices status": [((), "refused")],
     "proposals claim": [
         (("ap_00000000", *SCOPE, "--tenant", "globex", "--worker", "w"), "outside")
     ],

@@ -33,6 +33,7 @@ from agora_cli.store._catalog import (
     check_timeout,
     fetch_catalog,
     parse_catalog,
+    read_catalog_copies,
 )
 from agora_cli.store._clock import ManualClock
 from agora_cli.store._errors import CatalogError, InvalidInput
@@ -366,12 +367,14 @@ def test_a_redirect_loop_is_a_catalog_error_naming_it(server: CatalogServer) -> 
     assert server.counts["/loop.json"] == 21  # the first request and 20 redirects, once
 
 
-def test_unreachable_server_is_a_catalog_error_chained_from_httpx() -> None:
+def test_unreachable_server_is_a_catalog_error_chained_from_httpx_and_not_retried() -> None:
+    # Connection refused (as offline: a name that does not resolve) is no transient failure:
+    # the next attempt would fail alike, after the backoff (issue 28: 8 s, then exit 3).
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    with pytest.raises(CatalogError, match="after 2 attempt") as info:
-        fetch(f"http://127.0.0.1:{port}/api.json", attempts=2)
+    with pytest.raises(CatalogError, match=r"after 1 attempt\(s\): ConnectError") as info:
+        fetch(f"http://127.0.0.1:{port}/api.json", attempts=3, backoff_s=5.0)
     assert isinstance(info.value.__cause__, httpx.ConnectError)
 
 
@@ -478,6 +481,61 @@ def test_offline_uses_the_cached_copy_without_any_request(server: CatalogServer)
     assert offline.providers == first.providers
     # a file path is read as ever: it needs no network
     assert fetch_catalog(str(FIXTURE_CATALOG), offline=True).model_count == 5276
+
+
+# --- the live catalog beside the cached copy (prices status) ---------------------------------
+
+
+def _cache_files(tmp_path: Path) -> dict[str, float]:
+    folder = tmp_path / "cache"
+    return {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} if folder.exists() else {}
+
+
+def test_copies_read_the_live_catalog_and_never_write_the_cache(
+    server: CatalogServer, tmp_path: Path
+) -> None:
+    copies = read_catalog_copies(server.url())
+    assert (copies.compared_with, copies.cached, copies.live_error) == ("live", None, None)
+    assert copies.live is not None and copies.live.model_count == 5276
+    assert _cache_files(tmp_path) == {}  # a question: nothing cached
+    first = fetch(server.url())  # a seed caches it, with its ETag
+    cached = _cache_files(tmp_path)
+    assert len(cached) == 2
+    copies = read_catalog_copies(server.url())
+    # revalidated (304): the live copy is the cached bytes, confirmed current
+    assert server.requests[-1][1].get("If-None-Match") == ETAG
+    assert copies.live is not None and copies.cached is not None
+    assert (copies.live.from_cache, copies.live.stale) == (True, False)
+    assert copies.cached.downloaded_at == first.downloaded_at
+    assert copies.current is copies.live
+    assert _cache_files(tmp_path) == cached
+
+
+def test_copies_answer_from_the_cache_when_the_live_catalog_fails(
+    server: CatalogServer, tmp_path: Path
+) -> None:
+    fetch(server.url("/switch.json"))
+    server.mode = "500"
+    copies = read_catalog_copies(server.url("/switch.json"), backoff_s=0.01)
+    assert (copies.compared_with, copies.live) == ("cache", None)
+    assert copies.cached is not None and copies.current is copies.cached
+    # a short, bounded look: two attempts for a transient failure
+    assert copies.live_error is not None and "after 2 attempt(s): HTTP 500" in copies.live_error
+    offline = read_catalog_copies(server.url("/switch.json"), offline=True)
+    assert (offline.compared_with, offline.live_error, offline.offline) == ("cache", None, True)
+    assert server.counts["/switch.json"] == 3  # the seed's fetch and the two attempts
+
+
+def test_copies_are_an_error_only_when_neither_can_be_read(server: CatalogServer) -> None:
+    server.mode = "500"
+    with pytest.raises(CatalogError, match="no cached copy of that catalog to compare with"):
+        read_catalog_copies(server.url("/switch.json"), backoff_s=0.01)
+    with pytest.raises(CatalogError, match="--offline: there is no cached copy"):
+        read_catalog_copies(server.url("/switch.json"), offline=True)
+    with pytest.raises(CatalogError, match="cannot read the catalog file"):
+        read_catalog_copies("/nonexistent/api.json")
+    copies = read_catalog_copies(str(FIXTURE_CATALOG), offline=True)
+    assert (copies.compared_with, copies.cached) == ("file", None)
 
 
 # --- credentials in the URL -------------------------------------------------------------------

@@ -53,7 +53,7 @@ def redact(
     Tool calls' input and output, messages' tool parts and outcome, settled proposals' input,
     card and result, and the frames of finished runs, when their run finished (or, without a
     run, they were created) before the cutoff. Each value becomes
-    "agora:redacted:v1:<tag>:<hmac>" under its tenant's key, derived from the KEK (AGORA_KEK /
+    `agora:redacted:v1:<tag>:<hmac>` under its tenant's key, derived from the KEK (AGORA_KEK /
     AGORA_KEK_FILE, required; exit 3 without): a guess cannot be checked without it. Errors
     keep their first line; tool names, states, times and counts stay. Bounded batches, each
     its own transaction: an interrupted run resumes; only values not exactly in the redacted

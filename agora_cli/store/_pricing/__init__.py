@@ -2,8 +2,9 @@
 
 One concern a module: ``rules`` (resolving a ledger id to a price, the estimate, tiers, a
 catalog entry's rates — no SQL), ``table`` (reading and writing ``agent_model_pricing`` safely
-under concurrency) and ``seeding`` (pricing named models, or every model the ledger has seen,
-from the catalog). Every name keeps its old import path, ``agora_cli.store._pricing``.
+under concurrency), ``seeding`` (pricing named models, or every model the ledger has seen,
+from the catalog) and ``status`` (are the stored prices current: compared with the catalog).
+Every name keeps its old import path, ``agora_cli.store._pricing``.
 """
 
 from __future__ import annotations
@@ -35,12 +36,27 @@ from agora_cli.store._pricing.rules import (
 )
 from agora_cli.store._pricing.seeding import (
     CatalogMatch,
+    MissingPlan,
     SeedResult,
     SkippedModel,
+    ledger_model_ids,
     match_catalog_price,
     needs_catalog_price,
+    plan_missing_prices,
     seed_missing_prices,
     seed_prices_from_models_dev,
+)
+from agora_cli.store._pricing.status import (
+    CHECK_STATES,
+    RATE_FIELDS,
+    STALE_STATES,
+    FieldChange,
+    NewModel,
+    PriceCheck,
+    UnpricedTurns,
+    check_prices,
+    list_unpriced_turns,
+    new_catalog_models,
 )
 from agora_cli.store._pricing.table import (
     PriceChange,
@@ -51,28 +67,41 @@ from agora_cli.store._pricing.table import (
 )
 
 __all__ = [
+    "CHECK_STATES",
     "FIRST_PARTY_PROVIDERS",
     "HYPERSCALERS",
     "MAX_PRICE_PER_1M",
     "PROFILE_PREFIXES",
+    "RATE_FIELDS",
     "ROUTE_ALIASES",
     "RULES",
+    "STALE_STATES",
     "CatalogMatch",
+    "FieldChange",
+    "MissingPlan",
     "ModelPrice",
+    "NewModel",
     "PriceChange",
+    "PriceCheck",
     "PriceTier",
     "Resolution",
     "SeedResult",
     "SkippedModel",
+    "UnpricedTurns",
     "applicable_rates",
     "check_price",
+    "check_prices",
     "current_prices",
     "estimate_cost",
     "is_bedrock_id",
     "is_govcloud",
+    "ledger_model_ids",
     "list_prices",
+    "list_unpriced_turns",
     "match_catalog_price",
     "needs_catalog_price",
+    "new_catalog_models",
+    "plan_missing_prices",
     "price_from_catalog",
     "resolution_candidates",
     "resolve_current_price",

@@ -38,6 +38,7 @@ from agora_cli.store._pricing.rules import (
 )
 from agora_cli.store._pricing.table import PriceChange, current_prices, write_prices
 from agora_cli.store._schema import token_usage as u
+from agora_cli.store._values import check_identity
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -47,10 +48,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CatalogMatch",
+    "MissingPlan",
     "SeedResult",
     "SkippedModel",
+    "ledger_model_ids",
     "match_catalog_price",
     "needs_catalog_price",
+    "plan_missing_prices",
     "seed_missing_prices",
     "seed_prices_from_models_dev",
 ]
@@ -169,7 +173,9 @@ def _not_found_message(catalog: ModelCatalog, provider: str, model: str) -> str:
     return f"{what} (did you mean {', '.join(hints)}?)" if hints else what
 
 
-def match_catalog_price(model_id: str, catalog: ModelCatalog) -> CatalogMatch | SkippedModel:
+def match_catalog_price(
+    model_id: str, catalog: ModelCatalog, *, hints: bool = True
+) -> CatalogMatch | SkippedModel:
     """Choose the catalog price for a ledger model id by the rules of ``seed --missing``.
 
     1. A route naming a catalog provider (directly, through ``ROUTE_ALIASES``, or a Bedrock ARN
@@ -182,7 +188,9 @@ def match_catalog_price(model_id: str, catalog: ModelCatalog) -> CatalogMatch | 
     3. Among the providers listing that spelling: the first party's listing; else the
        hyperscalers' when they agree; else the price every provider agrees on (to 1e-9
        relative); else ``ambiguous``. A spelling one provider lists is priced from it.
-    GovCloud ids are never priced from here.
+    GovCloud ids are never priced from here. ``hints=False`` leaves out the close names a
+    ``not_in_catalog`` id is reported with (a difflib search of the whole catalog: tens of ms
+    an id).
     """
     if is_govcloud(model_id):
         return SkippedModel(model_id, "govcloud")
@@ -227,6 +235,8 @@ def match_catalog_price(model_id: str, catalog: ModelCatalog) -> CatalogMatch | 
         return _decide(model_id, spelling, rule, listed)
     if unpriced:
         return SkippedModel(model_id, "no_price", tuple(dict.fromkeys(unpriced)))
+    if not hints:
+        return SkippedModel(model_id, "not_in_catalog")
     forms = route_forms(model_id)
     return SkippedModel(model_id, "not_in_catalog", _close_names(catalog, forms, chosen))
 
@@ -302,6 +312,96 @@ def _first_party_first(provider: str) -> tuple[int, str]:
     return (provider not in FIRST_PARTY_PROVIDERS, provider)
 
 
+@dataclass(frozen=True)
+class MissingPlan:
+    """What ``seed --missing`` decides for each ledger model id, before anything is written.
+
+    ``claims``: the catalog matches to write, one per spelling they are stored under;
+    ``priced``: every ledger id those prices are for, with its match (ids sharing a spelling at
+    one price share a claim); ``skipped``: the ids it needs but cannot price, and why. A ledger
+    id in neither needs no price from the catalog (it resolves as written, or to a price no
+    more specific spelling beats). ``prices resolve --catalog`` answers from this plan too, so
+    the two never disagree.
+    """
+
+    catalog: str
+    claims: dict[str, CatalogMatch]
+    priced: dict[str, CatalogMatch]
+    skipped: tuple[SkippedModel, ...]
+
+    def decision(self, ledger_id: str) -> CatalogMatch | SkippedModel | None:
+        """The match that prices ``ledger_id``, why it is skipped, or None (it needs none)."""
+        if ledger_id in self.priced:
+            return self.priced[ledger_id]
+        return next((s for s in self.skipped if s.model_id == ledger_id), None)
+
+
+def ledger_model_ids(conn: Connection) -> list[str]:
+    """Every distinct model id the ledger has recorded, sorted."""
+    # DISTINCT on MySQL's PAD SPACE collation would merge 'a' and 'a '; their lengths keep them
+    # apart (usage.reprice groups the same way).
+    keys: list[Any] = [u.c.model_id]
+    if dialect_of(conn).pads_spaces:
+        keys.append(func.length(u.c.model_id))
+    return sorted(conn.execute(select(u.c.model_id).group_by(*keys)).scalars())
+
+
+def plan_missing_prices(
+    conn: Connection,
+    *,
+    catalog: ModelCatalog,
+    also: Sequence[str] = (),
+    hints: bool = True,
+) -> MissingPlan:
+    """Decide what ``seed_missing_prices`` would write for the ledger's model ids (see there).
+
+    ``also``: ids to decide for as if the ledger had them (``prices resolve --catalog`` asks
+    about one it may not have seen yet); they take part in every conflict like the others.
+    ``hints=False``: ``not_in_catalog`` ids come without close names (they decide nothing, and
+    cost a difflib search of the catalog each: ``resolve`` asks about one id, not the ledger).
+    """
+    for model_id in also:
+        check_identity("model_id", model_id)
+    ledger_ids = sorted({*ledger_model_ids(conn), *also})
+    prices = current_prices(conn)
+    skipped: list[SkippedModel] = []
+    claims: list[CatalogMatch] = []
+    # What each ledger id must still cost once the new prices exist: its catalog match's price
+    # (ids being priced) or the price it resolves to now (ids left alone).
+    expected: dict[str, ModelPrice] = {}
+    # Spellings the catalog prices differently at several providers, and the ledger id that
+    # reached one: seed --missing chooses none of them, so it must not store one of those
+    # listings under that spelling for another id either (issue 28: together_ai/meta-llama/…
+    # stored Together's price under the bare meta-llama/… that DeepInfra lists too).
+    ambiguous: dict[str, str] = {}
+    for ledger_id in ledger_ids:
+        resolved = resolve_model_price(ledger_id, prices)
+        if resolved.price is not None:
+            expected[ledger_id] = resolved.price
+            if resolved.rule == "exact":
+                continue
+        outcome = match_catalog_price(ledger_id, catalog, hints=hints)
+        if resolved.price is not None and not needs_catalog_price(resolved, outcome):
+            continue
+        if isinstance(outcome, SkippedModel):
+            skipped.append(outcome)
+            if outcome.reason == "ambiguous":
+                for candidate in outcome.candidates:
+                    ambiguous.setdefault(candidate.split("/", 1)[1], ledger_id)
+        elif outcome.model_id in prices:
+            skipped.append(SkippedModel(ledger_id, "already_priced", (outcome.model_id,)))
+        else:
+            claims.append(outcome)
+            expected[ledger_id] = outcome.price
+    by_spelling = _settle_claims(claims, ledger_ids, prices, expected, skipped, ambiguous)
+    return MissingPlan(
+        catalog=catalog.source,
+        claims={spelling: ms[0] for spelling, ms in sorted(by_spelling.items())},
+        priced={m.ledger_id: m for ms in by_spelling.values() for m in ms},
+        skipped=tuple(skipped),
+    )
+
+
 def seed_missing_prices(
     conn: Connection,
     *,
@@ -318,38 +418,11 @@ def seed_missing_prices(
     Unresolved ids the rules cannot price are returned in ``skipped`` with a reason
     (``govcloud``, ``not_in_catalog``, ``no_price``, ``ambiguous``, ``already_priced``,
     ``spelling_conflict``) and candidates. Estimates already written keep their cost until
-    ``recompute_estimates``.
+    ``recompute_estimates``. What to write is decided by ``plan_missing_prices``.
     """
-    # DISTINCT on MySQL's PAD SPACE collation would merge 'a' and 'a '; their lengths keep them
-    # apart (usage.reprice groups the same way).
-    keys: list[Any] = [u.c.model_id]
-    if dialect_of(conn).pads_spaces:
-        keys.append(func.length(u.c.model_id))
-    ledger_ids = sorted(conn.execute(select(u.c.model_id).group_by(*keys)).scalars())
-    prices = current_prices(conn)
-    skipped: list[SkippedModel] = []
-    claims: list[CatalogMatch] = []
-    # What each ledger id must still cost once the new prices exist: its catalog match's price
-    # (ids being priced) or the price it resolves to now (ids left alone).
-    expected: dict[str, ModelPrice] = {}
-    for ledger_id in ledger_ids:
-        resolved = resolve_model_price(ledger_id, prices)
-        if resolved.price is not None:
-            expected[ledger_id] = resolved.price
-            if resolved.rule == "exact":
-                continue
-        outcome = match_catalog_price(ledger_id, catalog)
-        if resolved.price is not None and not needs_catalog_price(resolved, outcome):
-            continue
-        if isinstance(outcome, SkippedModel):
-            skipped.append(outcome)
-        elif outcome.model_id in prices:
-            skipped.append(SkippedModel(ledger_id, "already_priced", (outcome.model_id,)))
-        else:
-            claims.append(outcome)
-            expected[ledger_id] = outcome.price
-    wanted = _settle_claims(claims, ledger_ids, prices, expected, skipped)
-    ordered = [(m.catalog_id, m.price) for _, m in sorted(wanted.items())]
+    plan = plan_missing_prices(conn, catalog=catalog)
+    skipped = list(plan.skipped)
+    ordered = [(m.catalog_id, m.price) for m in plan.claims.values()]
     changes = write_prices(conn, ordered, overwrite=False, dry_run=dry_run, clock=clock)
     written: list[PriceChange] = []
     for change in changes:
@@ -362,7 +435,7 @@ def seed_missing_prices(
         prices=tuple(written),
         skipped=tuple(skipped),
         dry_run=dry_run,
-        matches=tuple(wanted[change.model] for change in written),
+        matches=tuple(plan.claims[change.model] for change in written),
     )
 
 
@@ -372,7 +445,8 @@ def _settle_claims(
     prices: dict[str, ModelPrice],
     expected: dict[str, ModelPrice],
     skipped: list[SkippedModel],
-) -> dict[str, CatalogMatch]:
+    ambiguous: dict[str, str],
+) -> dict[str, list[CatalogMatch]]:
     """The prices to write: one per spelling, none that would reprice another ledger id.
 
     Prices are keyed by spelling, not by provider, so two ledger ids can want one spelling from
@@ -380,18 +454,28 @@ def _settle_claims(
     for one id can capture another that resolves to it (the spelling ``deepseek/deepseek-chat``
     priced from OpenRouter for ``openrouter/deepseek/deepseek-chat`` would be what the ledger's
     ``deepseek/deepseek-chat`` resolves to). An id priced under its own spelling claims it first;
-    a claim that would leave any ledger id at a price other than its own is not written, and its
-    id is reported as ``spelling_conflict`` (price it by hand, under its own id).
+    a claim that would leave any ledger id at a price other than its own, or would price a
+    spelling the catalog found ``ambiguous`` for a ledger id (``ambiguous``: spelling → that
+    id), is not written, and its id is reported as ``spelling_conflict`` (price it by hand,
+    under its own id). Returns the claims kept, by spelling (every holder of one spelling
+    charges the same).
     """
     by_spelling: dict[str, list[CatalogMatch]] = {}
     for claim in sorted(claims, key=lambda m: (m.ledger_id != m.model_id, m.ledger_id)):
         holders = by_spelling.setdefault(claim.model_id, [])
-        if holders and not holders[0].price.same_rates(claim.price):
+        victim = ambiguous.get(claim.model_id)
+        if victim is not None:
+            skipped.append(
+                SkippedModel(claim.ledger_id, "spelling_conflict", (claim.catalog_id, victim))
+            )
+            expected.pop(claim.ledger_id, None)
+        elif holders and not holders[0].price.same_rates(claim.price):
             both = (holders[0].catalog_id, claim.catalog_id)
             skipped.append(SkippedModel(claim.ledger_id, "spelling_conflict", both))
             expected.pop(claim.ledger_id, None)  # it takes what it resolves to
         else:
             holders.append(claim)
+    by_spelling = {spelling: ms for spelling, ms in by_spelling.items() if ms}
     while True:
         table = {**prices, **{spelling: ms[0].price for spelling, ms in by_spelling.items()}}
         culprit = None
@@ -405,7 +489,7 @@ def _settle_claims(
                 culprit = (str(res.matched), ledger_id)
                 break
         if culprit is None:
-            return {spelling: ms[0] for spelling, ms in by_spelling.items()}
+            return by_spelling
         spelling, victim = culprit
         for claim in by_spelling.pop(spelling):
             conflict = (claim.catalog_id, victim)
