@@ -384,7 +384,8 @@ def table_layout(
         return sum(widths[i] for i in shown) + _frame(len(shown), plain) - width
 
     widths = list(floor)
-    for _, i in sorted((col.drop, i) for i, col in enumerate(columns) if col.drop is not None):
+    droppable = [(col.drop, i) for i, col in enumerate(columns) if col.drop is not None and i]
+    for _, i in sorted(droppable):  # never the first column: the row's key
         if over() <= 0:
             break
         shown.remove(i)
