@@ -77,14 +77,14 @@ MIN_WIDTH, MAX_WIDTH = 20, 10_000
 # this many characters when columns compete for the width (a longer one shows whole when there
 # is room) ...
 WORD_CAP = 40
+# ... and when the table is still too wide, a word column gives up characters (the word then
+# ends in "…") down to this width, its header's longest word, or its longest word if shorter.
+CUT_WIDTH = 12
 # A column of prose (Col.text: an error, a title) counts its words up to this many characters.
 PROSE_WORD = 16
 # Text of several words gets at least this width (or its own, if less): one word a line is not
 # read, it is deciphered.
 TEXT_WIDTH = 20
-# ... and when the table is still too wide, a word column gives up characters (the word then
-# ends in "…") down to this width, its header's longest word, or its longest word if shorter.
-CUT_WIDTH = 12
 # What stands for the end of a cut word.
 ELLIPSIS = "…"
 # Glyphs that tell a chart's series apart without colour (--no-color, NO_COLOR, a pipe), in the
@@ -168,10 +168,10 @@ class Col:
     ``wrap`` columns (the default: names, titles, free text) wrap between words and never
     inside one: a model, tool or thread id stays whole, or (when the table cannot give it its
     width) is cut at the end with ``…``; ``Col.text`` columns (prose) cut their long words
-    sooner. ``wrap=False`` ones (numbers, times, and the ids a
-    table is keyed by) are never wrapped or cut. ``drop`` orders the columns a narrow table
-    hides, lowest first (``None``: never hidden); stderr then names them, and the output that
-    has them all. See ``render_table`` for the whole layout.
+    sooner. ``wrap=False`` ones (numbers, times, and the ids a table is keyed by) are never
+    wrapped or cut. ``drop`` orders the columns a narrow table hides, lowest first (``None``:
+    never hidden; the first column never is); stderr then names them, and the output that has
+    them all. ``table_layout`` is the whole layout.
     """
 
     key: str
@@ -499,9 +499,9 @@ def fit(text: str, width: int) -> str:
 
 
 def series_marks(console: Console, count: int) -> list[str]:
-    """The glyph of each of ``count`` series of a chart (the last one "other" when there are
-    more than ``SERIES_GLYPHS``): one block for every series when the console shows colour,
-    distinct glyphs when it does not (a legend of identical blocks says nothing)."""
+    """The glyph of each of ``count`` series of a chart: one block for every series when the
+    console shows colour, distinct glyphs when it does not (a legend of identical blocks says
+    nothing; ``OTHER_GLYPH`` past the last of ``SERIES_GLYPHS``)."""
     if console.color_system is not None and not console.no_color:
         return ["█"] * count
     return [SERIES_GLYPHS[i] if i < len(SERIES_GLYPHS) else OTHER_GLYPH for i in range(count)]
