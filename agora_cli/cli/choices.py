@@ -11,8 +11,8 @@ the same line Typer prints for an ``Enum`` option (``case_sensitive=False``), wh
 way to write one. Words are matched whatever their case and come back as the set spells them
 (``FAILED`` is ``failed``): a word in capitals is never read as a different, empty filter. With
 ``separator`` the value is a list (``--by day,model``) and each word is checked alone, then
-(``combos``) the list as a whole. ``--help`` shows the words as the option's metavar and the
-shell completes them.
+(``combos``) the list as a whole. ``--help`` shows the words (a list's after its help text) and
+the shell completes them.
 """
 
 from __future__ import annotations
@@ -55,10 +55,12 @@ class Choice:
 
     @property
     def metavar(self) -> str:
-        words = "|".join(self.choices)
-        if self.max_parts > 1 and self.separator:
-            return f"{words}[{self.separator}…]"
-        return words
+        """``a|b|c`` for one word; a list's is ``WORD[,WORD]`` (its words go in the help: a
+        metavar that long would be folded by --help)."""
+        if self.separator:
+            more = self.separator + "WORD" if self.max_parts == 2 else f"{self.separator}…"
+            return f"WORD[{more}]"
+        return "|".join(self.choices)
 
     def _listed(self) -> str:
         return ", ".join(repr(c) for c in self.choices)
@@ -106,6 +108,8 @@ def choice_option(
     """A Typer option (for ``Annotated[str | None, …]``) whose value is one of ``choices``."""
     choice = choices if isinstance(choices, Choice) else Choice(choices)
     options.setdefault("show_default", False)
+    if choice.separator:
+        help = f"{help} WORD: {', '.join(choice.choices)}."
     return typer.Option(
         flag,
         parser=choice,

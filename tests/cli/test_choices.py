@@ -192,8 +192,9 @@ def test_spend_by_checks_each_word_of_a_list(tmp_path: Path) -> None:
 def test_help_shows_the_choices() -> None:
     text = run_cli("runs", "list", "--help", env={"COLUMNS": "200"}).stdout
     assert "running|completed|failed|cancelled" in text
-    spend = run_cli("spend", "--help", env={"COLUMNS": "200"}).stdout
-    assert "model|actor|tenant|thread|day|week|month[,…]" in spend
+    spend = " ".join(run_cli("spend", "--help").stdout.replace("│", " ").split())
+    assert "--by WORD[,WORD]" in spend
+    assert "WORD: model, actor, tenant, thread, day, week, month." in spend
 
 
 def test_the_parser_completes_each_word() -> None:
@@ -201,4 +202,4 @@ def test_the_parser_completes_each_word() -> None:
     assert by.complete("da") == ["day"]
     assert by.complete("day,m") == ["day,model"]
     assert by("Day , MODEL") == "day,model"
-    assert Choice(("a", "b")).metavar == "a|b"
+    assert Choice(("a", "b")).metavar == "a|b" and by.metavar == "WORD[,WORD]"
