@@ -43,7 +43,7 @@ class Choice:
         self.choices = tuple(choices)
         self.separator = separator
         self.max_parts = max_parts if separator else 1
-        self.combos = None if combos is None else frozenset(combos)
+        self.combos = None if combos is None else tuple(combos)
         self.combos_hint = combos_hint
         self._by_folded = {c.casefold(): c for c in self.choices}
 
@@ -90,7 +90,11 @@ class Choice:
         return joined
 
     def complete(self, incomplete: str) -> list[str]:
-        """The shell's completions of ``incomplete`` (after the last separator, for a list)."""
+        """The shell's completions of ``incomplete``: the words, or a list's combinations, or
+        (without them) a word after the last separator."""
+        if self.combos is not None:
+            pool = dict.fromkeys((*self.choices, *self.combos))
+            return [c for c in pool if c in self.combos and c.startswith(incomplete.casefold())]
         head, sep, last = (
             incomplete.rpartition(self.separator) if self.separator else ("", "", incomplete)
         )

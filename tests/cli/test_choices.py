@@ -198,6 +198,10 @@ def test_help_shows_the_choices() -> None:
 
 
 def test_the_parser_completes_each_word() -> None:
+    from agora_cli.cli.spend import SPEND_BY
+
+    assert {"model", "day", "day,model", "week,actor"} <= set(SPEND_BY.complete(""))
+    assert SPEND_BY.complete("day,m") == ["day,model"]
     by = Choice(("model", "actor", "day"), separator=",", max_parts=2)
     assert by.complete("da") == ["day"]
     assert by.complete("day,m") == ["day,model"]
