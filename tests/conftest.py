@@ -68,6 +68,12 @@ if _TMP:
     os.environ["TMPDIR"] = _TMP  # subprocesses the tests start, too
     tempfile.tempdir = None  # pytest's tmp_path_factory asks tempfile.gettempdir()
 
+# Output into a pipe is laid out for 120 columns unless COLUMNS says otherwise; pytest-xdist's
+# workers start with COLUMNS=80 (and LINES=24), which a plain `pytest` run does not have. Every
+# test sees what a pipe sees, and a test that wants a width sets COLUMNS itself.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
 # `make test-fast` runs SQLite only: AGORA_TEST_DIALECTS=sqlite (default: all three).
 SELECTED = tuple(
     d for d in (os.environ.get("AGORA_TEST_DIALECTS") or ",".join(DIALECTS)).split(",") if d

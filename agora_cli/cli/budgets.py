@@ -75,7 +75,11 @@ def budget_document(b: Budget) -> dict[str, Any]:
 def set_(
     period: Annotated[
         PeriodChoice,
-        typer.Option("--period", help="The UTC period: day, week (from Monday) or month."),
+        typer.Option(
+            "--period",
+            help="The UTC period: day, week (from Monday) or month.",
+            case_sensitive=False,
+        ),
     ],
     by: Annotated[
         str, typer.Option("--by", help="Who sets it (kept for the audit).", show_default=False)
@@ -164,12 +168,12 @@ _CSV_FIELDS = (
     "updated_at",
 )
 _COLUMNS = [
-    Col("scope"),
+    Col("scope", wrap=False),
     Col("period", wrap=False),
     Col.number("usd", "USD limit"),
     Col.number("tokens", "token limit"),
     Col.number("warn", "warn at", drop=2),
-    Col("note", drop=1),
+    Col.text("note", drop=1),
     Col("updated", "set by / when", drop=3),
 ]
 
@@ -229,7 +233,10 @@ def remove(
     period: Annotated[
         PeriodChoice | None,
         typer.Option(
-            "--period", help="Only this period (default: all of the scope's).", show_default=False
+            "--period",
+            help="Only this period (default: all of the scope's).",
+            show_default=False,
+            case_sensitive=False,
         ),
     ] = None,
     db: DbOpt = None,

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from agora_cli.cli.options import JsonOpt
-from agora_cli.cli.output import finish, out_console, safe_text
+from agora_cli.cli.output import Col, finish, out_console, render_table, safe_text
 
 __all__ = ["app"]
 
@@ -150,9 +150,6 @@ def show(as_json: JsonOpt = False) -> None:
     }
 
     def render() -> None:
-        from rich.table import Table
-        from rich.text import Text
-
         console = out_console()
         exists = "" if head["config_file_exists"] else "  (not found)"
         console.print(f"config file: {safe_text(head['config_file'])}{exists}", markup=False)
@@ -163,13 +160,11 @@ def show(as_json: JsonOpt = False) -> None:
             console.print(
                 f"profile: {safe_text(profile)} from {head['profile_source']}", markup=False
             )
-        table = Table(box=None, show_edge=False, pad_edge=False)
-        for title in ("Setting", "Value", "Source"):
-            table.add_column(title, overflow="fold")
-        for s in settings:
-            value = "-" if s["value"] is None else safe_text(s["value"])
-            table.add_row(Text(s["name"]), Text(value), Text(safe_text(s["source"])))
-        console.print(table)
+        render_table(
+            [{**s, "value": "-" if s["value"] is None else s["value"]} for s in settings],
+            [Col("name", "Setting", wrap=False), Col("value", "Value"), Col("source", "Source")],
+            plain=True,
+        )
         if scope["ignored"]:
             console.print(
                 f"tenant {safe_text(scope['ignored'])}: ignored (--all-tenants)", markup=False

@@ -55,7 +55,7 @@ def _key_doc(key: TenantKey) -> dict[str, Any]:
 
 KEY_COLUMNS = [
     Col("tenant"),
-    Col("id"),
+    Col("id", wrap=False),
     Col("state"),
     Col("created_at", "created", fmt=table_time, wrap=False),
     Col("retired_at", "retired", fmt=table_time, wrap=False),

@@ -23,11 +23,14 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 __all__ = [
+    "ELLIPSIS",
     "MONEY_DECIMALS",
+    "PIPE_WIDTH",
     "SHORT_ID",
     "UNKNOWN",
     "Col",
     "color_forced_off",
+    "columns_env",
     "csv_cell",
     "duration_text",
     "emit_csv",
@@ -35,6 +38,7 @@ __all__ = [
     "err_console",
     "finish",
     "first_line",
+    "fit",
     "money",
     "money_text",
     "one_format",
@@ -45,6 +49,7 @@ __all__ = [
     "safe_text",
     "say",
     "script_value",
+    "series_marks",
     "set_no_color",
     "short_ids",
     "table_time",
@@ -65,6 +70,27 @@ _CSV_INNER_FORMULA_RE = re.compile("([\r\n])([=+\\-@\t])")
 # Tables show ids this long (or longer, to tell apart two ids of the same table that share the
 # first 12 characters); every command that takes an id takes such a prefix (git-style).
 SHORT_ID = 12
+# Piped or redirected, output is laid out for a terminal this wide ($COLUMNS overrides it).
+PIPE_WIDTH = 120
+MIN_WIDTH, MAX_WIDTH = 20, 10_000
+# A word (a model, a tool, an id) never breaks: its column gets its longest word, counting up to
+# this many characters when columns compete for the width (a longer one shows whole when there
+# is room) ...
+WORD_CAP = 40
+# ... and when the table is still too wide, a word column gives up characters (the word then
+# ends in "…") down to this width, its header's longest word, or its longest word if shorter.
+CUT_WIDTH = 12
+# A column of prose (Col.text: an error, a title) counts its words up to this many characters.
+PROSE_WORD = 16
+# Text of several words gets at least this width (or its own, if less): one word a line is not
+# read, it is deciphered.
+TEXT_WIDTH = 20
+# What stands for the end of a cut word.
+ELLIPSIS = "…"
+# Glyphs that tell a chart's series apart without colour (--no-color, NO_COLOR, a pipe), in the
+# order the series are drawn; the last one is for "other".
+SERIES_GLYPHS = ("█", "▓", "▒", "░", "#", "=", "+")
+OTHER_GLYPH = ":"
 
 
 def _escape(char: str) -> str:
@@ -139,10 +165,13 @@ def _csv_field(value: Any) -> str:
 class Col:
     """A table/CSV column: the row key, its header, and how a person should see the value.
 
-    ``wrap`` columns (the default: free text, ids, titles) fold on a narrow terminal, never cut;
-    ``wrap=False`` ones (numbers, times) never wrap. ``drop`` orders the columns a narrow
-    terminal hides, lowest first (``None``: never hidden); the table then says which, and that
-    ``--csv``/``--json`` have them all. Into a pipe or a file nothing wraps or is hidden.
+    ``wrap`` columns (the default: names, titles, free text) wrap between words and never
+    inside one: a model, tool or thread id stays whole, or (when the table cannot give it its
+    width) is cut at the end with ``…``; ``Col.text`` columns (prose) cut their long words
+    sooner. ``wrap=False`` ones (numbers, times, and the ids a table is keyed by) are never
+    wrapped or cut. ``drop`` orders the columns a narrow table hides, lowest first (``None``:
+    never hidden; the first column never is); stderr then names them, and the output that has
+    them all. ``table_layout`` is the whole layout.
     """
 
     key: str
@@ -151,6 +180,7 @@ class Col:
     fmt: Callable[[Any], str] | None = None
     wrap: bool = True
     drop: int | None = None
+    prose: bool = False
 
     @classmethod
     def number(
@@ -163,6 +193,12 @@ class Col:
     ) -> Col:
         """A right-aligned column that never wraps (counts, money, times)."""
         return cls(key, header, justify="right", fmt=fmt, wrap=False, drop=drop)
+
+    @classmethod
+    def text(cls, key: str, header: str | None = None, *, drop: int | None = None) -> Col:
+        """A column of prose (an error, a title, a note): it wraps between words, and its long
+        words are cut (``…``) before a column is hidden for them (``PROSE_WORD``)."""
+        return cls(key, header, drop=drop, prose=True)
 
     def show(self, value: Any) -> str:
         if self.fmt is not None:
@@ -199,13 +235,22 @@ def _plain() -> dict[str, Any]:
     return {"color_system": None} if _COLOR["off"] else {}
 
 
+def columns_env() -> int | None:
+    """``$COLUMNS`` when it is a number of columns (bounded to 20-10,000), else ``None``."""
+    text = os.environ.get("COLUMNS", "").strip()
+    if not (text.isascii() and text.isdigit()):
+        return None
+    return min(max(int(text), MIN_WIDTH), MAX_WIDTH)
+
+
 def out_console() -> Console:
     """A Rich console on the current stdout (created per call: tests swap the streams).
 
-    On a terminal it takes the terminal's width; piped or redirected it is 200 columns wide
-    (or ``$COLUMNS``) so that tables in logs and files are never cut to 80.
+    ``$COLUMNS`` sets its width; else on a terminal it takes the terminal's, and piped or
+    redirected it is ``PIPE_WIDTH`` (120) columns wide: a table in a log or a file is laid out
+    as on a 120-column terminal, never wider.
     """
-    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS") or 200)
+    width = columns_env() or (None if sys.stdout.isatty() else PIPE_WIDTH)
     return _console_class()(
         file=sys.stdout,
         highlight=False,
@@ -269,6 +314,121 @@ def emit_csv(rows: Sequence[dict[str, Any]], columns: Sequence[Col]) -> None:
         sys.stdout.write(line([csv_cell(row.get(c.key)) for c in columns]))
 
 
+@dataclass(frozen=True)
+class TableLayout:
+    """Where a table's columns go at one width: the columns ``shown`` with their ``widths``
+    (cells, without padding), and those ``hidden`` (in the order they were hidden)."""
+
+    shown: tuple[int, ...]
+    widths: tuple[int, ...]
+    hidden: tuple[int, ...]
+
+
+def _frame(count: int, plain: bool) -> int:
+    """The columns a table's borders and padding take around ``count`` columns of cells (a
+    ``plain`` table: no borders, two spaces between columns)."""
+    return 2 * (count - 1) if plain else 3 * count + 1
+
+
+def table_layout(
+    columns: Sequence[Col],
+    cells: Sequence[Sequence[str]],
+    width: int,
+    *,
+    plain: bool = False,
+) -> TableLayout:
+    """Lay a table out in ``width`` columns (borders included) without breaking a word.
+
+    1. Everything fits at its natural width: done.
+    2. Else every column needs its floor: a ``wrap=False`` column its widest value; a word column
+       its longest word (up to ``WORD_CAP``, ``PROSE_WORD`` for prose) and at least
+       ``TEXT_WIDTH`` for text of several words; a header wraps between its words. The ``drop``
+       columns are hidden, lowest first, until the floors fit.
+    3. Still too wide: word columns give up characters (their long words end in ``…``), the
+       widest first, down to ``CUT_WIDTH``; then columns are hidden from the right (never the
+       first: the row's key). A hidden column that fits in what is left comes back.
+    4. What width is left gives cut words their width back, then makes columns whole (those
+       nearest to it first), then goes to the text columns that still wrap.
+    """
+    from rich.cells import cell_len
+
+    def longest(texts: Any) -> int:
+        return max((cell_len(t) for t in texts), default=0)
+
+    natural: list[int] = []
+    whole_word: list[int] = []  # the width at which no word of the column is cut
+    floor: list[int] = []
+    least: list[int] = []
+    for i, col in enumerate(columns):
+        header = col.header or col.key
+        lines = [line for row in cells for line in row[i].split("\n")]
+        header_word = longest(header.split())
+        natural.append(max(cell_len(header), longest(lines)))
+        if col.wrap:
+            cap = PROSE_WORD if col.prose else WORD_CAP
+            words = longest(w for line in lines for w in line.split())
+            whole_word.append(max(header_word, words, 1))
+            text = min(longest(lines), TEXT_WIDTH)
+            floor.append(max(header_word, min(words, cap), text, 1))
+            least.append(min(floor[-1], max(header_word, CUT_WIDTH)))
+        else:
+            floor.append(max(header_word, longest(lines), 1))
+            whole_word.append(floor[-1])
+            least.append(floor[-1])
+    shown = list(range(len(columns)))
+    if sum(natural) + _frame(len(shown), plain) <= width:
+        return TableLayout(tuple(shown), tuple(natural), ())
+    hidden: list[int] = []
+
+    def over() -> int:
+        return sum(widths[i] for i in shown) + _frame(len(shown), plain) - width
+
+    widths = list(floor)
+    droppable = [(col.drop, i) for i, col in enumerate(columns) if col.drop is not None and i]
+    for _, i in sorted(droppable):  # never the first column: the row's key
+        if over() <= 0:
+            break
+        shown.remove(i)
+        hidden.append(i)
+    while over() > 0:
+        givers = [i for i in shown if widths[i] > least[i]]
+        if not givers:
+            break
+        i = max(givers, key=lambda k: (widths[k] - least[k], k))
+        widths[i] -= min(over(), widths[i] - least[i])
+    while over() > 0 and len(shown) > 1:
+        hidden.append(shown.pop())
+    # A column hidden early may fit in what hiding a wide one left: back it comes, the last
+    # hidden (the most important) first.
+    for i in reversed(list(hidden)):
+        shown.append(i)
+        shown.sort()
+        if over() > 0:
+            shown.remove(i)
+        else:
+            hidden.remove(i)
+    extra = -over()
+    # First words that were cut get their width back, then columns become whole (a header or a
+    # value on one line), the nearest first each time; what is left goes to the text columns
+    # that still wrap, the most wrapped first.
+    for i in sorted(shown, key=lambda k: (whole_word[k] - widths[k], k)):
+        give = max(0, min(whole_word[i], natural[i], widths[i] + extra) - widths[i])
+        widths[i] += give
+        extra -= give
+    for i in sorted(shown, key=lambda k: (natural[k] - widths[k], k)):
+        if 0 < natural[i] - widths[i] <= extra:
+            extra -= natural[i] - widths[i]
+            widths[i] = natural[i]
+    while extra > 0:
+        wanting = [i for i in shown if columns[i].wrap and widths[i] < natural[i]]
+        if not wanting:
+            break
+        i = max(wanting, key=lambda k: (natural[k] - widths[k], -k))
+        widths[i] += 1
+        extra -= 1
+    return TableLayout(tuple(shown), tuple(widths[i] for i in shown), tuple(hidden))
+
+
 def render_table(
     rows: Sequence[dict[str, Any]],
     columns: Sequence[Col],
@@ -278,13 +438,16 @@ def render_table(
     row_styles: Sequence[str | None] | None = None,
     empty: str = "nothing to show",
     fuller: str = "--csv",
+    plain: bool = False,
 ) -> None:
-    """Print rows as a Rich table for people (``footer_rows`` after a rule, e.g. a total).
+    """Print rows as a Rich table for people (``footer_rows`` after a rule, e.g. a total;
+    ``plain``: no borders).
 
     Every value goes through ``Col.show`` (control characters escaped) into a ``Text``: cell
-    values are data, never Rich markup; ``title`` is plain text too. On a narrow terminal the
-    ``drop`` columns are hidden in order until the rest fit, and a caption names them and
-    ``fuller`` (the output that has every column).
+    values are data, never Rich markup; ``title`` is plain text too. The table is laid out by
+    ``table_layout`` in the console's width (a terminal's, ``$COLUMNS``, or 120 into a pipe or a
+    file): never wider, no word broken, a cut word ending in ``…``; the columns it hides are
+    named on stderr with ``fuller`` (the output that has every column).
     """
     from rich.table import Table
     from rich.text import Text
@@ -294,40 +457,54 @@ def render_table(
         console.print(empty, markup=False)
         return
     cells = [[col.show(row.get(col.key)) for col in columns] for row in [*rows, *footer_rows]]
-    widths = [
-        max(len(col.header or col.key), *(len(line[i]) for line in cells))
-        for i, col in enumerate(columns)
-    ]
-    keep = list(range(len(columns)))
-    hidden: list[str] = []
-    if not console.is_terminal:  # a pipe or a file: never wrap, cut or hide
-        console.width = max(console.width, sum(widths) + 3 * len(widths) + 1)
-    else:
-        droppable = sorted((col.drop, i) for i, col in enumerate(columns) if col.drop is not None)
-        for _, i in droppable:
-            need = sum(min(widths[k], 12) if columns[k].wrap else widths[k] for k in keep)
-            if need + 3 * len(keep) + 1 <= console.width:
-                break
-            keep.remove(i)
-            hidden.append(columns[i].header or columns[i].key)
+    layout = table_layout(columns, cells, console.width, plain=plain)
     table = Table(title=Text(safe_text(title)) if title else None, header_style="bold")
-    for i in keep:
+    if plain:
+        table.box, table.show_edge, table.pad_edge = None, False, False
+    for i, width in zip(layout.shown, layout.widths, strict=True):
         col = columns[i]
         table.add_column(
-            col.header or col.key,
+            Text(col.header or col.key, overflow="ellipsis"),
             justify=col.justify,
-            no_wrap=not col.wrap,
-            overflow="fold",  # a narrow terminal folds a value; it never hides it behind "…"
-            min_width=min(widths[i], 12) if col.wrap else widths[i],
+            width=width,
+            overflow="ellipsis",  # a word is never folded: what does not fit ends in "…"
         )
     for n, line in enumerate(cells):
         footer = n >= len(rows)
         style = "bold" if footer else (row_styles[n] if row_styles else None)
         last_body = n == len(rows) - 1 and bool(footer_rows)
-        table.add_row(*(Text(line[i]) for i in keep), style=style, end_section=last_body)
-    if hidden:
-        table.caption = f"(narrow terminal: {', '.join(hidden)} hidden; {fuller} has every column)"
+        table.add_row(
+            *(
+                Text(line[i], no_wrap=not columns[i].wrap, overflow="ellipsis")
+                for i in layout.shown
+            ),
+            style=style,
+            end_section=last_body,
+        )
     console.print(table)
+    if layout.hidden:
+        names = ", ".join(columns[i].header or columns[i].key for i in layout.hidden)
+        say(f"note: {names} hidden to fit {console.width} columns; {fuller} has every column")
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` in at most ``width`` terminal columns: whole, or cut with ``…`` at its end."""
+    from rich.cells import cell_len, set_cell_size
+
+    if cell_len(text) <= width:
+        return text
+    if width <= 1:
+        return ELLIPSIS[:width]
+    return set_cell_size(text, width - 1) + ELLIPSIS
+
+
+def series_marks(console: Console, count: int) -> list[str]:
+    """The glyph of each of ``count`` series of a chart: one block for every series when the
+    console shows colour, distinct glyphs when it does not (a legend of identical blocks says
+    nothing; ``OTHER_GLYPH`` past the last of ``SERIES_GLYPHS``)."""
+    if console.color_system is not None and not console.no_color:
+        return ["█"] * count
+    return [SERIES_GLYPHS[i] if i < len(SERIES_GLYPHS) else OTHER_GLYPH for i in range(count)]
 
 
 def one_format(as_json: bool, csv: bool) -> None:

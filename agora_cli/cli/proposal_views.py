@@ -316,28 +316,30 @@ def render_inbox(page: Inbox) -> None:
                 "when": "never",
             }
         )
-    columns = [Col("id")]
+    # Narrow, the inbox keeps what deciding needs: the id to type, the tool, and the thread (the
+    # rest of the scope and the times go first, and stderr names them).
+    columns = [Col("id", wrap=False)]
     if page.state == "pending":
-        columns.append(Col("kind", wrap=False))
+        columns.append(Col("kind", wrap=False, drop=2))
     columns += [
         Col("tool"),
         Col("tenant", drop=3),
         Col("actor", drop=4),
-        Col("thread", drop=2),
+        Col("thread"),
         Col("age", "created", wrap=False, drop=1),
     ]
     columns += {
-        "pending": [Col("when", "expires", wrap=False)],
-        "queued": [Col("by", "approved by", drop=5), Col("when", "queued", wrap=False)],
+        "pending": [Col("when", "expires", wrap=False, drop=5)],
+        "queued": [Col("by", "approved by", drop=5), Col("when", "queued", wrap=False, drop=6)],
         "running": [
-            Col("by", "worker"),
+            Col("by", "worker", drop=6),
             Col.number("attempts", drop=5),
-            Col("when", "lease", wrap=False),
+            Col("when", "lease"),
         ],
         "failed": [
             Col.number("attempts", drop=5),
             Col("when", "settled (UTC)", wrap=False, drop=6),
-            Col("error"),
+            Col.text("error"),
         ],
     }[page.state]
     what = {

@@ -411,7 +411,7 @@ def list_(
                 for p in proposals
             ],
             [
-                Col("id"),
+                Col("id", wrap=False),
                 Col("tool_name", "tool"),
                 Col("decision", wrap=False),
                 Col("decided_by", "by", drop=2),

@@ -309,9 +309,9 @@ def _render(
     styles = {"exhausted": "bold red", "warning": "yellow", "ok": None}
     columns = [
         Col("period", wrap=False),
-        Col.number("tokens"),
+        Col.number("tokens", drop=5),
         Col.number("token_limit", "token limit", drop=3),
-        Col.number("usd", "USD"),
+        Col.number("usd", "USD", drop=6),
         Col.number("usd_limit", "USD limit", drop=4),
         Col.number("used", "% used"),
         Col("bar", "", wrap=False, drop=1),
@@ -319,7 +319,7 @@ def _render(
         Col("state", wrap=False),
     ]
     if every:
-        columns.insert(0, Col("scope"))
+        columns.insert(0, Col("scope", wrap=False))
         title = f"Saved budgets at {iso_ms(at_ms)}"
     else:
         title = f"Quota for {scope_kind} {scope_ref} at {iso_ms(at_ms)}"

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from agora_cli.cli.choices import choice_option
 from agora_cli.cli.options import (
     CsvOpt,
     DbOpt,
@@ -37,6 +38,7 @@ from agora_cli.cli.output import (
 from agora_cli.cli.pager import page
 from agora_cli.store._clock import SystemClock, iso_ms
 from agora_cli.store._values import load_json
+from agora_cli.store._vocabulary import RUN_STATUSES
 
 if TYPE_CHECKING:
     from agora_cli.store._runs import RunDetail, RunFrames
@@ -124,7 +126,7 @@ def list_(
     tenant: Annotated[str | None, _opt("--tenant", "Only this tenant's runs.")] = None,
     agent: Annotated[str | None, _opt("--agent", "Only runs of this agent (agent_name).")] = None,
     status: Annotated[
-        str | None, _opt("--status", "Only this status: running, completed, failed, cancelled…")
+        str | None, choice_option("--status", RUN_STATUSES, help="Only runs in this status.")
     ] = None,
     thread: Annotated[
         str | None, _opt("--thread", "Only this thread's runs (its full id).")
@@ -217,7 +219,7 @@ def _render_list(runs: list[Run], docs: list[dict[str, Any]]) -> None:
     render_table(
         rows,
         [
-            Col("id"),
+            Col("id", wrap=False),
             Col("agent", drop=4),
             Col("actor", drop=3),
             Col("status", wrap=False),
@@ -226,7 +228,7 @@ def _render_list(runs: list[Run], docs: list[dict[str, Any]]) -> None:
             Col.number("steps", drop=1),
             Col.number("tokens", drop=2),
             Col.number("cost", drop=6),
-            Col("error"),
+            Col.text("error"),
         ],
         row_styles=[_status_style(r.status) for r in runs],
         empty="no runs.",
@@ -418,7 +420,7 @@ def _render_detail(doc: dict[str, Any], run: Run) -> None:
                 Col.number("n", "#"),
                 Col("role", wrap=False),
                 Col("at", "created (UTC)", wrap=False, drop=1),
-                Col("text"),
+                Col.text("text"),
             ],
             title=f"messages ({doc['messages_total']:,})",
         )
@@ -441,7 +443,7 @@ def _render_detail(doc: dict[str, Any], run: Run) -> None:
                 Col("status", wrap=False),
                 Col.number("duration"),
                 Col("at", "created (UTC)", wrap=False, drop=1),
-                Col("error"),
+                Col.text("error"),
             ],
             title=f"tool calls ({doc['tool_calls_total']:,})",
             row_styles=["red" if c["status"] in ("failed", "error") else None for c in calls],
@@ -481,7 +483,7 @@ def _render_detail(doc: dict[str, Any], run: Run) -> None:
                 }
                 for p in doc["proposals"]
             ],
-            [Col("id"), Col("tool"), Col("decision"), Col("execution")],
+            [Col("id", wrap=False), Col("tool"), Col("decision"), Col("execution")],
             title="proposals",
         )
     f = doc["frames"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 # internal on purpose: the operator's commands import the store's private modules (cli/__init__.py)
-import enum
 import re
 import shlex
 from datetime import date, timedelta
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from agora_cli.cli.choices import Choice, choice_option
 from agora_cli.cli.options import (
     CsvOpt,
     DbOpt,
@@ -25,6 +25,7 @@ from agora_cli.cli.output import (
     Col,
     emit_csv,
     finish,
+    fit,
     money,
     money_text,
     one_format,
@@ -32,10 +33,18 @@ from agora_cli.cli.output import (
     progress,
     render_table,
     safe_text,
+    series_marks,
 )
 from agora_cli.store._clock import SystemClock, ms_to_date, parse_day
 from agora_cli.store._errors import InvalidInput
-from agora_cli.store._windows import SPEND_GROUPINGS, SPEND_ORDERS, parse_bound, report_window
+from agora_cli.store._windows import (
+    DIMENSION_KEYS,
+    SPEND_GROUPINGS,
+    SPEND_ORDERS,
+    TIME_KEYS,
+    parse_bound,
+    report_window,
+)
 
 if TYPE_CHECKING:
     from agora_cli.store._ledger import SpendReport, SpendRow
@@ -44,8 +53,14 @@ __all__ = ["app", "spend"]
 
 app = typer.Typer(invoke_without_command=True)
 
-SpendBy = enum.StrEnum("SpendBy", {g.replace(",", "_"): g for g in SPEND_GROUPINGS})  # type: ignore[misc]
-SpendOrder = enum.StrEnum("SpendOrder", {o: o for o in SPEND_ORDERS})  # type: ignore[misc]
+# Each word of --by checked alone (a typo is named), then the pair as a whole.
+SPEND_BY = Choice(
+    (*DIMENSION_KEYS, *TIME_KEYS),
+    separator=",",
+    max_parts=2,
+    combos=SPEND_GROUPINGS,
+    combos_hint="a dimension, a period, or a period then a dimension (day,model)",
+)
 
 FIELDS = (
     "turns",
@@ -76,13 +91,12 @@ def row_doc(row: SpendRow) -> dict[str, Any]:
 def spend(
     ctx: typer.Context,
     by: Annotated[
-        SpendBy | None,
-        typer.Option(
+        str | None,
+        choice_option(
             "--by",
+            SPEND_BY,
             help="A dimension, a period, or a period and a dimension (day,model). "
             "[default: model, or the profile's by]",
-            case_sensitive=False,
-            show_default=False,
         ),
     ] = None,
     from_day: Annotated[
@@ -130,11 +144,11 @@ def spend(
         typer.Option("--model", help="Only this ledger model id (exact).", show_default=False),
     ] = None,
     order: Annotated[
-        SpendOrder | None,
-        typer.Option(
+        str | None,
+        choice_option(
             "--order",
+            SPEND_ORDERS,
             help="Order groups by cost (the default), tokens or key; periods stay in time order.",
-            show_default=False,
         ),
     ] = None,
     provider_cost_only: Annotated[
@@ -190,7 +204,7 @@ def spend(
     one_format(as_json, csv)
     from agora_cli.cli.profiles import profile_default
 
-    grouping = str(by.value) if by is not None else profile_default("by") or "model"
+    grouping = by if by is not None else profile_default("by") or "model"
     if last is None and from_day is None and to_day is None:
         last = profile_default("last")
     start, end = report_window(from_day, to_day, last, ms_to_date(SystemClock().now_ms()))
@@ -209,7 +223,7 @@ def spend(
             tenant=tenant,
             model=model,
             provider_cost_only=provider_cost_only,
-            order=None if order is None else str(order.value),
+            order=order,
             raw=raw,
         )
         unpriced: list[tuple[str, int]] = []
@@ -443,13 +457,15 @@ def _render_chart(report: SpendReport) -> None:
         money_text(r.cost_usd) if by_cost else f"{int(v):,} tokens"
         for r, v in zip(rows, values, strict=True)
     ]
-    label_w = min(max(len(s) for s in labels), 40)
     value_w = max(len(s) for s in shown)
     marks = [f" +{r.unpriced_turns:,} unpriced" if r.unpriced_turns else "" for r in rows]
+    # Labels get what 10 cells of bar leave (at most 40); a longer one ends in "…".
+    room = console.width - value_w - max(map(len, marks)) - 13
+    label_w = min(max(len(s) for s in labels), 40, max(room, 12))
     width = max(10, console.width - label_w - value_w - max(map(len, marks)) - 3)
     top = max(values)
     for label, value, text, mark in zip(labels, values, shown, marks, strict=True):
-        line = Text(f"{label[:label_w]:<{label_w}} ")
+        line = Text(f"{fit(label, label_w):<{label_w}} ")
         line.append(f"{_bar(value, top, width):<{width}}", style="cyan")
         line.append(f" {text:>{value_w}}")
         line.append(mark, style="yellow")
@@ -470,6 +486,10 @@ def _render_stacked_chart(report: SpendReport) -> None:
             weight[r.key] = weight.get(r.key, 0.0) + _value(r, by_cost)
     top_keys = sorted(weight, key=lambda k: -weight[k])[: len(_STACK_STYLES) - 1]
     styles: dict[str | None, str] = {key: _STACK_STYLES[i] for i, key in enumerate(top_keys)}
+    # Without colour each series has its own glyph (the last one is "other").
+    glyphs: dict[str | None, str] = dict(
+        zip([*top_keys, "__other__"], series_marks(console, len(top_keys) + 1), strict=True)
+    )
     have = {p.key: p for p in report.periods}
     time = report.by.split(",")[0]
     keys = _period_keys(report, time)
@@ -494,18 +514,20 @@ def _render_stacked_chart(report: SpendReport) -> None:
         for slot in [*top_keys, "__other__"]:
             cells = round(segments.get(slot, 0.0) / top * width)
             if cells:
-                line.append("█" * cells, style=styles.get(slot) or "dim")
+                line.append(glyphs[slot] * cells, style=styles.get(slot) or "dim")
                 used += cells
         line.append(" " * max(0, width - used))
         line.append(f" {text:>{value_w}}")
         console.print(line, soft_wrap=True)
-    legend = Text("legend: ")
-    for top_key in top_keys:
-        legend.append("█ ", style=styles[top_key])
-        legend.append(f"{'(none)' if top_key is None else safe_text(top_key)}  ")
+    entries = [(glyphs[k], styles[k], "(none)" if k is None else safe_text(k)) for k in top_keys]
     if len(weight) > len(top_keys):
-        legend.append("█ ", style="dim")
-        legend.append("other")
+        entries.append((glyphs["__other__"], "dim", "other"))
+    one_line = sum(len(name) + 4 for _, _, name in entries) + 8 <= console.width
+    legend = Text("legend:" + (" " if one_line else ""))
+    for glyph, style, name in entries:
+        legend.append("" if one_line else "\n  ")
+        legend.append(f"{glyph} ", style=style)
+        legend.append(f"{name}  " if one_line else name)
     console.print(legend, soft_wrap=True)
     _chart_total(report, by_cost, measure)
 

@@ -192,10 +192,10 @@ def _render_thread_list(rows: list[dict[str, Any]]) -> None:
             for r in rows
         ],
         [
-            Col("id"),
+            Col("id", wrap=False),
             Col("actor_ref", "actor", drop=3),
             Col("tenant_ref", "tenant", drop=1),
-            Col("title"),
+            Col.text("title"),
             Col.number("messages", drop=4),
             Col.number("tokens", drop=5),
             Col.number("cost", drop=6),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agora_cli.store._vocabulary import RUN_STATUSES
+
 __all__ = [
     "RUN_TERMINAL_STATUSES",
     "Message",
@@ -24,7 +26,7 @@ __all__ = [
 ]
 
 
-RUN_TERMINAL_STATUSES = ("completed", "failed", "cancelled")
+RUN_TERMINAL_STATUSES = RUN_STATUSES[1:]  # completed, failed, cancelled
 
 
 @dataclass(frozen=True)

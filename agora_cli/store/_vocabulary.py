@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "RUN_STATUSES",
     "TOOL_STATUSES",
     "TOOL_STATUS_ALIASES",
     "TOOL_STATUS_GROUPS",
@@ -32,6 +33,8 @@ __all__ = [
     "usage_to_json",
 ]
 
+# A run's status (``agent_run.status``): running, then one of the three terminal ones.
+RUN_STATUSES = ("running", "completed", "failed", "cancelled")
 TOOL_STATUSES = ("auto_executed", "pending_approval", "executed", "rejected", "failed")
 TOOL_TYPES = ("read", "action", "agent")
 

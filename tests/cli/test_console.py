@@ -391,7 +391,10 @@ def test_soft_deleted_and_transient_threads_hidden_and_shown(demo: str, cli: Any
     marked = {t["id"]: (t["deleted_at"] is not None, t["transient"]) for t in both}
     assert marked["demo-thread-09"] == (True, False)
     assert marked["demo-thread-summaries"] == (False, True)
-    table = cli("threads", "list", "--include-deleted", "--include-transient", "--db", demo)
+    table = cli(
+        "threads", "list", "--include-deleted", "--include-transient", "--db", demo,
+        env={"COLUMNS": "200"},  # the titles and their marks on one line each
+    )  # fmt: skip
     assert re.search(r"\[deleted \d{4}-\d\d-\d\d\]", table.stdout) and "[transient]" in table.stdout
     lines = rows_of(cli("threads", "list", "--include-transient", "--db", demo, "--csv").stdout)
     summaries = next(row for row in lines if row["id"] == "demo-thread-summaries")

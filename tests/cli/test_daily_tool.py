@@ -284,7 +284,7 @@ def _tree(command: Any, ctx: Any = None) -> Any:
         (
             p.name,
             tuple(getattr(p, "opts", ())),
-            repr(p.type),
+            repr(getattr(p.type, "func", p.type)),  # a parser's type: the parser (choices.Choice)
             repr(p.default),
             getattr(p, "envvar", None),
             p.required,

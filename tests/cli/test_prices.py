@@ -755,8 +755,9 @@ def test_model_ids_from_the_database_are_shown_escaped(cli: Any, db_url: str) ->
     r = cli("prices", "set", EVIL, "--input", "1", "--output", "2", "--db", db_url)
     assert r.exit_code == 0
     assert_harmless(r)
-    assert_harmless(cli("prices", "list", "--db", db_url))
-    assert_harmless(cli("prices", "list", "--history", "--model", EVIL, "--db", db_url))
+    wide = {"COLUMNS": "200"}  # the escaped id is 48 characters: whole, not cut with "…"
+    assert_harmless(cli("prices", "list", "--db", db_url, env=wide))
+    assert_harmless(cli("prices", "list", "--history", "--model", EVIL, "--db", db_url, env=wide))
     r = cli("prices", "resolve", f"openrouter/{EVIL}", "--db", db_url)
     assert r.exit_code == 0 and "(rule: prefix; priced as" in r.stdout
     assert_harmless(r)
