@@ -29,6 +29,7 @@ __all__ = [
     "Col",
     "color_forced_off",
     "csv_cell",
+    "display_zone",
     "duration_text",
     "emit_csv",
     "emit_json",
@@ -45,6 +46,7 @@ __all__ = [
     "safe_text",
     "say",
     "script_value",
+    "set_display_zone",
     "set_no_color",
     "short_ids",
     "table_time",
@@ -314,7 +316,7 @@ def render_table(
     for i in keep:
         col = columns[i]
         table.add_column(
-            col.header or col.key,
+            _zoned(col.header or col.key),
             justify=col.justify,
             no_wrap=not col.wrap,
             overflow="fold",  # a narrow terminal folds a value; it never hides it behind "…"
@@ -328,6 +330,11 @@ def render_table(
     if hidden:
         table.caption = f"(narrow terminal: {', '.join(hidden)} hidden; {fuller} has every column)"
     console.print(table)
+
+
+def _zoned(header: str) -> str:
+    """A header that says ``(UTC)`` says the display zone instead (``--tz``)."""
+    return header.replace("(UTC)", f"({_ZONE['name']})") if _ZONE["name"] != "UTC" else header
 
 
 def one_format(as_json: bool, csv: bool) -> None:
@@ -453,6 +460,34 @@ def relative_text(at_ms: int | None, now_ms: int) -> str:
     return f"{duration_text(now_ms - at_ms)} ago"
 
 
+_ZONE: dict[str, str] = {"name": "UTC"}
+
+
+def set_display_zone(name: str | None) -> None:
+    """``--tz``: the zone tables show times in (``None``: UTC); JSON and CSV stay UTC."""
+    _ZONE["name"] = name or "UTC"
+
+
+def display_zone() -> str:
+    """The zone tables show times in: ``--tz``, ``AGORA_TZ``, a profile's ``tz``, else UTC."""
+    return _ZONE["name"]
+
+
 def table_time(iso: str | None) -> str:
-    """An ISO time as a table shows it: ``2026-11-02 13:00:05`` (UTC, to the second)."""
-    return "—" if iso is None else iso[:19].replace("T", " ")
+    """An ISO time as a table shows it: ``2026-11-02 13:00:05`` (UTC, to the second), or in
+    the display zone with its offset: ``2026-11-02 14:00:05 +01:00``."""
+    if iso is None:
+        return "—"
+    if _ZONE["name"] == "UTC" or not iso.endswith("Z"):
+        return iso[:19].replace("T", " ")
+    # lazy: only a table shown in a zone other than UTC needs them
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    try:
+        utc = datetime.fromisoformat(iso[:19] + "+00:00")
+        local = utc.astimezone(ZoneInfo(_ZONE["name"]))
+    except (ValueError, OverflowError):
+        return iso[:19].replace("T", " ")
+    offset = local.isoformat()[19:]  # "+01:00" (no fraction: the second is whole)
+    return f"{local.strftime('%Y-%m-%d %H:%M:%S')} {offset}"

@@ -332,7 +332,7 @@ def _local_day(conn: Connection, column: Any, segments: list[tuple[int, int]]) -
             ),
             else_=literal_column(str(segments[-1][1])),
         )
-    return dialect_of(conn).day_bucket(column + offset)
+    return dialect_of(conn).day_bucket((column + offset).self_group())
 
 
 def _raw_groups(

@@ -100,6 +100,7 @@ def zone_of(name: str | None) -> tzinfo:
     does not know is ``InvalidInput`` (exit 2)."""
     if name is None or name == "UTC":
         return UTC
+    # lazy: most reports are in UTC and never load the zone database
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
     if not name or "\x00" in name or len(name) > 64 or name.startswith(("/", ".")) or ".." in name:
@@ -237,21 +238,18 @@ def period_window(period: str, at_ms: int, *, tz: tzinfo | None = None) -> tuple
 
 
 def parse_grouping(by: str) -> tuple[str, ...]:
-    """``--by``: one key, or two joined by a comma (``model,actor``, ``day,model``), from
+    """``--by``: one key, or two joined with a comma (``model,actor``, ``day,model``), from
     ``GROUP_KEYS``, at most one of them a period; anything else is ``InvalidInput``."""
     parts = tuple(p.strip().lower() for p in (by or "").split(","))
-    bad = [p for p in parts if p not in GROUP_KEYS]
-    if bad or not 1 <= len(parts) <= 2:
+    if any(p not in GROUP_KEYS for p in parts) or not 1 <= len(parts) <= 2:
         raise InvalidInput(
-            f"cannot group by {by!r}: use one key or two joined by a comma, from "
-            f"{', '.join(GROUP_KEYS)} (e.g. model, day,model, model,actor)",
-            param="by",
+            f"--by {by!r} is not one key or two joined with a comma, from "
+            f"{', '.join(GROUP_KEYS)} (e.g. model, day,model, model,actor)"
         )
     if len(parts) == 2 and (parts[0] == parts[1] or set(parts) <= set(TIME_KEYS)):
         raise InvalidInput(
-            f"cannot group by {by!r}: two different keys, at most one of them a period "
-            f"({', '.join(TIME_KEYS)})",
-            param="by",
+            f"--by {by!r}: give two different keys, at most one of them a period "
+            f"({', '.join(TIME_KEYS)})"
         )
     return parts
 
