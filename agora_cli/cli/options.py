@@ -274,12 +274,17 @@ NoPagerOpt = Annotated[
 FromOpt = Annotated[
     str | None,
     typer.Option(
-        "--from", metavar="YYYY-MM-DD", help="First UTC day, inclusive.", show_default=False
+        "--from",
+        metavar="YYYY-MM-DD",
+        help="First day (UTC, or --tz), inclusive.",
+        show_default=False,
     ),
 ]
 ToOpt = Annotated[
     str | None,
-    typer.Option("--to", metavar="YYYY-MM-DD", help="Last UTC day, inclusive.", show_default=False),
+    typer.Option(
+        "--to", metavar="YYYY-MM-DD", help="Last day (UTC, or --tz), inclusive.", show_default=False
+    ),
 ]
 # The report windows (issue 28): days in the report's zone, relative forms, hours.
 WINDOW_FROM_HELP = (
@@ -368,9 +373,14 @@ def window_now(
 
 
 def days_window(
-    from_text: str | None, to_text: str | None, *, default_days: int | None = None
+    from_text: str | None,
+    to_text: str | None,
+    *,
+    default_days: int | None = None,
+    tz: str | None = None,
 ) -> tuple[int | None, int | None, date | None, date | None]:
-    """``--from``/``--to`` as the first and last millisecond of those UTC days, and the days.
+    """``--from``/``--to`` as the first and last millisecond of those days (in zone ``tz``,
+    UTC by default), and the days.
 
     With ``default_days``, a missing ``--to`` is today and a missing ``--from`` that many days
     back (today included); without, a missing bound stays open (``None``). ``--from`` after
@@ -378,22 +388,24 @@ def days_window(
     """
     from datetime import timedelta
 
-    from agora_cli.store._clock import SystemClock, day_window, ms_to_date, parse_day
+    from agora_cli.store._clock import SystemClock, parse_day
     from agora_cli.store._errors import InvalidInput
+    from agora_cli.store._windows import local_date, local_day_window, zone_of
 
+    zone = zone_of(tz)
     start = parse_day(from_text, what="--from") if from_text is not None else None
     end = parse_day(to_text, what="--to") if to_text is not None else None
     if default_days is not None:
         if end is None:
-            end = ms_to_date(SystemClock().now_ms())
+            end = local_date(SystemClock().now_ms(), zone)
         if start is None:
             back = timedelta(days=default_days - 1)
             start = end - back if end > date.min + back else date.min
     if start is not None and end is not None and start > end:
         raise InvalidInput(f"--from {start.isoformat()} is after --to {end.isoformat()}")
     return (
-        None if start is None else day_window(start)[0],
-        None if end is None else day_window(end)[1],
+        None if start is None else local_day_window(start, zone)[0],
+        None if end is None else local_day_window(end, zone)[1],
         start,
         end,
     )
