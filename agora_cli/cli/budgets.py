@@ -79,7 +79,10 @@ def set_(
         typer.Option("--period", help="The UTC period: day, week (from Monday) or month."),
     ],
     by: Annotated[
-        str, typer.Option("--by", help="Who sets it (kept for the audit).", show_default=False)
+        str,
+        typer.Option(
+            "--by", metavar="WHO", help="Who sets it (kept for the audit).", show_default=False
+        ),
     ],
     actor: ActorOpt = None,
     tenant: TenantOpt = None,
