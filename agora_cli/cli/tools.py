@@ -32,7 +32,7 @@ from agora_cli.cli.output import (
     table_time,
 )
 from agora_cli.store._clock import iso_ms
-from agora_cli.store._tool_stats import TOOL_SORTS
+from agora_cli.store._windows import TOOL_SORTS
 
 if TYPE_CHECKING:
     from agora_cli.store._tool_stats import AgentReliability, ToolStat

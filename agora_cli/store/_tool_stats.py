@@ -50,6 +50,7 @@ from agora_cli.store._schema import message, run, thread, tool_call
 from agora_cli.store._sqlexpr import exact_eq
 from agora_cli.store._values import check_instant, check_optional_identity
 from agora_cli.store._vocabulary import TOOL_STATUS_GROUPS
+from agora_cli.store._windows import TOOL_SORTS
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, RowMapping
@@ -73,9 +74,6 @@ RUN_STATUS_GROUPS: dict[str, tuple[str, ...]] = {
     "cancelled": ("cancelled",),
     "running": ("running",),
 }
-# How ``stats_by_tool`` orders the tools, each descending (then most calls, then the name):
-# calls, failed calls, the failure rate (tools with no settled call last), p95 latency.
-TOOL_SORTS = ("calls", "failures", "fail_rate", "p95")
 # More distinct statuses than this and the per-status ranges stop paying: read the window whole.
 MAX_STATUS_RANGES = 64
 ERROR_CHARS = 500

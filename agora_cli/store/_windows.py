@@ -46,6 +46,7 @@ __all__ = [
     "SPEND_GROUPINGS",
     "SPEND_ORDERS",
     "TIME_KEYS",
+    "TOOL_SORTS",
     "Period",
     "Window",
     "check_zone",
@@ -81,6 +82,9 @@ SPEND_GROUPINGS = (
     ),
 )
 SPEND_ORDERS = ("cost", "tokens", "key")
+# How ``tool_stats.stats_by_tool`` orders the tools, each descending (then most calls, then the
+# name): calls, failed calls, the failure rate (tools with no settled call last), p95 latency.
+TOOL_SORTS = ("calls", "failures", "fail_rate", "p95")
 HOUR_MS = 3_600_000
 LAST_UNITS = {"h": "hours", "d": "days", "w": "weeks", "m": "months"}
 MAX_LAST = {"h": 8784, "d": 3660, "w": 520, "m": 120}  # a leap year of hours; ten years of each
