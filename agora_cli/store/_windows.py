@@ -137,8 +137,9 @@ def local_day_start_ms(day: date, tz: tzinfo | None = None) -> int:
     if _utc(tz):
         return day_start_ms(day)
     # fold=0 maps a skipped midnight to the instant after the gap, and a midnight that happens
-    # twice to its first occurrence: either way the first instant of the local day.
-    return _dt_ms(datetime(day.year, day.month, day.day, tzinfo=tz))
+    # twice to its first occurrence: either way the first instant of the local day. The first
+    # day of the year 1 east of UTC starts before any instant: at the first one.
+    return max(MIN_INSTANT_MS, _dt_ms(datetime(day.year, day.month, day.day, tzinfo=tz)))
 
 
 def local_day_window(day: date, tz: tzinfo | None = None) -> tuple[int, int]:
@@ -233,7 +234,7 @@ def period_window(period: str, at_ms: int, *, tz: tzinfo | None = None) -> tuple
     monday = week_start(day)
     start = local_day_start_ms(monday, tz)
     # The last week of 9999 ends in the year 10000, which no instant reaches: it ends with 9999.
-    if monday + timedelta(days=6) >= date.max - timedelta(days=1):
+    if (date.max - monday).days < 7:
         return start, MAX_INSTANT_MS
     return start, min(local_day_window(monday + timedelta(days=6), tz)[1], MAX_INSTANT_MS)
 
