@@ -23,7 +23,7 @@ from agora_cli.cli.errors import remember_json
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    from agora_cli.store._windows import Window
+    from agora_cli.store._windows import DefaultWindow, Window
 
 __all__ = [
     "TENANCY",
@@ -356,7 +356,7 @@ def window_now(
     last: str | None,
     tz: str | None,
     *,
-    default: str = "month",
+    default: DefaultWindow = "month",
 ) -> Window:
     """A report's window (``windows.resolve_window``) at the wall clock's now, in ``tz``."""
     from agora_cli.store._clock import SystemClock
@@ -368,7 +368,7 @@ def window_now(
         last,
         now_ms=SystemClock().now_ms(),
         tz=tz,
-        default=default,  # type: ignore[arg-type]
+        default=default,
     )
 
 

@@ -51,7 +51,7 @@ from agora_cli.store._windows import (
 
 if TYPE_CHECKING:
     from agora_cli.store._ledger import SpendReport, SpendRow
-    from agora_cli.store._windows import Window
+    from agora_cli.store._windows import DefaultWindow, Window
 
 __all__ = ["app", "spend"]
 
@@ -77,7 +77,7 @@ _STACK_STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cy
 MAX_CHART_BUCKETS = {"day": 1_000, "week": 520, "month": 1_200}
 # The default window: this month to date, or the last 7 days while fewer of the month have
 # begun (never a one-day report on the 1st). A profile's `last` replaces it.
-DEFAULT_WINDOW = "month_min_7d"
+DEFAULT_WINDOW: DefaultWindow = "month_min_7d"
 _CHOSEN = {"month": "month to date", "7d": "the last 7 days: month to date is under a week"}
 
 

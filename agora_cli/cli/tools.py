@@ -36,6 +36,7 @@ from agora_cli.store._windows import TOOL_SORTS
 
 if TYPE_CHECKING:
     from agora_cli.store._tool_stats import AgentReliability, ToolStat
+    from agora_cli.store._windows import DefaultWindow
 
 __all__ = ["app"]
 
@@ -50,7 +51,7 @@ app = typer.Typer(
 
 # The default window: 30 days, today included. Seven hid a tool that fails now and then (none
 # of its failures in the last week, 40 % over the month); --last 7d asks for the recent week.
-DEFAULT_WINDOW = "30d"
+DEFAULT_WINDOW: DefaultWindow = "30d"
 ToolSort = enum.StrEnum("ToolSort", {s: s for s in TOOL_SORTS})  # type: ignore[misc]
 # A tool failing at least this share of its finished calls is shown in red, above half of it
 # in yellow.

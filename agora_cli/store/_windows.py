@@ -47,6 +47,7 @@ __all__ = [
     "SPEND_ORDERS",
     "TIME_KEYS",
     "TOOL_SORTS",
+    "DefaultWindow",
     "Period",
     "Window",
     "check_zone",
