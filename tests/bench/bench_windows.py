@@ -99,12 +99,19 @@ def main() -> int:
                     f"{dialect} "
                     + ratio_line("spend --by day, Feb", "berlin_days", "utc_days", zones)
                 )
+
+                def hand() -> None:
+                    conn.exec_driver_sql(HAND.format(lo=FEB_LO, hi=FEB_HI)).all()
+                    conn.rollback()
+
                 keys = rotated(
                     {
-                        "model": run(by="model", raw=True),
                         "model_actor": run(by="model,actor", raw=True),
+                        "hand": hand,
+                        "model": run(by="model", raw=True),
                     }
                 )
+                print(f"{dialect} " + ratio_line("spend raw, Feb", "model_actor", "hand", keys))
                 print(f"{dialect} " + ratio_line("spend raw, Feb", "model_actor", "model", keys))
             fold(engine, clock=ManualClock(parse_instant("2026-04-15T00:00:00Z")))
             with engine.connect() as conn:
