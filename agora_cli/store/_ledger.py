@@ -17,7 +17,7 @@ subsets of ``input_tokens`` and are never added to it again.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, timedelta
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -202,6 +202,8 @@ def _row(key: str | None, r: Any) -> SpendRow:
 
 def _fold(key: str | None, rows: list[SpendRow]) -> SpendRow:
     """Sum groups into one (``cost_usd`` stays ``None`` only if every group's is)."""
+    if len(rows) == 1:  # most cells of a two-key report: nothing to add up
+        return rows[0] if rows[0].key == key else replace(rows[0], key=key)
     costs = [r.cost_usd for r in rows if r.cost_usd is not None]
     return SpendRow(
         key=key,
