@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, open_db
+from agora_cli.cli.options import CsvOpt, DbOpt, JsonOpt, TzOpt, open_db
 from agora_cli.cli.output import (
     Col,
     emit_csv,
@@ -17,6 +17,7 @@ from agora_cli.cli.output import (
     money_text,
     one_format,
     render_table,
+    table_time,
 )
 from agora_cli.store._clock import iso_ms
 from agora_cli.store._errors import InvalidInput
@@ -82,7 +83,10 @@ def set_(
         ),
     ],
     by: Annotated[
-        str, typer.Option("--by", help="Who sets it (kept for the audit).", show_default=False)
+        str,
+        typer.Option(
+            "--by", metavar="WHO", help="Who sets it (kept for the audit).", show_default=False
+        ),
     ],
     actor: ActorOpt = None,
     tenant: TenantOpt = None,
@@ -183,6 +187,7 @@ def list_(
     actor: ActorOpt = None,
     tenant: TenantOpt = None,
     everyone: GlobalOpt = False,
+    tz: TzOpt = "UTC",
     db: DbOpt = None,
     as_json: JsonOpt = False,
     csv: CsvOpt = False,
@@ -212,7 +217,7 @@ def list_(
             "tokens": "—" if b.limit_tokens is None else f"{b.limit_tokens:,}",
             "warn": f"{b.warn_at:.0%}",
             "note": b.note or "",
-            "updated": f"{b.created_by}, {iso_ms(b.updated_at)}",
+            "updated": f"{b.created_by}, {table_time(iso_ms(b.updated_at))}",
         }
         for b in budgets
     ]

@@ -27,6 +27,7 @@ _SETTINGS: tuple[tuple[str, str, str | None], ...] = (
     ("read_db", "AGORA_READ_DATABASE_URL", "read_db"),
     ("catalog", "AGORA_MODELS_DEV_URL", "catalog"),
     ("tenant", "AGORA_TENANT", "tenant"),
+    ("tz", "AGORA_TZ", "tz"),  # the reports' zone (issue 28)
     ("cache_dir", "AGORA_CACHE_DIR", None),
     ("pager", "AGORA_PAGER", None),
 )
@@ -58,6 +59,7 @@ def resolve() -> tuple[dict[str, Any], list[dict[str, Any]]]:
         "read_db": None,
         "catalog": DEFAULT_CATALOG_URL,
         "tenant": None,
+        "tz": "UTC",
         "cache_dir": str(catalog_cache_dir()),
         "pager": pager_command(),
     }

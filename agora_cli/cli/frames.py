@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from agora_cli.cli.options import DbOpt, JsonOpt, open_db, scoped_tenant
+from agora_cli.cli.options import DbOpt, JsonOpt, TzOpt, open_db, scoped_tenant
 from agora_cli.cli.output import (
     Col,
     emit_json,
@@ -22,6 +22,7 @@ from agora_cli.cli.output import (
     safe_text,
     say,
     script_value,
+    table_time,
 )
 from agora_cli.store._clock import iso_ms
 from agora_cli.store._errors import NotFound
@@ -128,7 +129,9 @@ def close(run_id: RunIdArg, db: DbOpt = None, as_json: JsonOpt = False) -> None:
 
 
 @app.command("stats")
-def stats(ttl: TtlOpt = 3600, db: DbOpt = None, as_json: JsonOpt = False) -> None:
+def stats(
+    ttl: TtlOpt = 3600, tz: TzOpt = "UTC", db: DbOpt = None, as_json: JsonOpt = False
+) -> None:
     """Show the sink at a glance: runs, rows, ended runs, the oldest row, runs past the TTL.
 
     Reads the whole table once (an operator's question, not a hot path).
@@ -157,7 +160,13 @@ def stats(ttl: TtlOpt = 3600, db: DbOpt = None, as_json: JsonOpt = False) -> Non
         "expired_runs": f"runs past the TTL ({ttl:,} s)",
     }
     render_table(
-        [{"what": labels[key], "value": value} for key, value in doc.items()],
+        [
+            {
+                "what": labels[key],
+                "value": table_time(str(value)) if key == "oldest" and value else value,
+            }
+            for key, value in doc.items()
+        ],
         [Col("what", ""), Col("value", "", justify="right")],
     )
     if st.expired_runs:

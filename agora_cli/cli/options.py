@@ -23,15 +23,21 @@ from agora_cli.cli.errors import remember_json
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
+    from agora_cli.store._windows import DefaultWindow, Window
+
 __all__ = [
     "TENANCY",
     "CsvOpt",
     "DbOpt",
     "FromOpt",
     "JsonOpt",
+    "LastOpt",
     "NoPagerOpt",
     "ReadDbOpt",
     "ToOpt",
+    "TzOpt",
+    "WindowFromOpt",
+    "WindowToOpt",
     "command_tenancy",
     "days_window",
     "given_on_command_line",
@@ -44,6 +50,7 @@ __all__ = [
     "scoped_tenant",
     "session_tenant",
     "startup_done",
+    "window_now",
 ]
 
 # What a session tenant (AGORA_TENANT, a profile's `tenant`) does for each command, by its path.
@@ -272,19 +279,113 @@ NoPagerOpt = Annotated[
 FromOpt = Annotated[
     str | None,
     typer.Option(
-        "--from", metavar="YYYY-MM-DD", help="First UTC day, inclusive.", show_default=False
+        "--from",
+        metavar="YYYY-MM-DD",
+        help="First day (UTC, or --tz), inclusive.",
+        show_default=False,
     ),
 ]
 ToOpt = Annotated[
     str | None,
-    typer.Option("--to", metavar="YYYY-MM-DD", help="Last UTC day, inclusive.", show_default=False),
+    typer.Option(
+        "--to", metavar="YYYY-MM-DD", help="Last day (UTC, or --tz), inclusive.", show_default=False
+    ),
+]
+# The report windows (issue 28): days in the report's zone, relative forms, hours.
+WINDOW_FROM_HELP = (
+    "First day, inclusive, in the report's zone: YYYY-MM-DD, YYYYMMDD, YYYY-MM (its first "
+    "day), today, yesterday, -7d, -2w, -3m (that long before today), or -24h (an instant: "
+    "24 hours ago)."
+)
+WINDOW_TO_HELP = (
+    "Last day, inclusive (the same forms; YYYY-MM is its last day; -24h an instant). "
+    "Default: today."
+)
+WindowFromOpt = Annotated[
+    str | None,
+    typer.Option("--from", metavar="DAY", help=WINDOW_FROM_HELP, show_default=False),
+]
+WindowToOpt = Annotated[
+    str | None,
+    typer.Option("--to", metavar="DAY", help=WINDOW_TO_HELP, show_default=False),
+]
+LastOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--last",
+        metavar="24h|7d|4w|3m",
+        help="Instead of --from/--to: the last N hours (up to now), days (today included), "
+        "weeks (from Monday) or months (from the 1st).",
+        show_default=False,
+    ),
 ]
 
 
+def _zone_option(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str:
+    """``--tz``'s callback: an IANA zone ``zoneinfo`` knows (else exit 2, naming it), which the
+    tables then show times in."""
+    if ctx.resilient_parsing:
+        return value or "UTC"
+    from agora_cli.cli.output import set_display_zone
+    from agora_cli.store._errors import InvalidInput
+    from agora_cli.store._windows import check_zone
+
+    try:
+        name = check_zone(value)
+    except InvalidInput:
+        raise typer.BadParameter(
+            f"{value!r} is not an IANA time zone (e.g. Europe/Berlin, America/New_York, UTC)"
+        ) from None
+    set_display_zone(name)
+    return name
+
+
+TzOpt = Annotated[
+    str,
+    typer.Option(
+        "--tz",
+        metavar="ZONE",
+        envvar="AGORA_TZ",
+        show_envvar=True,
+        callback=_zone_option,
+        help="IANA time zone of the report's days, weeks, months and shown times (else the "
+        "environment, else the profile's tz, else UTC). JSON instants stay UTC.",
+        show_default=False,
+    ),
+]
+
+
+def window_now(
+    from_text: str | None,
+    to_text: str | None,
+    last: str | None,
+    tz: str | None,
+    *,
+    default: DefaultWindow = "month",
+) -> Window:
+    """A report's window (``windows.resolve_window``) at the wall clock's now, in ``tz``."""
+    from agora_cli.store._clock import SystemClock
+    from agora_cli.store._windows import resolve_window
+
+    return resolve_window(
+        from_text,
+        to_text,
+        last,
+        now_ms=SystemClock().now_ms(),
+        tz=tz,
+        default=default,
+    )
+
+
 def days_window(
-    from_text: str | None, to_text: str | None, *, default_days: int | None = None
+    from_text: str | None,
+    to_text: str | None,
+    *,
+    default_days: int | None = None,
+    tz: str | None = None,
 ) -> tuple[int | None, int | None, date | None, date | None]:
-    """``--from``/``--to`` as the first and last millisecond of those UTC days, and the days.
+    """``--from``/``--to`` as the first and last millisecond of those days (in zone ``tz``,
+    UTC by default), and the days.
 
     With ``default_days``, a missing ``--to`` is today and a missing ``--from`` that many days
     back (today included); without, a missing bound stays open (``None``). ``--from`` after
@@ -292,22 +393,24 @@ def days_window(
     """
     from datetime import timedelta
 
-    from agora_cli.store._clock import SystemClock, day_window, ms_to_date, parse_day
+    from agora_cli.store._clock import SystemClock, parse_day
     from agora_cli.store._errors import InvalidInput
+    from agora_cli.store._windows import local_date, local_day_window, zone_of
 
+    zone = zone_of(tz)
     start = parse_day(from_text, what="--from") if from_text is not None else None
     end = parse_day(to_text, what="--to") if to_text is not None else None
     if default_days is not None:
         if end is None:
-            end = ms_to_date(SystemClock().now_ms())
+            end = local_date(SystemClock().now_ms(), zone)
         if start is None:
             back = timedelta(days=default_days - 1)
             start = end - back if end > date.min + back else date.min
     if start is not None and end is not None and start > end:
         raise InvalidInput(f"--from {start.isoformat()} is after --to {end.isoformat()}")
     return (
-        None if start is None else day_window(start)[0],
-        None if end is None else day_window(end)[1],
+        None if start is None else local_day_window(start, zone)[0],
+        None if end is None else local_day_window(end, zone)[1],
         start,
         end,
     )

@@ -32,6 +32,7 @@ __all__ = [
     "color_forced_off",
     "columns_env",
     "csv_cell",
+    "display_zone",
     "duration_text",
     "emit_csv",
     "emit_json",
@@ -50,6 +51,7 @@ __all__ = [
     "say",
     "script_value",
     "series_marks",
+    "set_display_zone",
     "set_no_color",
     "short_ids",
     "table_time",
@@ -360,7 +362,7 @@ def table_layout(
     floor: list[int] = []
     least: list[int] = []
     for i, col in enumerate(columns):
-        header = col.header or col.key
+        header = _zoned(col.header or col.key)
         lines = [line for row in cells for line in row[i].split("\n")]
         header_word = longest(header.split())
         natural.append(max(cell_len(header), longest(lines)))
@@ -464,7 +466,7 @@ def render_table(
     for i, width in zip(layout.shown, layout.widths, strict=True):
         col = columns[i]
         table.add_column(
-            Text(col.header or col.key, overflow="ellipsis"),
+            Text(_zoned(col.header or col.key), overflow="ellipsis"),
             justify=col.justify,
             width=width,
             overflow="ellipsis",  # a word is never folded: what does not fit ends in "…"
@@ -505,6 +507,11 @@ def series_marks(console: Console, count: int) -> list[str]:
     if console.color_system is not None and not console.no_color:
         return ["█"] * count
     return [SERIES_GLYPHS[i] if i < len(SERIES_GLYPHS) else OTHER_GLYPH for i in range(count)]
+
+
+def _zoned(header: str) -> str:
+    """A header that says ``(UTC)`` says the display zone instead (``--tz``)."""
+    return header.replace("(UTC)", f"({_ZONE['name']})") if _ZONE["name"] != "UTC" else header
 
 
 def one_format(as_json: bool, csv: bool) -> None:
@@ -630,6 +637,34 @@ def relative_text(at_ms: int | None, now_ms: int) -> str:
     return f"{duration_text(now_ms - at_ms)} ago"
 
 
+_ZONE: dict[str, str] = {"name": "UTC"}
+
+
+def set_display_zone(name: str | None) -> None:
+    """``--tz``: the zone tables show times in (``None``: UTC); JSON and CSV stay UTC."""
+    _ZONE["name"] = name or "UTC"
+
+
+def display_zone() -> str:
+    """The zone tables show times in: ``--tz``, ``AGORA_TZ``, a profile's ``tz``, else UTC."""
+    return _ZONE["name"]
+
+
 def table_time(iso: str | None) -> str:
-    """An ISO time as a table shows it: ``2026-11-02 13:00:05`` (UTC, to the second)."""
-    return "—" if iso is None else iso[:19].replace("T", " ")
+    """An ISO time as a table shows it: ``2026-11-02 13:00:05`` (UTC, to the second), or in
+    the display zone with its offset: ``2026-11-02 14:00:05 +01:00``."""
+    if iso is None:
+        return "—"
+    if _ZONE["name"] == "UTC" or not iso.endswith("Z"):
+        return iso[:19].replace("T", " ")
+    # lazy: only a table shown in a zone other than UTC needs them
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    try:
+        utc = datetime.fromisoformat(iso[:19] + "+00:00")
+        local = utc.astimezone(ZoneInfo(_ZONE["name"]))
+    except (ValueError, OverflowError):
+        return iso[:19].replace("T", " ")
+    offset = local.isoformat()[19:]  # "+01:00" (no fraction: the second is whole)
+    return f"{local.strftime('%Y-%m-%d %H:%M:%S')} {offset}"

@@ -8,6 +8,7 @@ Linux, from ``platformdirs``), or ``AGORA_CONFIG``::
     read_db = "postgresql://agora@standby.internal/app"
     catalog = "https://models.dev/api.json"
     tenant = "acme"
+    tz = "Europe/Berlin"
     by = "day,model"
     last = "7d"
     operator = "ops-lead"
@@ -15,10 +16,11 @@ Linux, from ``platformdirs``), or ``AGORA_CONFIG``::
 Precedence, for every setting: the command's flag, then the environment variable, then the
 profile, then the built-in default. A profile fills the environment variables that are unset
 (``db`` → ``AGORA_DATABASE_URL``, ``read_db`` → ``AGORA_READ_DATABASE_URL``, ``catalog`` →
-``AGORA_MODELS_DEV_URL``, ``tenant`` → ``AGORA_TENANT``) for the one command, so everything
-below reads one place; ``by`` and ``last`` are defaults of ``agora spend``, ``operator`` the
-name ``agora proposals review`` records as deciding; ``read_db`` (the reports' standby) is used
-where it is as explicit as the database (``options.read_url``). The
+``AGORA_MODELS_DEV_URL``, ``tenant`` → ``AGORA_TENANT``, ``tz`` → ``AGORA_TZ``, the reports'
+zone) for the one command, so everything below reads one place; ``by`` and ``last`` are defaults
+of ``agora spend``, ``operator`` the name ``agora proposals review`` records as deciding;
+``read_db`` (the reports' standby) is used where it is as explicit as the database
+(``options.read_url``). The
 environment is put back when the command ends (the CLI runs in-process in tests and in scripts
 that import it).
 
@@ -56,6 +58,7 @@ ENV_KEYS: dict[str, str] = {
     "read_db": "AGORA_READ_DATABASE_URL",
     "catalog": "AGORA_MODELS_DEV_URL",
     "tenant": "AGORA_TENANT",
+    "tz": "AGORA_TZ",
 }
 PROFILE_KEYS: tuple[str, ...] = (*ENV_KEYS, "by", "last", "operator")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -191,8 +194,8 @@ def _check_value(key: str, value: str, at: str) -> None:
         if value not in SPEND_GROUPINGS:
             raise ProfileError(f"{at}: by = {value!r} is not one of {', '.join(SPEND_GROUPINGS)}")
     elif key == "last":
-        if not re.fullmatch(r"[1-9][0-9]{0,3}[dwm]", value):
-            raise ProfileError(f"{at}: last = {value!r} is not like 7d, 4w or 3m")
+        if not re.fullmatch(r"[1-9][0-9]{0,3}[hdwm]", value):
+            raise ProfileError(f"{at}: last = {value!r} is not like 24h, 7d, 4w or 3m")
     elif key == "operator":
         from agora_cli.store._errors import InvalidInput
         from agora_cli.store._values import check_identity
@@ -201,6 +204,14 @@ def _check_value(key: str, value: str, at: str) -> None:
             check_identity("operator", value)
         except InvalidInput as exc:
             raise ProfileError(f"{at}: {exc.message}") from None
+    elif key == "tz":
+        from agora_cli.store._errors import InvalidInput
+        from agora_cli.store._windows import check_zone
+
+        try:
+            check_zone(value)
+        except InvalidInput:
+            raise ProfileError(f"{at}: tz = {value!r} is not an IANA time zone") from None
 
 
 def activate(name: str) -> Profile:

@@ -12,6 +12,7 @@ from agora_cli.cli.options import (
     DbOpt,
     JsonOpt,
     ReadDbOpt,
+    TzOpt,
     open_read_db,
     refuse_unscoped,
     scoped_tenant,
@@ -26,6 +27,7 @@ from agora_cli.cli.output import (
     render_table,
     safe_text,
     say,
+    table_time,
 )
 from agora_cli.store._clock import SystemClock, iso_ms, parse_instant
 from agora_cli.store._errors import InvalidInput
@@ -97,6 +99,7 @@ def quota(
         bool,
         typer.Option("--fail-on-warning", help="Exit 1 on a warning too, not only when exhausted."),
     ] = False,
+    tz: TzOpt = "UTC",
     db: DbOpt = None,
     read_db: ReadDbOpt = None,
     as_json: JsonOpt = False,
@@ -104,12 +107,13 @@ def quota(
 ) -> None:
     """Show quota windows against limits: exit 1 when one is exhausted (for cron).
 
-    With --actor or --tenant: that scope's UTC day and month, and every period it has a saved
-    budget for (`agora budgets set`), or a limit given here (which overrides the saved one).
+    With --actor or --tenant: that scope's day and month (in --tz, UTC by default), and every
+    period it has a saved budget for (`agora budgets set`), or a limit given here (which
+    overrides the saved one).
     With --all: every saved budget. Each window reports used, limit, % used, remaining and a
     state: ok, warning (at the budget's warn-at share) or exhausted (a limit reached). Tokens
-    are input + output; USD sums known costs. Weeks start Monday 00:00 UTC. Each window is one
-    indexed SUM in the database.
+    are input + output; USD sums known costs. Weeks start Monday 00:00 (--tz, else UTC). Each
+    window is one indexed SUM in the database.
 
     Example: agora quota --all --fail-on-warning || echo "a budget needs attention"
     """
@@ -146,7 +150,11 @@ def quota(
     with engine.connect() as conn:
         if every:
             statuses = evaluate_budgets(
-                conn, list_budgets(conn), at_ms=at_ms, provider_cost_only=provider_cost_only
+                conn,
+                list_budgets(conn),
+                at_ms=at_ms,
+                provider_cost_only=provider_cost_only,
+                tz=tz,
             )
         else:
             statuses = scope_quota(
@@ -156,6 +164,7 @@ def quota(
                 at_ms=at_ms,
                 limits=limits,
                 provider_cost_only=provider_cost_only,
+                tz=tz,
             )
             unused = all(s.tokens == 0 and s.unpriced_turns == 0 for s in statuses)
             if unused and not scope_has_usage(conn, scope_kind=scope_kind, scope_ref=scope_ref):
@@ -295,7 +304,7 @@ def _render(
         rows.append(
             {
                 "scope": "global" if b.scope_kind == "global" else f"{b.scope_kind} {b.scope_ref}",
-                "period": f"{b.period} {str(iso_ms(s.from_ms))[:10]}",
+                "period": f"{b.period} {table_time(iso_ms(s.from_ms))[:10]}",
                 "tokens": f"{s.tokens:,}",
                 "token_limit": "—" if b.limit_tokens is None else f"{b.limit_tokens:,}",
                 "usd": money_text(s.usd),

@@ -16,6 +16,7 @@ from agora_cli.cli.options import (
     NoPagerOpt,
     ReadDbOpt,
     ToOpt,
+    TzOpt,
     days_window,
     open_read_db,
     scoped_tenant,
@@ -145,6 +146,7 @@ def list_(
     limit: Annotated[
         int, typer.Option("--limit", min=1, max=1000, help="At most N (1-1000).")
     ] = 50,
+    tz: TzOpt = "UTC",
     db: DbOpt = None,
     read_db: ReadDbOpt = None,
     as_json: JsonOpt = False,
@@ -160,7 +162,7 @@ def list_(
     from agora_cli.store._runs import list_runs
 
     one_format(as_json, csv)
-    from_ms, to_ms, _, _ = days_window(from_day, to_day)
+    from_ms, to_ms, _, _ = days_window(from_day, to_day, tz=tz)
     tenant = scoped_tenant(tenant)
     engine = open_read_db(db, read_db, tenant=tenant)
     with engine.connect() as conn:

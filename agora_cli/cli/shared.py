@@ -118,3 +118,4 @@ def reset_shared_state(*_: Any) -> None:
     deactivate()
     reset_session()
     output.set_no_color(False)
+    output.set_display_zone(None)

@@ -15,11 +15,16 @@ from agora_cli.cli.options import (
     CsvOpt,
     DbOpt,
     JsonOpt,
+    LastOpt,
     ReadDbOpt,
+    TzOpt,
+    WindowFromOpt,
+    WindowToOpt,
     given_on_command_line,
     open_db,
     open_read_db,
     scoped_tenant,
+    window_now,
 )
 from agora_cli.cli.output import (
     Col,
@@ -34,20 +39,22 @@ from agora_cli.cli.output import (
     render_table,
     safe_text,
     series_marks,
+    table_time,
 )
-from agora_cli.store._clock import SystemClock, ms_to_date, parse_day
+from agora_cli.store._clock import iso_ms, parse_day
 from agora_cli.store._errors import InvalidInput
 from agora_cli.store._windows import (
-    DIMENSION_KEYS,
+    GROUP_KEYS,
     SPEND_GROUPINGS,
     SPEND_ORDERS,
     TIME_KEYS,
     parse_bound,
-    report_window,
+    parse_grouping,
 )
 
 if TYPE_CHECKING:
     from agora_cli.store._ledger import SpendReport, SpendRow
+    from agora_cli.store._windows import DefaultWindow, Window
 
 __all__ = ["app", "spend"]
 
@@ -55,11 +62,11 @@ app = typer.Typer(invoke_without_command=True)
 
 # Each word of --by checked alone (a typo is named), then the pair as a whole.
 SPEND_BY = Choice(
-    (*DIMENSION_KEYS, *TIME_KEYS),
+    GROUP_KEYS,
     separator=",",
     max_parts=2,
     combos=SPEND_GROUPINGS,
-    combos_hint="a dimension, a period, or a period then a dimension (day,model)",
+    combos_hint="one key or two of them, at most one a period (model,actor; day,model)",
 )
 
 FIELDS = (
@@ -78,6 +85,10 @@ _STACK_STYLES = ("cyan", "magenta", "green", "yellow", "blue", "red", "bright_cy
 # A chart draws every bucket of its window, empty ones too: bounded, so that a window to the
 # year 9999 is a clear error rather than millions of lines.
 MAX_CHART_BUCKETS = {"day": 1_000, "week": 520, "month": 1_200}
+# The default window: this month to date, or the last 7 days while fewer of the month have
+# begun (never a one-day report on the 1st). A profile's `last` replaces it.
+DEFAULT_WINDOW: DefaultWindow = "month_min_7d"
+_CHOSEN = {"month": "month to date", "7d": "the last 7 days: month to date is under a week"}
 
 
 def row_doc(row: SpendRow) -> dict[str, Any]:
@@ -95,39 +106,13 @@ def spend(
         choice_option(
             "--by",
             SPEND_BY,
-            help="A dimension, a period, or a period and a dimension (day,model). "
-            "[default: model, or the profile's by]",
+            help="Group by one key or two (the first the outer level); e.g. model, day,model, "
+            "model,actor. At most one period. [default: model, or the profile's by]",
         ),
     ] = None,
-    from_day: Annotated[
-        str | None,
-        typer.Option(
-            "--from",
-            metavar="YYYY-MM-DD|YYYY-MM",
-            help="First UTC day, inclusive; a month means its first day (default: the 1st of "
-            "--to's month).",
-            show_default=False,
-        ),
-    ] = None,
-    to_day: Annotated[
-        str | None,
-        typer.Option(
-            "--to",
-            metavar="YYYY-MM-DD|YYYY-MM",
-            help="Last UTC day, inclusive; a month means its last day (default: today).",
-            show_default=False,
-        ),
-    ] = None,
-    last: Annotated[
-        str | None,
-        typer.Option(
-            "--last",
-            metavar="7d|4w|3m",
-            help="Instead of --from/--to: the last N days, weeks (from Monday) or months, "
-            "up to today.",
-            show_default=False,
-        ),
-    ] = None,
+    from_day: WindowFromOpt = None,
+    to_day: WindowToOpt = None,
+    last: LastOpt = None,
     actor: Annotated[
         str | None, typer.Option("--actor", help="Only this actor.", show_default=False)
     ] = None,
@@ -167,28 +152,33 @@ def spend(
         bool,
         typer.Option(
             "--chart",
-            help="Draw bars instead of a table (periods: a series; two levels: stacked bars).",
+            help="Draw bars instead of a table (a period: a series; a period and a dimension: "
+            "stacked bars).",
         ),
     ] = False,
+    tz: TzOpt = "UTC",
     db: DbOpt = None,
     read_db: ReadDbOpt = None,
     as_json: JsonOpt = False,
     csv: CsvOpt = False,
 ) -> None:
-    """Show spend and token use from the ledger, grouped, over an inclusive UTC window.
+    """Show spend and token use from the ledger, grouped, over an inclusive window.
 
-    The default window is the current UTC month to date. `unpriced` counts turns whose cost is
-    unknown: they are never summed as free, and each unpriced model is named under the table
-    with the command that would price it. Weeks start on Monday and are keyed by that day.
+    The default window is this month to date, or the last 7 days while fewer of the month have
+    begun (so never a one-day report on the 1st); a profile's last replaces it. Days, weeks
+    (ISO: from Monday, keyed by that day) and months are those of --tz (UTC by default).
+    `unpriced` counts turns whose cost is unknown: they are never summed as free, and each
+    unpriced model is named under the table with the command that would price it.
 
-    Whole days folded by `agora spend fold` are read from the daily fold and the rest from the
-    ledger (the figures are the same; --raw reads the ledger alone; the JSON says how many days
-    came from the fold in `folded_days`).
+    Whole UTC days folded by `agora spend fold` are read from the daily fold and the rest from
+    the ledger (the figures are the same; --raw reads the ledger alone; the JSON says how many
+    days came from the fold in `folded_days`). Periods in a zone other than UTC, and thread
+    groups, come from the ledger.
 
     From a hot standby (the primary stays free for writes): agora spend --last 7d --read-db
     postgresql://reports@standby.internal/app
 
-    Example: agora spend --by day,model --last 7d --order tokens
+    Example: agora spend --by model,actor --from yesterday --tz Europe/Berlin
     """
     if ctx.invoked_subcommand is not None:
         if given_on_command_line("read_db"):
@@ -204,21 +194,21 @@ def spend(
     one_format(as_json, csv)
     from agora_cli.cli.profiles import profile_default
 
-    grouping = by if by is not None else profile_default("by") or "model"
+    keys = parse_grouping(by if by is not None else profile_default("by") or "model")
     if last is None and from_day is None and to_day is None:
         last = profile_default("last")
-    start, end = report_window(from_day, to_day, last, ms_to_date(SystemClock().now_ms()))
+    window = window_now(from_day, to_day, last, tz, default=DEFAULT_WINDOW)
     if chart:
-        _check_chart_window(grouping.split(",")[0], start, end)
+        _check_chart(keys, window.from_day, window.to_day)
     tenant = scoped_tenant(tenant)
-    filters = {"actor": actor, "tenant": tenant, "model": model}
     engine = open_read_db(db, read_db, tenant=tenant)
     with engine.connect() as conn:
         report = spend_report(
             conn,
-            by=grouping,
-            from_day=start,
-            to_day=end,
+            by=",".join(keys),
+            from_ms=window.from_ms,
+            to_ms=window.to_ms,
+            tz=window.tz,
             actor=actor,
             tenant=tenant,
             model=model,
@@ -229,10 +219,17 @@ def spend(
         unpriced: list[tuple[str, int]] = []
         priced_now: frozenset[str] = frozenset()
         if report.total.unpriced_turns and not (as_json or csv):
-            if grouping == "model":
+            if report.keys == ("model",):
                 unpriced = [(str(r.key), r.unpriced_turns) for r in report.rows if r.unpriced_turns]
             else:
-                found = list_unpriced_models(conn, from_day=start, to_day=end, **filters)
+                found = list_unpriced_models(
+                    conn,
+                    from_ms=window.from_ms,
+                    to_ms=window.to_ms,
+                    actor=actor,
+                    tenant=tenant,
+                    model=model,
+                )
                 unpriced = [(m.model_id, m.turns) for m in found]
             priced_now = models_priced_now(conn, (model_id for model_id, _ in unpriced))
         conn.rollback()
@@ -240,30 +237,43 @@ def spend(
         _emit_csv(report)
         return
     finish(
-        _document(report),
+        _document(report, window),
         as_json=as_json,
-        show=lambda: _render(report, chart=chart, unpriced=unpriced, priced_now=priced_now),
+        show=lambda: _render(report, window, chart=chart, unpriced=unpriced, priced_now=priced_now),
     )
 
 
-def _document(report: SpendReport) -> dict[str, Any]:
-    """The JSON document: one-level rows, or (``day,model``) periods nesting their rows."""
+def _keys_doc(report: SpendReport, *values: str | None) -> dict[str, str | None]:
+    return dict(zip(report.keys, values, strict=False))
+
+
+def _document(report: SpendReport, window: Window) -> dict[str, Any]:
+    """The JSON document: one-level rows, or (``day,model``, ``model,actor``) the outer
+    level's groups nesting their rows; every row names its keys in ``keys``."""
     rows: list[dict[str, Any]]
     if report.periods:
         rows = [
             {
                 "key": period.key,
-                "rows": [{"key": r.key, **row_doc(r)} for r in period.rows],
+                "keys": _keys_doc(report, period.key),
+                "rows": [
+                    {"key": r.key, "keys": _keys_doc(report, period.key, r.key), **row_doc(r)}
+                    for r in period.rows
+                ],
                 "total": row_doc(period.total),
             }
             for period in report.periods
         ]
     else:
-        rows = [{"key": r.key, **row_doc(r)} for r in report.rows]
+        rows = [{"key": r.key, "keys": _keys_doc(report, r.key), **row_doc(r)} for r in report.rows]
     return {
         "by": report.by,
         "from": report.from_day.isoformat(),
         "to": report.to_day.isoformat(),
+        "from_at": iso_ms(report.from_ms),
+        "to_at": iso_ms(report.to_ms),
+        "tz": report.tz,
+        "window": window.chosen,
         "rows": rows,
         "total": row_doc(report.total),
         "folded_days": report.folded_days,
@@ -271,42 +281,50 @@ def _document(report: SpendReport) -> dict[str, Any]:
 
 
 def _emit_csv(report: SpendReport) -> None:
+    """One level: ``key`` then the fields, a ``TOTAL`` line last (cli.md). Two levels: one
+    column per key, named for it (``day,model``, ``model,actor``), a ``TOTAL`` line closing
+    each outer group and the whole."""
     fields = [Col(name) for name in FIELDS]
     if not report.periods:
         rows = [{"key": r.key, **row_doc(r)} for r in report.rows]
         emit_csv([*rows, {"key": "TOTAL", **row_doc(report.total)}], [Col("key"), *fields])
         return
+    outer, inner = report.keys
     lines: list[dict[str, Any]] = []
     for period in report.periods:
-        lines += [{"period": period.key, "key": r.key, **row_doc(r)} for r in period.rows]
-        lines.append({"period": period.key, "key": "TOTAL", **row_doc(period.total)})
-    lines.append({"period": "TOTAL", "key": "TOTAL", **row_doc(report.total)})
-    emit_csv(lines, [Col("period"), Col("key"), *fields])
+        lines += [{outer: period.key, inner: r.key, **row_doc(r)} for r in period.rows]
+        lines.append({outer: period.key, inner: "TOTAL", **row_doc(period.total)})
+    lines.append({outer: "TOTAL", inner: "TOTAL", **row_doc(report.total)})
+    emit_csv(lines, [Col(outer), Col(inner), *fields])
 
 
-def _title(report: SpendReport) -> str:
+def _title(report: SpendReport, window: Window) -> str:
     basis = " · provider-reported cost only" if report.provider_cost_only else ""
-    return (
-        f"Spend by {report.by}, {report.from_day.isoformat()} → {report.to_day.isoformat()} "
-        f"(UTC){basis}"
-    )
+    if window.hours:
+        span = f"{table_time(iso_ms(report.from_ms))} → {table_time(iso_ms(report.to_ms))}"
+    else:
+        span = f"{report.from_day.isoformat()} → {report.to_day.isoformat()}"
+    chosen = f" · {_CHOSEN[window.chosen]}" if window.chosen in _CHOSEN else ""
+    return f"Spend by {report.by}, {span} ({report.tz}){chosen}{basis}"
 
 
 def _render(
     report: SpendReport,
+    window: Window,
     *,
     chart: bool,
     unpriced: list[tuple[str, int]],
     priced_now: frozenset[str] = frozenset(),
 ) -> None:
+    title = _title(report, window)
     if not report.rows:
-        out_console().print(f"{_title(report)}: no usage in this window.", markup=False)
+        out_console().print(f"{title}: no usage in this window.", markup=False)
     elif chart and report.periods:
-        _render_stacked_chart(report)
+        _render_stacked_chart(report, title)
     elif chart:
-        _render_chart(report)
+        _render_chart(report, title)
     else:
-        _render_table(report)
+        _render_table(report, title)
     _explain_unpriced(unpriced, priced_now)
 
 
@@ -327,8 +345,7 @@ def _cells(row: SpendRow, key: str | None) -> dict[str, str]:
     }
 
 
-def _render_table(report: SpendReport) -> None:
-    time, _, dim = report.by.partition(",")
+def _render_table(report: SpendReport, title: str) -> None:
     columns = [
         Col.number("turns", drop=4),
         Col.number("input"),
@@ -343,29 +360,43 @@ def _render_table(report: SpendReport) -> None:
         render_table(
             [_cells(r, r.key) for r in report.rows],
             [Col("key", report.by), *columns],
-            title=_title(report),
+            title=title,
             footer_rows=[_cells(report.total, "TOTAL")],
             row_styles=["yellow" if r.unpriced_turns else None for r in report.rows],
         )
         return
+    outer, inner = report.keys
     rows: list[dict[str, str]] = []
     styles: list[str | None] = []
     for period in report.periods:
+        name = "(none)" if period.key is None else period.key
         for n, r in enumerate(period.rows):
-            rows.append({"period": period.key if n == 0 else "", **_cells(r, r.key)})
+            rows.append({"period": name if n == 0 else "", **_cells(r, r.key)})
             styles.append("yellow" if r.unpriced_turns else None)
-        rows.append({"period": "", **_cells(period.total, f"{period.key} total")})
+        rows.append({"period": "", **_cells(period.total, f"{name} total")})
         styles.append("bold")
     render_table(
         rows,
-        [Col("period", time, wrap=False), Col("key", dim), *columns],
-        title=_title(report),
+        [Col("period", outer, wrap=False), Col("key", inner), *columns],
+        title=title,
         footer_rows=[{"period": "TOTAL", **_cells(report.total, "")}],
         row_styles=styles,
     )
 
 
-def _check_chart_window(time: str, start: date, end: date) -> None:
+def _check_chart(keys: tuple[str, ...], start: date, end: date) -> None:
+    """A chart draws a period's series, stacked by a dimension: a period first, or one key."""
+    if len(keys) == 2 and keys[0] not in TIME_KEYS:
+        hint = (
+            f"--by {keys[1]},{keys[0]}"
+            if keys[1] in TIME_KEYS
+            else f"--by day,{keys[0]} (or a table: drop --chart)"
+        )
+        raise InvalidInput(
+            f"--chart stacks a period's bars by one dimension: --by {','.join(keys)} has no "
+            f"period first; try {hint}"
+        )
+    time = keys[0]
     if time == "day":
         buckets = (end - start).days + 1
     elif time == "week":
@@ -444,12 +475,12 @@ def _value(row: SpendRow, by_cost: bool) -> float:
     return (row.cost_usd or 0.0) if by_cost else float(row.input_tokens + row.output_tokens)
 
 
-def _render_chart(report: SpendReport) -> None:
+def _render_chart(report: SpendReport, title: str) -> None:
     from rich.text import Text
 
     console = out_console()
     rows = _chart_rows(report)
-    console.print(_title(report), style="bold", markup=False)
+    console.print(title, style="bold", markup=False)
     by_cost, measure = _measure(rows)
     values = [_value(r, by_cost) for r in rows]
     labels = ["(none)" if r.key is None else safe_text(r.key) for r in rows]
@@ -473,12 +504,12 @@ def _render_chart(report: SpendReport) -> None:
     _chart_total(report, by_cost, measure)
 
 
-def _render_stacked_chart(report: SpendReport) -> None:
+def _render_stacked_chart(report: SpendReport, title: str) -> None:
     """Two levels: one bar per period, stacked by the dimension's largest keys (then "other")."""
     from rich.text import Text
 
     console = out_console()
-    console.print(_title(report), style="bold", markup=False)
+    console.print(title, style="bold", markup=False)
     by_cost, measure = _measure(report.rows)
     weight: dict[str | None, float] = {}
     for period in report.periods:
@@ -490,8 +521,8 @@ def _render_stacked_chart(report: SpendReport) -> None:
     glyphs: dict[str | None, str] = dict(
         zip([*top_keys, "__other__"], series_marks(console, len(top_keys) + 1), strict=True)
     )
-    have = {p.key: p for p in report.periods}
-    time = report.by.split(",")[0]
+    have = {str(p.key): p for p in report.periods}
+    time = report.keys[0]
     keys = _period_keys(report, time)
     totals = [_value(have[k].total, by_cost) if k in have else 0.0 for k in keys]
     shown = [

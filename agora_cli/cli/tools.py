@@ -7,16 +7,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from agora_cli.cli.choices import choice_option
 from agora_cli.cli.options import (
     CsvOpt,
     DbOpt,
-    FromOpt,
     JsonOpt,
+    LastOpt,
     ReadDbOpt,
-    ToOpt,
-    days_window,
+    TzOpt,
+    WindowFromOpt,
+    WindowToOpt,
     open_read_db,
     scoped_tenant,
+    window_now,
 )
 from agora_cli.cli.output import (
     Col,
@@ -29,9 +32,11 @@ from agora_cli.cli.output import (
     table_time,
 )
 from agora_cli.store._clock import iso_ms
+from agora_cli.store._windows import TOOL_SORTS
 
 if TYPE_CHECKING:
     from agora_cli.store._tool_stats import AgentReliability, ToolStat
+    from agora_cli.store._windows import DefaultWindow
 
 __all__ = ["app"]
 
@@ -44,7 +49,9 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-DEFAULT_DAYS = 7
+# The default window: 30 days, today included. Seven hid a tool that fails now and then (none
+# of its failures in the last week, 40 % over the month); --last 7d asks for the recent week.
+DEFAULT_WINDOW: DefaultWindow = "30d"
 # A tool failing at least this share of its finished calls is shown in red, above half of it
 # in yellow.
 FLAKY = 0.2
@@ -68,6 +75,8 @@ def _tool_doc(s: ToolStat) -> dict[str, Any]:
         "other": s.other,
         "timed": s.timed,
         "derived": s.derived,
+        "settled": s.settled,
+        "fail_rate": None if s.fail_rate is None else round(s.fail_rate, 6),
         "p50_ms": _ms(s.p50_ms),
         "p95_ms": _ms(s.p95_ms),
         "last_failure": None
@@ -112,6 +121,7 @@ _CSV_COLUMNS = [
         "pending_approval",
         "running",
         "other",
+        "fail_rate",
         "p50_ms",
         "p95_ms",
         "derived",
@@ -131,7 +141,7 @@ def _csv_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 "kind": "tool",
                 "name": t["tool_name"],
                 **{k: t[k] for k in ("tool_type", "calls", "succeeded", "failed", "rejected")},
-                **{k: t[k] for k in ("pending_approval", "running", "other")},
+                **{k: t[k] for k in ("pending_approval", "running", "other", "fail_rate")},
                 **{k: t[k] for k in ("p50_ms", "p95_ms", "derived")},
                 "last_failure_at": failure.get("at"),
                 "last_failure_error": first_line(failure.get("error"), 200),
@@ -151,46 +161,72 @@ def _csv_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 @app.command("stats")
 def stats(
-    from_day: FromOpt = None,
-    to_day: ToOpt = None,
+    from_day: WindowFromOpt = None,
+    to_day: WindowToOpt = None,
+    last: LastOpt = None,
+    sort: Annotated[
+        str,
+        choice_option(
+            "--sort",
+            TOOL_SORTS,
+            help="Order the tools by calls, failures, fail_rate (failed / (ok + failed)) or "
+            "p95 latency, each highest first.",
+            show_default=True,
+        ),
+    ] = "calls",
     tenant: Annotated[
         str | None,
         typer.Option("--tenant", help="Only this tenant's calls and runs.", show_default=False),
     ] = None,
+    tz: TzOpt = "UTC",
     db: DbOpt = None,
     read_db: ReadDbOpt = None,
     as_json: JsonOpt = False,
     csv: CsvOpt = False,
 ) -> None:
     """Per tool: calls by outcome, p50/p95 latency, the last failure; per agent: runs by status
-    and the median duration. The window defaults to the last 7 UTC days, today included.
+    and the median duration. The window defaults to the last 30 days, today included (the
+    header says so; --last 7d for the last week, --last 24h for the last day).
 
-    The outcome columns add up to calls: ok (executed), failed, rejected, awaiting approval
-    (pending_approval), running (auto_executed: recorded, not settled) and other (any other
-    status). fail % is failed / (ok + failed): calls awaiting approval, running or rejected are
-    not in it. Latency is execution_ms, else executed_at - created_at (the runtime records no
-    duration; for an approved action it includes the wait); the table marks the tools where
-    some latencies come from the timestamps with *.
+    Every outcome is a column and they add up to calls: ok (executed), failed, rejected,
+    awaiting approval (pending_approval), running (auto_executed: recorded, not settled) and
+    other (any other status); the TOTAL line sums them. fail % is failed / (ok + failed): the
+    calls awaiting approval, running, rejected or other are not in it, and the line under the
+    table says how many. Latency is execution_ms, else executed_at - created_at (the runtime
+    records no duration; for an approved action it includes the wait); the table marks the
+    tools where some latencies come from the timestamps with *.
 
     Counted by the database (GROUP BY; percentile_cont on PostgreSQL, an exact rank-based
     percentile elsewhere), one index range per tool-call status: the cost follows the window.
 
-    Example: agora tools stats --from 2026-11-01 --to 2026-11-30 --tenant acme
+    Example: agora tools stats --last 30d --sort fail_rate --tz Europe/Berlin
     """
     from agora_cli.store._tool_stats import run_reliability, stats_by_tool
 
     one_format(as_json, csv)
-    from_ms, to_ms, start, end = days_window(from_day, to_day, default_days=DEFAULT_DAYS)
-    assert from_ms is not None and to_ms is not None and start and end
+    window = window_now(from_day, to_day, last, tz, default=DEFAULT_WINDOW)
     tenant = scoped_tenant(tenant)
     engine = open_read_db(db, read_db, tenant=tenant)
     with engine.connect() as conn:
-        tools = stats_by_tool(conn, from_ms=from_ms, to_ms=to_ms, tenant_ref=tenant)
-        agents = run_reliability(conn, from_ms=from_ms, to_ms=to_ms, tenant_ref=tenant)
+        tools = stats_by_tool(
+            conn,
+            from_ms=window.from_ms,
+            to_ms=window.to_ms,
+            tenant_ref=tenant,
+            sort=sort,
+        )
+        agents = run_reliability(
+            conn, from_ms=window.from_ms, to_ms=window.to_ms, tenant_ref=tenant
+        )
         conn.rollback()
     doc = {
-        "from": start.isoformat(),
-        "to": end.isoformat(),
+        "from": window.from_day.isoformat(),
+        "to": window.to_day.isoformat(),
+        "from_at": iso_ms(window.from_ms),
+        "to_at": iso_ms(window.to_ms),
+        "tz": window.tz,
+        "window": window.chosen,
+        "sort": sort,
         "tenant": tenant,
         "tools": [_tool_doc(t) for t in tools],
         "agents": [_agent_doc(a) for a in agents],
@@ -199,7 +235,7 @@ def stats(
         doc,
         as_json=as_json,
         csv=(_csv_rows(doc), _CSV_COLUMNS) if csv else None,
-        show=lambda: _render(doc),
+        show=lambda: _render(doc, hours=window.hours),
     )
 
 
@@ -208,15 +244,30 @@ def _latency_text(ms: float | None, t: dict[str, Any]) -> str | None:
     return f"{text}*" if ms is not None and t["derived"] else text
 
 
+def _rate_text(failed: int, settled: int) -> str | None:
+    return f"{failed / settled:.0%}" if failed and settled else None
+
+
 def _failure_share(t: dict[str, Any]) -> float:
     done = t["succeeded"] + t["failed"]
     return t["failed"] / done if done else 0.0
 
 
-def _render(doc: dict[str, Any]) -> None:
-    window = f"{doc['from']} → {doc['to']} (UTC)" + (
-        f", tenant {doc['tenant']}" if doc["tenant"] else ""
-    )
+_OUTCOMES = ("succeeded", "failed", "rejected", "pending_approval", "running", "other")
+
+
+def _window_text(doc: dict[str, Any], hours: bool) -> str:
+    if hours:
+        span = f"{table_time(doc['from_at'])} → {table_time(doc['to_at'])}"
+    else:
+        span = f"{doc['from']} → {doc['to']}"
+    chosen = " · the last 30 days (the default)" if doc["window"] == "30d" else ""
+    tenant = f", tenant {doc['tenant']}" if doc["tenant"] else ""
+    return f"{span} ({doc['tz']}){tenant}{chosen}"
+
+
+def _render(doc: dict[str, Any], *, hours: bool = False) -> None:
+    window = _window_text(doc, hours)
     tools = doc["tools"]
     if not tools:
         out_console().print(f"Tools, {window}: no tool calls in this window.", markup=False)
@@ -246,6 +297,19 @@ def _render(doc: dict[str, Any]) -> None:
                 }
             )
             styles.append("red" if share >= FLAKY else "yellow" if share >= FLAKY / 2 else None)
+        sums = {name: sum(t[name] for t in tools) for name in ("calls", *_OUTCOMES)}
+        total = {
+            "tool": "TOTAL",
+            **dict.fromkeys(("type", "p50", "p95", "last_failure"), ""),
+            "calls": sums["calls"],
+            "ok": sums["succeeded"],
+            "failed": sums["failed"] or None,
+            "rate": _rate_text(sums["failed"], sums["succeeded"] + sums["failed"]),
+            "rejected": sums["rejected"] or None,
+            "waiting": sums["pending_approval"] or None,
+            "running": sums["running"] or None,
+            "other": sums["other"] or None,
+        }
         render_table(
             rows,
             [
@@ -264,7 +328,16 @@ def _render(doc: dict[str, Any]) -> None:
                 Col("last_failure", "last failure (UTC)", drop=1),
             ],
             title=f"Tools, {window}",
+            footer_rows=[total],
             row_styles=styles,
+        )
+        unsettled = sums["calls"] - sums["succeeded"] - sums["failed"]
+        out_console().print(
+            "calls = ok + failed + rejected + awaiting approval + running + other; "
+            f"fail % = failed / (ok + failed): {unsettled:,} call(s) awaiting approval, "
+            "running, rejected or other are not in it.",
+            style="dim",
+            markup=False,
         )
         if any(t["derived"] for t in tools):
             out_console().print(

@@ -49,7 +49,7 @@ from agora_cli.store._values import (
     check_limits,
     check_text,
 )
-from agora_cli.store._windows import PERIODS, Period, period_window
+from agora_cli.store._windows import PERIODS, Period, period_window, zone_of
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -480,10 +480,16 @@ def _state(budget: Budget, tokens: int, usd: float) -> tuple[float, BudgetState]
 
 
 def evaluate_budget(
-    conn: Connection, budget: Budget, *, at_ms: int, provider_cost_only: bool = False
+    conn: Connection,
+    budget: Budget,
+    *,
+    at_ms: int,
+    provider_cost_only: bool = False,
+    tz: str | None = None,
 ) -> BudgetStatus:
-    """The budget's period holding ``at_ms``, with usage up to ``at_ms`` only."""
-    start, end = period_window(budget.period, at_ms)
+    """The budget's period holding ``at_ms`` (in zone ``tz``, UTC by default), with usage up
+    to ``at_ms`` only."""
+    start, end = period_window(budget.period, at_ms, tz=zone_of(tz))
     tokens, usd, unpriced = sum_scope_usage(
         conn,
         scope_kind=budget.scope_kind,
@@ -522,6 +528,7 @@ def evaluate_budgets(
     at_ms: int,
     provider_cost_only: bool = False,
     grouped: bool = True,
+    tz: str | None = None,
 ) -> list[BudgetStatus]:
     """Evaluate many budgets at ``at_ms``, in the budgets' order.
 
@@ -532,9 +539,10 @@ def evaluate_budgets(
     the round trip and statement overhead of a thousand SUMs costs more than the grouped reads.
     """
     check_instant("at_ms", at_ms)
+    zone = zone_of(tz)
     if not grouped:
         return [
-            evaluate_budget(conn, budget, at_ms=at_ms, provider_cost_only=provider_cost_only)
+            evaluate_budget(conn, budget, at_ms=at_ms, provider_cost_only=provider_cost_only, tz=tz)
             for budget in budgets
         ]
     used: dict[tuple[str, str, str], Sums] = {}
@@ -542,7 +550,7 @@ def evaluate_budgets(
     for budget in budgets:
         groups.setdefault((budget.scope_kind, budget.period), []).append(budget)
     for (kind, period), members in groups.items():
-        start, end = period_window(period, at_ms)
+        start, end = period_window(period, at_ms, tz=zone)
         refs = sorted({m.scope_ref for m in members})
         sums = _window_sums(
             conn,
@@ -557,7 +565,7 @@ def evaluate_budgets(
             used[(kind, ref, period)] = value
     out = []
     for budget in budgets:
-        start, end = period_window(budget.period, at_ms)
+        start, end = period_window(budget.period, at_ms, tz=zone)
         tokens, usd, unpriced = used.get(
             (budget.scope_kind, budget.scope_ref, budget.period), (0, 0.0, 0)
         )
@@ -573,9 +581,10 @@ def scope_quota(
     at_ms: int,
     limits: Mapping[str, tuple[int | None, float | None]] | None = None,
     provider_cost_only: bool = False,
+    tz: str | None = None,
 ) -> list[BudgetStatus]:
     """A scope's quota at ``at_ms``: its day and month (always), and every period it has a
-    saved budget or a given limit for, in day, week, month order.
+    saved budget or a given limit for, in day, week, month order; periods in zone ``tz``.
 
     ``limits`` maps a period to ``(tokens, usd)`` given now (``None``: not given); a given limit
     overrides the saved one of that period. A period with no limit at all is reported ``ok``.
@@ -611,7 +620,7 @@ def scope_quota(
                 limit_usd=budget.limit_usd if usd is None else usd,
             )
         out.append(
-            evaluate_budget(conn, budget, at_ms=at_ms, provider_cost_only=provider_cost_only)
+            evaluate_budget(conn, budget, at_ms=at_ms, provider_cost_only=provider_cost_only, tz=tz)
         )
     return out
 

@@ -50,6 +50,7 @@ from agora_cli.store._schema import message, run, thread, tool_call
 from agora_cli.store._sqlexpr import exact_eq
 from agora_cli.store._values import check_instant, check_optional_identity
 from agora_cli.store._vocabulary import TOOL_STATUS_GROUPS
+from agora_cli.store._windows import TOOL_SORTS
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, RowMapping
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RUN_STATUS_GROUPS",
+    "TOOL_SORTS",
     "TOOL_STATUS_GROUPS",
     "AgentReliability",
     "ToolFailure",
@@ -108,6 +110,32 @@ class ToolStat:
     p50_ms: float | None
     p95_ms: float | None
     last_failure: ToolFailure | None
+
+    @property
+    def settled(self) -> int:
+        """The calls with an outcome of the tool's own: succeeded or failed."""
+        return self.succeeded + self.failed
+
+    @property
+    def fail_rate(self) -> float | None:
+        """``failed / (succeeded + failed)``; ``None`` with no settled call. Calls awaiting
+        approval, running, rejected (a person's decision) or ``other`` are not in it."""
+        return self.failed / self.settled if self.settled else None
+
+
+def _sort_key(sort: str) -> Any:
+    def key(s: ToolStat) -> tuple[Any, ...]:
+        if sort == "failures":
+            first: tuple[Any, ...] = (-s.failed,)
+        elif sort == "fail_rate":
+            first = (s.fail_rate is None, -(s.fail_rate or 0.0), -s.failed)
+        elif sort == "p95":
+            first = (s.p95_ms is None, -(s.p95_ms or 0.0))
+        else:
+            first = ()
+        return (*first, -s.calls, s.tool_name)
+
+    return key
 
 
 @dataclass(frozen=True)
@@ -266,11 +294,18 @@ def _tool_stats_statement(
 
 
 def stats_by_tool(
-    conn: Connection, *, from_ms: int, to_ms: int, tenant_ref: str | None = None
+    conn: Connection,
+    *,
+    from_ms: int,
+    to_ms: int,
+    tenant_ref: str | None = None,
+    sort: str = "calls",
 ) -> list[ToolStat]:
     """Each tool's calls created in ``[from_ms, to_ms]`` (optionally one tenant's), by outcome,
     with p50/p95 of their latency (``execution_ms``, else ``executed_at − created_at``) and the
-    last failure; most calls first."""
+    last failure; ordered by ``sort`` (``TOOL_SORTS``: most calls first by default)."""
+    if sort not in TOOL_SORTS:
+        raise InvalidInput(f"sort must be one of {', '.join(TOOL_SORTS)}, not {sort!r}")
     lo, hi = _window(from_ms, to_ms)
     check_optional_identity("tenant_ref", tenant_ref)
     statuses = tool_call_statuses(conn)
@@ -289,7 +324,7 @@ def stats_by_tool(
     rows = conn.execute(q, params).mappings().all()
     failures = _last_failures(conn, rows, tenant_ref)
     found = [_tool_stat(r, percentiles, failures.get(r["tool_name"])) for r in rows]
-    return sorted(found, key=lambda s: (-s.calls, s.tool_name))
+    return sorted(found, key=_sort_key(sort))
 
 
 def _tool_stat(row: RowMapping, percentiles: bool, failure: ToolFailure | None) -> ToolStat:

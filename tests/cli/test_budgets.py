@@ -248,7 +248,7 @@ def test_spend_two_level_nests_cells_under_periods(cli: Any, db_url: str, engine
     lines = list(
         csv.DictReader(io.StringIO(cli("spend", "--by", "week,model", *window, "--csv").stdout))
     )
-    assert [(line["period"], line["key"]) for line in lines] == [
+    assert [(line["week"], line["model"]) for line in lines] == [
         ("2026-11-09", "m1"),
         ("2026-11-09", "m2"),
         ("2026-11-09", "TOTAL"),

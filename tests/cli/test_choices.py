@@ -176,9 +176,11 @@ def test_spend_by_checks_each_word_of_a_list(tmp_path: Path) -> None:
     typo = run_cli("spend", "--by", "day,modle", "--db", db)
     assert typo.exit_code == 2 and typo.stdout == ""
     assert "'day,modle': 'modle' is not one of 'model', 'actor'" in typo.stderr
-    backwards = run_cli("spend", "--by", "model,day", "--db", db)
-    assert backwards.exit_code == 2
-    assert "'model,day' is not one of the combinations: " in backwards.stderr
+    two_periods = run_cli("spend", "--by", "day,month", "--db", db)
+    assert two_periods.exit_code == 2
+    assert "'day,month' is not one of the combinations: " in two_periods.stderr
+    twice = run_cli("spend", "--by", "model,model", "--db", db)
+    assert twice.exit_code == 2 and "'model,model'" in twice.stderr
     three = run_cli("spend", "--by", "day,model,actor", "--db", db)
     assert three.exit_code == 2 and "has 3 parts: at most 2" in three.stderr
     empty = run_cli("spend", "--by", "day,", "--db", db)

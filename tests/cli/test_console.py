@@ -300,7 +300,13 @@ def test_tools_stats_json_and_csv(demo: str, cli: Any) -> None:
     r = cli("tools", "stats", "--from", "2000-01-01", "--db", demo, "--json")
     assert r.exit_code == 0, r.stderr
     doc = r.json()
-    assert set(doc) == {"from", "to", "tenant", "tools", "agents"}
+    assert set(doc) == {"from", "to", "tenant", "tools", "agents"} | {
+        "from_at",
+        "to_at",
+        "tz",
+        "window",
+        "sort",
+    }
     by_name = {t["tool_name"]: t for t in doc["tools"]}
     flaky = by_name["fetch_invoice"]
     assert flaky["failed"] > 0 and flaky["last_failure"]["error"].startswith("fetch_invoice:")
@@ -317,6 +323,8 @@ def test_tools_stats_json_and_csv(demo: str, cli: Any) -> None:
         "other",
         "timed",
         "derived",
+        "settled",
+        "fail_rate",
         "p50_ms",
         "p95_ms",
         "last_failure",
@@ -338,7 +346,7 @@ def test_tools_stats_json_and_csv(demo: str, cli: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    "args", [["--from", "yesterday"], ["--from", "2026-11-02", "--to", "2026-11-01"]]
+    "args", [["--from", "tomorrow"], ["--from", "2026-11-02", "--to", "2026-11-01"]]
 )
 def test_bad_tools_input_is_one_line_exit_2(db_url: str, cli: Any, args: list[str]) -> None:
     one_line_error(cli("tools", "stats", *args, "--db", db_url))

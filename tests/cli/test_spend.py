@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -78,9 +78,15 @@ def spend_json(cli: Any, db_url: str, *args: str) -> dict[str, Any]:
     assert r.exit_code == 0, r.stderr
     assert r.stderr == ""
     doc = r.json()
-    assert set(doc) == {"by", "from", "to", "rows", "total", "folded_days"}
+    assert set(doc) == {"by", "from", "to", "rows", "total", "folded_days"} | {
+        "from_at",
+        "to_at",
+        "tz",
+        "window",
+    }
     for row in doc["rows"]:
-        assert set(row) == ROW_KEYS
+        assert set(row) == ROW_KEYS | {"keys"}
+        assert row.pop("keys") == {doc["by"]: row["key"]}  # one level: its one key
     assert set(doc["total"]) == ROW_KEYS - {"key"}
     return doc
 
@@ -175,8 +181,11 @@ def test_spend_default_window_is_the_current_month_to_date(
     today = datetime.fromtimestamp(now / 1000, tz=UTC).date()
     insert(engine, {"at": now - 1000, "cost": 1.0}, {"at": now - 40 * 86_400_000, "cost": 9.0})
     doc = spend_json(cli, db_url)
-    assert doc["from"] == today.replace(day=1).isoformat()
+    # month to date, at least 7 days (issue 28: on the 1st it was a one-day report)
+    start = min(today.replace(day=1), today - timedelta(days=6))
+    assert doc["from"] == start.isoformat()
     assert doc["to"] == today.isoformat()
+    assert doc["window"] == ("month" if start.day == 1 else "7d")
     assert doc["total"]["cost_usd"] == 1.0
 
 
@@ -244,7 +253,9 @@ def test_spend_chart_is_a_time_series(cli: Any, db_url: str, sample: None) -> No
         ("--to", "2026-3-1"),
         ("--from", "2026-03-05", "--to", "2026-03-01"),
         ("--by", "year"),
-        ("--by", "model,day"),
+        ("--by", "model,model"),
+        ("--by", "day,week"),
+        ("--by", "model,actor,tenant"),
         ("--last", "7y"),
         ("--last", "0d"),
         ("--last", "7d", "--from", "2026-03-01"),

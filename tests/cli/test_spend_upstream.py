@@ -101,7 +101,8 @@ def test_spend_counts_upstream_rows_for_their_threads_tenant(engine: Any, db_url
         result = run_cli(*args)
         assert result.exit_code == 0, result.stderr
         lines = list(csv.DictReader(io.StringIO(result.stdout)))
-        assert {line["key"]: int(line["input_tokens"]) for line in lines} == {
+        key = "key" if by == "tenant" else "tenant"  # two levels: a column per key
+        assert {line[key]: int(line["input_tokens"]) for line in lines} == {
             "acme": rows["acme"]["input_tokens"],
             "globex": rows["globex"]["input_tokens"],
             "": rows[None]["input_tokens"],
