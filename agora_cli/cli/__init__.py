@@ -28,6 +28,7 @@ from agora_cli.cli import (
     demo,
     frames,
     keys,
+    metrics,
     prices,
     proposals,
     quota,
@@ -165,6 +166,7 @@ app.add_typer(tools.app, name="tools")
 app.add_typer(keys.app, name="keys")
 app.command("demo")(demo.demo)
 app.add_typer(config.app, name="config")
+app.add_typer(metrics.app, name="metrics")
 
 
 def lazy_root() -> AgoraGroup:
