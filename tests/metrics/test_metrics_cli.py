@@ -286,6 +286,15 @@ def test_label_sets_are_capped_with_an_other_series(db_url: str) -> None:
     assert sorted(s.value for s in other) == [50.0, 50.0]  # today and this month
 
 
+def test_the_example_alerts_name_only_exported_families() -> None:
+    from helpers import ROOT
+
+    rules = (ROOT / "examples" / "alerts.yml").read_text()
+    exprs = " ".join(re.findall(r"expr: (.*)", rules))
+    named = set(re.findall(r"\bagora_[a-z_]+", exprs))
+    assert named and named <= FAMILIES, named - FAMILIES
+
+
 # --- bounded(): the label rules alone ---------------------------------------------------------
 
 
