@@ -36,6 +36,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.fixture(name="http_get")
+def http_get_fixture() -> Any:
+    """``http_get(url, accept=None)``: see below."""
+    return http_get
+
+
 def http_get(url: str, accept: str | None = None, timeout: float = 5) -> tuple[int, str, str]:
     """(status, content type, body) of a GET."""
     request = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
