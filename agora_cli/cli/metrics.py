@@ -508,7 +508,8 @@ def _document(snapshot: MetricsSnapshot, found: list[Metric]) -> dict[str, Any]:
                 "unit": m.unit or None,
                 "help": m.documentation,
                 "samples": [
-                    {"name": s.name, "labels": dict(s.labels), "value": s.value} for s in m.samples
+                    {"name": s.name, "labels": dict(s.labels), "value": float(s.value)}
+                    for s in m.samples
                 ],
             }
             for m in found
