@@ -35,6 +35,7 @@ from agora_cli.cli.options import DbOpt, JsonOpt, open_db
 from agora_cli.cli.output import emit_json, safe_text, say
 from agora_cli.store._clock import iso_ms, parse_duration
 from agora_cli.store._errors import InvalidInput
+from agora_cli.store._masking import scrub
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -480,7 +481,9 @@ class _Families:
 def _registry(collector: _Families) -> Any:
     from prometheus_client import CollectorRegistry
 
-    registry = CollectorRegistry(auto_describe=False)
+    # its families change from one collection to the next: no names at registration, and
+    # a scrape's ?name[]=… filter reads them from each collection
+    registry = CollectorRegistry(auto_describe=False, support_collectors_without_names=True)
     registry.register(collector)
     return registry
 
@@ -643,7 +646,10 @@ class Exporter:
         next_at = time.monotonic() + self.interval_s
         while not self.stop.wait(max(0.0, next_at - time.monotonic())):
             next_at += self.interval_s
-            self.collect()
+            try:
+                self.collect()
+            except Exception as exc:  # a bug in one round must not end the schedule
+                say(f"metrics collection failed: unexpected {type(exc).__name__}: {scrub(str(exc))}")
             next_at = max(next_at, time.monotonic())  # a slow collection: the next one at once
 
     def serve(self, host: str, port: int) -> None:

@@ -61,6 +61,8 @@ def test_serve_answers_from_the_last_collection_and_shows_a_failing_group(
     plain = served.get()  # no Accept: the Prometheus text format
     assert plain[0] == 200 and plain[1].startswith("text/plain; version=0.0.4")
     assert "agora_metrics_collections_total" in plain[2] and "# EOF" not in plain[2]
+    only = _families(served.get("/metrics?name[]=agora_metrics_up", accept=OPENMETRICS)[2])
+    assert set(only) == {"agora_metrics_up"}  # prometheus-client's name filter
     assert served.get("/")[0] == 200 and "/metrics" in served.get("/")[2]
     assert served.get("/nope")[0] == 404
     # The database loses a table: the group fails, the endpoint stays up and says so.
