@@ -649,7 +649,8 @@ class Exporter:
             try:
                 self.collect()
             except Exception as exc:  # a bug in one round must not end the schedule
-                say(f"metrics collection failed: unexpected {type(exc).__name__}: {scrub(str(exc))}")
+                what = f"{type(exc).__name__}: {scrub(str(exc))}"
+                say(f"metrics collection failed: unexpected {what}")
             next_at = max(next_at, time.monotonic())  # a slow collection: the next one at once
 
     def serve(self, host: str, port: int) -> None:
