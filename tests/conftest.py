@@ -3,9 +3,10 @@
 Servers come from ``AGORA_TEST_POSTGRES_URL`` / ``AGORA_TEST_MYSQL_URL`` (defaults: the local
 servers). Each test session creates its own uniquely named databases and drops them afterwards.
 A dialect whose server is unreachable is skipped (and named in the summary) unless it is listed
-in ``AGORA_TEST_REQUIRE`` (``.ci/run`` sets ``postgresql,mysql,galera,pgbouncer,patroni``), where
-that is a failure; the clusters and poolers of ``tests/galera``, ``tests/pgbouncer`` and
-``tests/patroni`` are named there the same way.
+in ``AGORA_TEST_REQUIRE`` (``.ci/run`` sets
+``postgresql,mysql,galera,pgbouncer,patroni,prometheus``), where that is a failure; the clusters
+and poolers of ``tests/galera``, ``tests/pgbouncer`` and ``tests/patroni``, and Prometheus and
+promtool (``tests/metrics``), are named there the same way.
 
 ``AGORA_TEST_PG_POOLER_URL`` (e.g. ``postgresql://postgres@127.0.0.1:6432/postgres``, the
 transaction-mode PgBouncer of ``tests/pgbouncer/pooler.py``) sends the PostgreSQL tests' own

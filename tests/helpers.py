@@ -27,7 +27,7 @@ MYSQL_ADMIN_URL = os.environ.get("AGORA_TEST_MYSQL_URL", "mysql://root@127.0.0.1
 PG_POOLER_URL = os.environ.get("AGORA_TEST_PG_POOLER_URL", "").strip() or None
 DIALECTS = ("sqlite", "postgresql", "mysql")
 # What AGORA_TEST_REQUIRE may name: a dialect's server, or a cluster/pooler the tests boot.
-REQUIRABLE = ("postgresql", "mysql", "galera", "pgbouncer", "patroni")
+REQUIRABLE = ("postgresql", "mysql", "galera", "pgbouncer", "patroni", "prometheus")
 REQUIRED = frozenset(
     d.strip() for d in os.environ.get("AGORA_TEST_REQUIRE", "").split(",") if d.strip()
 )

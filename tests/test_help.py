@@ -65,6 +65,8 @@ def test_the_tree_is_complete() -> None:
         "threads show",
         "threads delete",
         "demo",
+        "metrics",
+        "metrics serve",
     }
     assert expected <= names
 

@@ -45,6 +45,7 @@ def test_help_imports_neither_sqlalchemy_nor_httpx() -> None:
     )
     assert "typer" in mods
     assert "sqlalchemy" not in mods and "httpx" not in mods and "alembic" not in mods
+    assert "prometheus_client" not in mods  # agora metrics loads it when it runs
 
 
 def test_error_classes_import_without_sqlalchemy() -> None:
@@ -141,7 +142,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "proposals",
         ),
     ),
-    ("what puts the stores together", ("status", "demo")),
+    ("what puts the stores together", ("status", "demo", "metrics")),
 )
 
 

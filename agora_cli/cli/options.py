@@ -88,6 +88,8 @@ TENANCY: dict[str, str] = {
     "keys destroy": "scoped",  # its --tenant must be the session tenant
     "keys list": "scoped",
     "keys rotate": "scoped",
+    "metrics": "cross",  # every tenant's figures (on PostgreSQL: a role that bypasses RLS)
+    "metrics serve": "cross",
     "keys status": "scoped",
     "prices list": "cross",  # prices are shared by every tenant
     "prices reprice": "cross",

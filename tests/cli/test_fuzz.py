@@ -56,6 +56,9 @@ _RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e
 _SKIP = {
     # Follows until Ctrl-C by design; its options are fuzzed through `frames tail` without it.
     ("frames", "tail", "--follow"),
+    # Serves until SIGTERM once its options are valid, and an empty --profile is no profile;
+    # its own options (--port, --host, --interval, --frames-ttl) are fuzzed, and refused.
+    ("metrics", "serve", "--profile"),
 }
 
 

@@ -61,6 +61,8 @@ CASES: dict[str, list[tuple[tuple[str, ...], str]]] = {
     "keys list": [(("--json",), "same:--tenant acme")],
     "keys rotate": [(("--tenant", "globex"), "outside")],
     "keys status": [(("--tenant", "globex"), "outside")],
+    "metrics": [(("--json",), "refused")],
+    "metrics serve": [(("--port", "1"), "refused")],
     "prices list": [((), "refused")],
     "prices reprice": [((), "refused")],
     "prices resolve": [(("gpt-4o-mini",), "refused")],

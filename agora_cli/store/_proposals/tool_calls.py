@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from sqlalchemy import and_, exists, func, literal, or_, select
 
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._errors import AmbiguousId, InvalidInput, NotFound
 from agora_cli.store._proposals.decisions import find_proposal_id
 from agora_cli.store._proposals.model import Scope, check_limit
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ApprovalKind",
     "ToolCallApproval",
+    "count_waiting_tool_calls",
     "find_approval_id",
     "find_tool_call_approval",
     "find_tool_call_approval_id",
@@ -284,3 +286,19 @@ def refuse_tool_call_decision(approval: ToolCallApproval) -> NoReturn:
         f"(its approval route); the run waits on the runtime's signal, not on this row, so "
         f"nothing was written"
     )
+
+
+def count_waiting_tool_calls(conn: Connection) -> list[tuple[str, str | None, int, int]]:
+    """``(tool, tenant, waiting, oldest created_at)`` of the tool calls waiting for a decision,
+    by tool and thread tenant (``agora metrics``): one statement over the ``(status,
+    created_at)`` index, as ``read_tool_call_approvals`` reads them."""
+    keys: list[ColumnElement[Any]] = [tc.c.tool_name, t.c.tenant_ref]
+    exact = [func.char_length(k) for k in keys] if dialect_of(conn).pads_spaces else []
+    joined = tc.outerjoin(m, m.c.id == tc.c.message_id).outerjoin(t, t.c.id == m.c.thread_id)
+    q = (
+        select(*keys, func.count(), func.min(tc.c.created_at))
+        .select_from(joined)
+        .where(_waiting(), ~_HAS_PROPOSAL)
+        .group_by(*keys, *exact)  # MySQL: 'a' and 'a ' are one group under PAD SPACE
+    )
+    return [(row[0], row[1], int(row[2]), int(row[3])) for row in conn.execute(q)]
