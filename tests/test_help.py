@@ -57,6 +57,8 @@ def test_the_tree_is_complete() -> None:
         "proposals settle",
         "proposals expire",
         "proposals inbox",
+        "proposals requeue",
+        "proposals cancel",
         "runs list",
         "runs show",
         "tools stats",

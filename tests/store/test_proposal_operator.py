@@ -571,3 +571,104 @@ def test_events_go_with_their_proposal(store: ActionProposalStore, engine: Any) 
             )
         ).all()
     assert [tuple(r) for r in remaining] == [(keep, 1)]
+
+
+# --- row-level security: another tenant's history, ids in hand (PostgreSQL) -------------------
+
+
+def _seed_two_tenants(owner: Any) -> dict[str, str]:
+    """As the owner: a failed-then-requeued proposal (so an event) per tenant; their ids."""
+    with owner.begin() as conn:
+        for tenant in ("acme", "globex"):
+            conn.execute(
+                thread.insert().values(
+                    id=f"t-{tenant}", actor_ref="bob", tenant_ref=tenant, title="",
+                    created_at=0, updated_at=0,
+                )
+            )  # fmt: skip
+    store = ActionProposalStore(owner, ManualClock(T0))
+    ids = {}
+    for tenant in ("acme", "globex"):
+        pid = failed(store, f"c-{tenant}", Scope(tenant, "bob", f"t-{tenant}"), {"n": 1})
+        assert store.requeue(pid, "ops", "again").outcome == "requeued"
+        ids[tenant] = pid
+        ids[f"{tenant}-event"] = store.events(pid)[0].id
+    ids["globex-queued"] = approved(store, "c-q", Scope("globex", "bob", "t-globex"))
+    return ids
+
+
+def _rls_error(conn: Any, statement: Any) -> str | None:
+    from sqlalchemy.exc import DBAPIError
+
+    savepoint = conn.begin_nested()
+    try:
+        conn.execute(statement)
+    except DBAPIError as exc:
+        savepoint.rollback()
+        return str(exc.orig).splitlines()[0]
+    savepoint.rollback()
+    return None
+
+
+def test_a_tenants_login_cannot_see_change_or_act_on_another_tenants_history(
+    pg_url: str, app_role: str
+) -> None:
+    from helpers import member_login_url
+
+    from agora_cli.store._engine import open_engine
+    from agora_cli.store._rls import enable_rls
+    from agora_cli.store._rls_verify import verify_isolation
+
+    owner = open_engine(pg_url)
+    try:
+        assert enable_rls(owner, app_role=app_role).role_created
+        ids = _seed_two_tenants(owner)
+        report = verify_isolation(owner, app_role=app_role)
+        assert report.ok, report.failed
+        [probe] = [t for t in report.tables if t.table == "agent_action_proposal_event"]
+        assert probe.thread_tenant and probe.parent_blocked  # NULL tenant: its proposal's
+    finally:
+        owner.dispose()
+    ev = action_proposal_event
+    acme = open_engine(member_login_url(pg_url, app_role), tenant="acme")
+    try:
+        with acme.connect() as conn:
+            seen = conn.execute(select(ev.c.id)).scalars().all()
+            assert seen == [ids["acme-event"]]
+            theirs = ev.c.id == ids["globex-event"]
+            assert conn.execute(update(ev).where(theirs).values(reason="x")).rowcount == 0
+            assert conn.execute(ev.delete().where(theirs)).rowcount == 0
+            # an event on globex's proposal, under any tenant: refused, exactly as on a proposal
+            # that does not exist (the error does not tell that globex's exists)
+            for tenant in ("acme", "globex", None):
+                row = {
+                    "id": f"forged-{tenant}", "proposal_id": ids["globex"], "tenant_ref": tenant,
+                    "kind": "cancel", "acted_by": "mallory", "created_at": T0,
+                }  # fmt: skip
+                on_theirs = _rls_error(conn, ev.insert().values(**row))
+                on_nothing = _rls_error(conn, ev.insert().values(**{**row, "proposal_id": "no"}))
+                assert on_theirs is not None and "row-level security" in on_theirs, on_theirs
+                assert on_theirs == on_nothing
+            # the operator's acts with globex's ids in hand find nothing and write nothing
+            for text in (ids["globex"], ids["globex"][:12]):
+                assert find_any_proposal_id(conn, text) is None
+            assert list_proposal_events(conn, ids["globex"]) == []
+            assert requeue_proposal(conn, ids["globex"], requeued_by="m", reason="r").outcome == (
+                "not_found"
+            )
+            assert cancel_proposal(
+                conn, ids["globex-queued"], cancelled_by="m", reason="r"
+            ).outcome == ("not_found")
+            assert decide_as_operator(
+                conn, ids["globex-queued"], decision="rejected", decided_by="m"
+            ).outcome == ("not_found")
+            conn.commit()
+    finally:
+        acme.dispose()
+    owner = open_engine(pg_url)
+    try:
+        assert [e["acted_by"] for e in events(owner, ids["globex"])] == ["ops"]
+        assert raw_row(owner, ids["globex-queued"])["execution_state"] == "queued"
+        assert raw_row(owner, ids["globex"])["execution_state"] == "queued"
+    finally:
+        owner.dispose()
