@@ -419,7 +419,8 @@ def render_inbox(page: Inbox) -> None:
             row["when"] = "never" if p.expires_at is None else relative_text(p.expires_at, now)
         elif page.state == "queued":
             row["by"] = p.decided_by
-            row["when"] = relative_text(p.decided_at, now)
+            # when it was queued: its approval, or the requeue that put it back (issue 28)
+            row["when"] = relative_text(p.discovery_at or p.decided_at, now)
         elif page.state == "running":
             row["by"] = p.lease_owner
             row["attempts"] = p.attempts

@@ -363,3 +363,21 @@ def test_show_prints_the_history_for_people(store: ActionProposalStore, db_url: 
     for part in ("ops-lead", "refunds-api is back", "failed, attempt 1: 503: busy"):
         assert part in row
     assert '"status": 503' in shown.stdout  # the result the requeue replaced
+
+
+def test_the_inbox_shows_requeued_work_queued_when_it_was_requeued(
+    store: ActionProposalStore, engine: Any, db_url: str
+) -> None:
+    from agora_cli.store._clock import ManualClock
+
+    three_days_ago = ActionProposalStore(
+        engine, ManualClock(int(time.time() * 1000) - 3 * 86_400_000)
+    )
+    pid = failed(three_days_ago, "c1")
+    assert run_cli("proposals", "requeue", pid, *OPS, "--db", db_url).exit_code == 0
+    queued = run_cli("proposals", "inbox", "--state", "queued", "--db", db_url)
+    assert queued.exit_code == 0, queued.stderr
+    [row] = [line for line in queued.stdout.splitlines() if pid[:12] in line]
+    cells = [c.strip() for c in row.split("│")]
+    assert cells[-2].endswith("ago") and "d " not in cells[-2], row  # seconds ago, not 3 days
+    assert "3d" in cells[-4], row  # created three days ago

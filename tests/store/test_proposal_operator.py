@@ -672,3 +672,35 @@ def test_a_tenants_login_cannot_see_change_or_act_on_another_tenants_history(
         assert raw_row(owner, ids["globex"])["execution_state"] == "queued"
     finally:
         owner.dispose()
+
+
+def test_the_history_is_read_on_its_index(
+    store: ActionProposalStore, engine: Any, dialect: str
+) -> None:
+    from sqlalchemy import event
+
+    pid = failed(store)
+    store.requeue(pid, "ops", "again")
+    seen: list[tuple[str, Any]] = []
+
+    def grab(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        if "agent_action_proposal_event" in statement:
+            seen.append((statement, params))
+
+    event.listen(engine, "before_cursor_execute", grab)
+    try:
+        assert len(store.events(pid)) == 1
+    finally:
+        event.remove(engine, "before_cursor_execute", grab)
+    [(statement, params)] = seen  # one statement
+    with engine.begin() as conn:
+        if dialect == "postgresql":  # a table of a few rows: ask whether the index can serve it
+            conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+        explain = "EXPLAIN QUERY PLAN" if dialect == "sqlite" else "EXPLAIN"
+        rows = conn.exec_driver_sql(f"{explain} {statement}", params).mappings().all()
+    if dialect == "mysql":  # InnoDB scans a table this small whatever the indexes: usable is all
+        [row] = [r for r in rows if r["table"] == "agent_action_proposal_event"]
+        assert "agent_action_proposal_event_proposal_idx" in row["possible_keys"], rows
+    else:
+        plan = " ".join(str(list(r.values())[-1]) for r in rows)
+        assert "agent_action_proposal_event_proposal_idx" in plan, plan
