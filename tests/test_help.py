@@ -58,6 +58,8 @@ def test_the_tree_is_complete() -> None:
         "proposals expire",
         "proposals inbox",
         "proposals review",
+        "proposals requeue",
+        "proposals cancel",
         "runs list",
         "runs show",
         "tools stats",

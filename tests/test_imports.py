@@ -137,6 +137,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "proposals.delivery",
             "proposals.backfill",
             "proposals.tool_calls",
+            "proposals.operator",
             "proposals.inbox",
             "proposals.store",
             "proposals",

@@ -99,13 +99,15 @@ TENANCY: dict[str, str] = {
     "prices status": "cross",
     "proposals claim": "scoped",  # the scope's tenant must be the session tenant
     "proposals claim-next": "cross",  # the worker serves every tenant's queue
+    "proposals cancel": "scoped",  # across scopes, within the session tenant's proposals
     "proposals create": "scoped",  # the document's tenant_ref must be the session tenant
-    "proposals decide": "scoped",
+    "proposals decide": "scoped",  # without scope options: across scopes, as proposals cancel
     "proposals expire": "cross",
     "proposals inbox": "scoped",
     "proposals list": "scoped",
     "proposals renew": "cross",  # a lease token, not a tenant's scope
     "proposals review": "scoped",  # the inbox it walks, and each decision: the session tenant's
+    "proposals requeue": "scoped",  # as proposals cancel
     "proposals settle": "cross",
     "proposals show": "scoped",
     "quota": "scoped",  # only the session tenant's windows (not --actor, not --all)

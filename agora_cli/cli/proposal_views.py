@@ -23,7 +23,13 @@ from agora_cli.cli.output import (
 from agora_cli.store._clock import iso_ms
 
 if TYPE_CHECKING:
-    from agora_cli.store._proposals import ClaimResult, Inbox, Proposal, ToolCallApproval
+    from agora_cli.store._proposals import (
+        ClaimResult,
+        Inbox,
+        Proposal,
+        ProposalEvent,
+        ToolCallApproval,
+    )
 
 
 def proposal_document(p: Proposal) -> dict[str, Any]:
@@ -83,7 +89,60 @@ def pretty_json(value: Any) -> str:
     return safe_text(json.dumps(value, indent=2, ensure_ascii=False), body=True)
 
 
-def show_proposal(p: Proposal) -> None:
+def event_document(e: ProposalEvent) -> dict[str, Any]:
+    """One operator act of a proposal's ``history``: who (``by``), when (``at``, the store's
+    clock), why; for a requeue or a cancel, ``before``: the execution as the act found it."""
+    before = None
+    if e.kind != "operator_decision":
+        before = {
+            "execution_state": e.prior_execution_state,
+            "attempts": e.prior_attempts,
+            "generation": e.prior_generation,
+            "lease_owner": e.prior_lease_owner,
+            "result": e.prior_result_value,
+            "error": e.prior_error,
+            "settled_at": iso_ms(e.prior_settled_at),
+            "outcome_delivered_at": iso_ms(e.prior_outcome_delivered_at),
+            "outcome_message_id": e.prior_outcome_message_id,
+        }
+    return {
+        "id": e.id,
+        "kind": e.kind,
+        "by": e.acted_by,
+        "at": iso_ms(e.created_at),
+        "reason": e.reason,
+        "decision": e.decision,
+        "before": before,
+    }
+
+
+def shown_document(p: Proposal, events: list[ProposalEvent]) -> dict[str, Any]:
+    """What ``proposals show --json`` prints: ``P`` and its ``history`` (the operator's acts,
+    oldest first; ``[]`` when there are none)."""
+    return {**proposal_document(p), "history": [event_document(e) for e in events]}
+
+
+def _event_row(e: ProposalEvent) -> dict[str, Any]:
+    what = {
+        "operator_decision": f"{e.decision} (operator decision)",
+        "requeue": "requeued",
+        "cancel": "cancelled",
+    }.get(e.kind, e.kind)
+    before = None
+    if e.kind != "operator_decision":
+        before = f"{e.prior_execution_state or 'not queued'}, attempt {e.prior_attempts or 0}"
+        if e.prior_error:
+            before += f": {first_line(e.prior_error, 60)}"
+    return {
+        "at": table_time(iso_ms(e.created_at)),
+        "what": what,
+        "by": e.acted_by,
+        "reason": first_line(e.reason, 60),
+        "before": before,
+    }
+
+
+def show_proposal(p: Proposal, events: list[ProposalEvent] | None = None) -> None:
     from rich.markup import escape
 
     doc = proposal_document(p)
@@ -98,6 +157,74 @@ def show_proposal(p: Proposal) -> None:
         if doc[key] is not None:
             console.print(f"{key}:", style="bold")
             console.print(pretty_json(doc[key]), markup=False)
+    if events:
+        render_table(
+            [_event_row(e) for e in events],
+            [
+                Col("at", "at (UTC)", wrap=False),
+                Col("what", wrap=False),
+                Col("by"),
+                Col("reason", drop=2),
+                Col("before", "before the act", drop=1),
+            ],
+            title="history (operator acts)",
+            fuller="--json",
+        )
+        for e in events:
+            if e.prior_result is not None:
+                console.print(f"result replaced by the requeue at {iso_ms(e.created_at)}:")
+                console.print(pretty_json(e.prior_result_value), markup=False)
+
+
+def _state_words(p: Proposal) -> str:
+    """Where a proposal stands, for a sentence: ``pending``, ``rejected``, ``approved and
+    running``…"""
+    if p.decision != "approved":
+        return p.decision
+    return f"approved and {p.execution_state or 'not queued'}"
+
+
+def requeue_sentence(outcome: str, p: Proposal | None, given: str) -> str:
+    """What ``proposals requeue`` says to a person, one line."""
+    if p is None:
+        return f"not_found: no proposal {given}."
+    if outcome == "requeued":
+        return (
+            f"requeued: {p.id} is queued again; the next claim is attempt {p.attempts + 1} "
+            "(the failed attempt is kept in its history)."
+        )
+    return f"{outcome}: {p.id} is {_state_words(p)}: only a failed execution can be requeued."
+
+
+def cancel_sentence(
+    outcome: str, p: Proposal | None, given: str, events: list[ProposalEvent]
+) -> str:
+    """What ``proposals cancel`` says to a person, one line: why it was refused, if it was."""
+    if p is None:
+        return f"not_found: no proposal {given}."
+    lease = f"worker {p.lease_owner or '(unknown)'}, lease until {iso_ms(p.lease_expires_at)}"
+    said = {
+        "cancelled": f"{p.id} will not run; the cancel is in its history.",
+        "pending": (
+            f"{p.id} is not decided yet: reject it instead "
+            f"(agora proposals decide {p.id[:12]} --reject --by WHO)."
+        ),
+        "running": (
+            f"{p.id} is running ({lease}): work under a live lease cannot be cancelled; "
+            "it settles, or its lease runs out."
+        ),
+        "stuck": (
+            f"{p.id} is stuck ({lease}, which ran out): the work may have run, so it cannot "
+            "be cancelled; claim-next recovers it as a new attempt, and a failed attempt can "
+            "be requeued."
+        ),
+        "not_queued": f"{p.id} is {_state_words(p)}: only queued work can be cancelled.",
+    }
+    if outcome == "unchanged":
+        last = next((e for e in reversed(events) if e.kind == "cancel"), None)
+        who = "" if last is None else f" (by {last.acted_by} at {iso_ms(last.created_at)})"
+        return f"unchanged: {p.id} was already cancelled{who}."
+    return f"{outcome}: {said.get(outcome, p.id)}"
 
 
 def tool_call_document(c: ToolCallApproval) -> dict[str, Any]:
@@ -292,7 +419,8 @@ def render_inbox(page: Inbox) -> None:
             row["when"] = "never" if p.expires_at is None else relative_text(p.expires_at, now)
         elif page.state == "queued":
             row["by"] = p.decided_by
-            row["when"] = relative_text(p.decided_at, now)
+            # when it was queued: its approval, or the requeue that put it back (issue 28)
+            row["when"] = relative_text(p.discovery_at or p.decided_at, now)
         elif page.state == "running":
             row["by"] = p.lease_owner
             row["attempts"] = p.attempts

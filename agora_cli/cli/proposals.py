@@ -41,6 +41,7 @@ from agora_cli.cli.proposal_views import (
     DECIDED_IN_THE_APP,
     INBOX_CSV,
     LIST_CSV,
+    cancel_sentence,
     claim_document,
     inbox_item,
     inbox_notes,
@@ -49,8 +50,10 @@ from agora_cli.cli.proposal_views import (
     print_claims,
     proposal_document,
     render_inbox,
+    requeue_sentence,
     show_proposal,
     show_tool_call,
+    shown_document,
     tool_call_document,
 )
 from agora_cli.cli.review import review
@@ -62,6 +65,8 @@ if TYPE_CHECKING:
     from agora_cli.store._proposals import (
         ActionProposalStore,
         NewProposal,
+        Proposal,
+        ProposalEvent,
         Scope,
     )
 
@@ -160,10 +165,31 @@ _SCOPE_OPTIONS = (
 )
 
 
-def scoped(command: Callable[..., None]) -> Callable[..., None]:
+def _scope_or_none(
+    actor: str | None, thread: str | None, tenant: str | None, no_tenant: bool
+) -> Scope | None:
+    """The scope given, or ``None`` when no scope option was given at all (an operator's act
+    across scopes); part of a scope is exit 2."""
+    if actor is None and thread is None and tenant is None and not no_tenant:
+        return None
+    if actor is None or thread is None or (tenant is None) == (not no_tenant):
+        raise InvalidInput(
+            "give the whole scope — --actor A --thread T and exactly one of --tenant T or "
+            "--no-tenant — or none of it (an operator decision, across scopes)"
+        )
+    return _scope(actor, thread, tenant, no_tenant)
+
+
+def optionally_scoped(command: Callable[..., None]) -> Callable[..., None]:
+    """``scoped``, where no scope option at all calls ``command`` with ``scope=None``."""
+    return scoped(command, optional=True)
+
+
+def scoped(command: Callable[..., None], *, optional: bool = False) -> Callable[..., None]:
     """Give ``command`` the four scope options, written once, and call it with ``scope=Scope``.
 
-    The options follow the command's own parameters in ``--help``; missing scope is exit 2.
+    The options follow the command's own parameters in ``--help``; missing scope is exit 2
+    (``optional``: no scope option at all is ``scope=None``, part of one exit 2).
     """
     # The command's own annotations are strings (``from __future__ import annotations``);
     # evaluate all but ``scope``, whose type is imported for type checking only (it is the
@@ -184,7 +210,7 @@ def scoped(command: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(command)
     def with_scope(**kwargs: Any) -> None:
         parts = [kwargs.pop(name) for name, _, _ in _SCOPE_OPTIONS]
-        command(**kwargs, scope=_scope(*parts))
+        command(**kwargs, scope=_scope_or_none(*parts) if optional else _scope(*parts))
 
     with_scope.__signature__ = signature.replace(  # type: ignore[attr-defined]
         parameters=[*own, *options]
@@ -332,7 +358,9 @@ def inbox(
     execution state instead; a running proposal whose lease has expired is STUCK (its worker
     died: claim-next recovers it). Proposals written before the discovery index existed are
     counted, never scanned: agora db backfill fills them in. Decide a proposal with agora
-    proposals decide and its short id; a tool call is decided in the app, where its run waits.
+    proposals decide ID --approve|--reject --by WHO, ID its short id (no scope needed: an
+    operator decision); requeue failed work with agora proposals requeue, cancel queued work
+    with agora proposals cancel. A tool call is decided in the app, where its run waits.
 
     Example: agora proposals inbox --expiring-within 7d
     """
@@ -454,20 +482,72 @@ def show(
             say(f"note: this is the runtime's own approval; {DECIDED_IN_THE_APP}", style="yellow")
         return
     proposal = store.get(found, scope)
-    finish(proposal_document(proposal), as_json=as_json, show=lambda: show_proposal(proposal))
+    events = store.events(proposal.id)
+    finish(
+        shown_document(proposal, events),
+        as_json=as_json,
+        show=lambda: show_proposal(proposal, events),
+    )
+
+
+ByOpt = Annotated[
+    str,
+    typer.Option(
+        "--by",
+        help="Who does it (an operator already authorised): recorded with it.",
+        show_default=False,
+        metavar="WHO",
+    ),
+]
+ReasonOpt = Annotated[
+    str,
+    typer.Option(
+        "--reason",
+        help="Why, for the history (up to 4,096 characters).",
+        show_default=False,
+        metavar="TEXT",
+    ),
+]
+AnyIdArg = Annotated[
+    str,
+    typer.Argument(
+        help="The proposal id, or a unique prefix of it (8+ characters), in any scope (the "
+        "session tenant's only, when one is set): the short id the inbox shows.",
+        show_default=False,
+        metavar="ID",
+    ),
+]
+
+
+DecideIdArg = Annotated[
+    str,
+    typer.Argument(
+        help="The proposal id, or the runtime's tool call id of an approval, or a unique prefix "
+        "of either (8+ characters): within the scope given, else across scopes (the short id "
+        "the inbox shows).",
+        show_default=False,
+        metavar="ID",
+    ),
+]
+DecideByOpt = Annotated[
+    str,
+    typer.Option(
+        "--by",
+        help="Who decides (already authorised): recorded with the decision.",
+        show_default=False,
+        metavar="WHO",
+    ),
+]
 
 
 @app.command("decide")
-@scoped
+@optionally_scoped
 def decide(
-    proposal_id: ApprovalIdArg,
-    scope: Scope,
+    proposal_id: DecideIdArg,
+    scope: Scope | None,
+    by: DecideByOpt,
     approve: Annotated[bool, typer.Option("--approve", help="Approve it.")] = False,
     reject: Annotated[bool, typer.Option("--reject", help="Reject it.")] = False,
-    by: Annotated[
-        str | None,
-        typer.Option("--by", help="Who decides (already authorised).", show_default=False),
-    ] = None,
     note: Annotated[
         str | None, typer.Option("--note", help="A note for the audit.", show_default=False)
     ] = None,
@@ -477,36 +557,144 @@ def decide(
     """Approve or reject a pending proposal; exit 0 if applied or unchanged, else 1.
 
     An approval queues the work for a worker. The decision time is the clock's, never an option.
-    ID may be a unique prefix (8+ characters) of the id, resolved within the scope only. A
-    runtime's tool-call approval is refused (exit 2, nothing written): its run waits on the app's
-    AgentService.approve/reject, not on the database, so decide it in the app.
+    Without scope options it is an operator decision (privileged, like the inbox): ID is
+    resolved across scopes — the short id the inbox shows — and the proposal is decided in its
+    own scope; the decision is recorded in its history as an operator decision. With the scope
+    (all of it) ID is resolved within that scope only, and a proposal outside it is not_found.
+    A runtime's tool-call approval is refused (exit 2, nothing written): its run waits on the
+    app's AgentService.approve/reject, not on the database, so decide it in the app.
 
-    Example: agora proposals decide ap_91583097 --actor dave --thread demo-thread-10 --no-tenant
-    --reject --by ops-lead --note "not a customer of ours"
+    Example: agora proposals decide ap_91583097e --reject --by ops-lead --note "not a customer"
     """
     choice = _one_of("the decision", approve=approve, reject=reject)
-    if by is None:
-        raise InvalidInput("--by WHO is required: the person deciding")
     from agora_cli.store._proposals import refuse_tool_call_decision
 
     decision = "approved" if choice == "approve" else "rejected"
-    store = _store(db, scope.tenant_ref)
-    kind, found = store.resolve_approval(proposal_id, scope)
-    if kind == "tool_call":
-        refuse_tool_call_decision(store.get_tool_call_approval(found, scope))
-    result = store.decide(found, scope, decision, by, note)
-    p = None if result.proposal is None else proposal_document(result.proposal)
-    if p is None:
-        said = f"not_found: no proposal {proposal_id} in that scope."
+    if scope is None:
+        tenant = scoped_tenant(None)  # the session tenant's proposals only, when one is set
+        store = _store(db, tenant)
+        target = store.resolve_any(proposal_id, tenant)
+        if target is not None and target[0] == "tool_call":
+            call = store.find_any_tool_call_approval(target[1])
+            if call is not None:
+                refuse_tool_call_decision(call)
+        if target is None or target[0] == "tool_call":
+            result = None
+        else:
+            result = store.decide_as_operator(target[1], decision, by, note)
+        where = ""
     else:
-        said = f"{result.outcome}: {p['id']} is {p['decision']}" + (
+        store = _store(db, scope.tenant_ref)
+        kind, found = store.resolve_approval(proposal_id, scope)
+        if kind == "tool_call":
+            refuse_tool_call_decision(store.get_tool_call_approval(found, scope))
+        result = store.decide(found, scope, decision, by, note)
+        where = " in that scope"
+    outcome = "not_found" if result is None else result.outcome
+    p = None if result is None or result.proposal is None else proposal_document(result.proposal)
+    if p is None:
+        said = f"not_found: no proposal {proposal_id}{where}."
+    else:
+        said = f"{outcome}: {p['id']} is {p['decision']}" + (
             f" (by {p['decided_by']} at {p['decided_at']})" if p["decided_by"] else ""
         )
+        if scope is None and outcome == "applied":
+            said += "; recorded in its history as an operator decision"
     finish(
-        {"outcome": result.outcome, "proposal": p},
+        {"outcome": outcome, "proposal": p},
         as_json=as_json,
         show=said,
-        exit_code=0 if result.outcome in ("applied", "unchanged") else 1,
+        exit_code=0 if outcome in ("applied", "unchanged") else 1,
+    )
+
+
+def _operator_target(store: ActionProposalStore, text: str, what: str) -> str | None:
+    """The full id of the proposal ``text`` names in any scope (the session tenant's only), or
+    ``None``; the runtime's tool-call approval is refused (exit 2): the runtime executes it."""
+    target = store.resolve_any(text, scoped_tenant(None))
+    if target is None:
+        return None
+    kind, found = target
+    if kind == "tool_call":
+        raise InvalidInput(
+            f"tool call {found} is the runtime's own approval, not a proposal: the runtime "
+            f"executes it, so agora cannot {what} it; nothing was written"
+        )
+    return found
+
+
+def _operator_document(
+    outcome: str, proposal: Proposal | None, events: list[ProposalEvent]
+) -> dict[str, Any]:
+    return {
+        "outcome": outcome,
+        "proposal": None if proposal is None else shown_document(proposal, events),
+    }
+
+
+@app.command("requeue")
+def requeue(
+    proposal_id: AnyIdArg,
+    by: ByOpt,
+    reason: ReasonOpt,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Put a failed execution back in the queue for a new attempt (privileged); exit 0 if
+    requeued, else 1.
+
+    Only approved work settled as failed (agora proposals inbox --state failed) is requeued:
+    its lease and outcome are cleared and the next claim is a new attempt, with the same
+    idempotency key. The failed attempt (result, error, attempts, settled_at) is kept in the
+    proposal's history with who, when and why. Anything else is not_failed, and nothing is
+    written.
+
+    Example: agora proposals requeue ap_3a06e9908 --by ops-lead --reason "refunds-api is back"
+    """
+    store = _store(db, scoped_tenant(None))
+    found = _operator_target(store, proposal_id, "requeue")
+    result = None if found is None else store.requeue(found, by, reason)
+    proposal = None if result is None else result.proposal
+    events = [] if proposal is None else store.events(proposal.id)
+    outcome = "not_found" if result is None else result.outcome
+    finish(
+        _operator_document(outcome, proposal, events),
+        as_json=as_json,
+        show=requeue_sentence(outcome, proposal, proposal_id),
+        exit_code=0 if outcome == "requeued" else 1,
+    )
+
+
+@app.command("cancel")
+def cancel(
+    proposal_id: AnyIdArg,
+    by: ByOpt,
+    reason: ReasonOpt,
+    db: DbOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Withdraw approved work that waits for a worker, so that it never runs (privileged); exit
+    0 if cancelled or already cancelled, else 1.
+
+    Queued work (agora proposals inbox --state queued) becomes cancelled: no claim takes it
+    again, and the cancel is in its history with who, when and why. Refused, nothing written:
+    running work (a live lease: the worker and its lease are named), stuck work (a lease that
+    ran out: the work may have run; claim-next recovers it), pending proposals (reject them
+    with agora proposals decide --reject), and finished ones.
+
+    Example: agora proposals cancel ap_b008162ed --by ops-lead --reason "customer withdrew"
+    """
+    store = _store(db, scoped_tenant(None))
+    found = _operator_target(store, proposal_id, "cancel")
+    result = None if found is None else store.cancel(found, by, reason)
+    proposal = None if result is None else result.proposal
+    events = [] if proposal is None else store.events(proposal.id)
+    outcome = "not_found" if result is None else result.outcome
+    finish(
+        _operator_document(outcome, proposal, events),
+        as_json=as_json,
+        show=cancel_sentence(outcome, proposal, proposal_id, events),
+        exit_code=0 if outcome in ("cancelled", "unchanged") else 1,
     )
 
 

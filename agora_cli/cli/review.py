@@ -79,12 +79,12 @@ def record_decision(
     operator: str,
     note: str | None,
 ) -> DecideResult:
-    """Decide ``proposal`` for ``operator``: exactly the store's ``decide`` in the row's own
-    scope (tenant, actor, thread), so it answers ``applied``, ``unchanged``, ``conflict``,
-    ``expired`` or ``not_found`` as ``proposals decide`` does. The walk's only write: where a
-    cross-scope operator decision with its own audit record exists, this is the call to switch.
-    """
-    return store.decide(proposal.id, proposal.scope, decision, operator, note)
+    """Decide ``proposal`` for ``operator``: the store's ``decide`` in the row's own scope
+    (tenant, actor, thread), as ``proposals decide ID`` without scope options does, so it
+    answers ``applied``, ``unchanged``, ``conflict``, ``expired`` or ``not_found``; an applied
+    decision is recorded in the proposal's history as the operator's (``operator_decision``).
+    The walk's only write."""
+    return store.decide_as_operator(proposal.id, decision, operator, note)
 
 
 # --- the terminal -----------------------------------------------------------------------------

@@ -8,6 +8,8 @@
   proposal's result delivered to it), by the same rule on the message's run and ``created_at``;
 - ``agent_action_proposal.input``, ``card`` and ``result`` (``error`` cut to its first line):
   proposals settled before the cutoff, or rejected/expired and last changed before it;
+- ``agent_action_proposal_event.prior_result`` (``prior_error`` cut to its first line): the
+  attempt a requeue replaced, settled before the cutoff — a copy of the proposal's result;
 - ``agent_stream_frame.frame``: every frame of a run that finished before the cutoff (or, without
   a run row, written before it) — a frame stream interleaves tool inputs, results and text.
 
@@ -70,7 +72,15 @@ from agora_cli.store._redaction_form import (
     is_redacted,
     is_redacted_sql,
 )
-from agora_cli.store._schema import action_proposal, message, run, stream_frame, thread, tool_call
+from agora_cli.store._schema import (
+    action_proposal,
+    action_proposal_event,
+    message,
+    run,
+    stream_frame,
+    thread,
+    tool_call,
+)
 from agora_cli.store._sealing import KEK_ENV, KEK_FILE_ENV, current_kek, derive_key
 from agora_cli.store._sqlexpr import exact_eq
 from agora_cli.store._values import check_int, check_optional_identity
@@ -161,6 +171,7 @@ def redact_cutoff(older_than: str, *, clock: Clock | None = None) -> int:
 # --- what is redacted, table by table --------------------------------------------------------
 
 r, t, m, tc, p, sf = run.c, thread.c, message.c, tool_call.c, action_proposal.c, stream_frame.c
+ev = action_proposal_event.c
 
 
 def _finished(run_id: Any, created_at: Any, cutoff_ms: int) -> ColumnElement[bool]:
@@ -263,6 +274,33 @@ _TARGETS = (
             select(p.id, func.coalesce(p.tenant_ref, t.tenant_ref))
             .select_from(action_proposal.outerjoin(thread, t.id == p.thread_id))
             .where(p.id.in_(ids))
+        ),
+    ),
+    # The attempt a requeue replaced (revision 0009): its result is a copy of the proposal's,
+    # hashed under the proposal's tenant's key as the proposal's was.
+    _Target(
+        table=action_proposal_event,
+        keys=("id",),
+        hashed=("prior_result",),
+        trimmed=("prior_error",),
+        settled=lambda cutoff: and_(ev.prior_settled_at.is_not(None), ev.prior_settled_at < cutoff),
+        of_tenant=lambda tenant: or_(
+            exact_eq(ev.tenant_ref, tenant),
+            and_(
+                ev.tenant_ref.is_(None),
+                exists().where(
+                    p.id == ev.proposal_id, _own_or_thread(p.tenant_ref, p.thread_id, tenant)
+                ),
+            ),
+        ),
+        tenants=lambda ids: (
+            select(ev.id, func.coalesce(ev.tenant_ref, p.tenant_ref, t.tenant_ref))
+            .select_from(
+                action_proposal_event.outerjoin(action_proposal, p.id == ev.proposal_id).outerjoin(
+                    thread, t.id == p.thread_id
+                )
+            )
+            .where(ev.id.in_(ids))
         ),
     ),
     _Target(

@@ -15,6 +15,8 @@ data, with one policy per table named ``agent_tenant_isolation`` (tenancy.md, do
 - tables without ``tenant_ref`` follow their parent, through an ``EXISTS`` on the parent table,
   whose own policy applies inside it: messages, generated-UI calls and confirmation tokens through
   their thread, tool calls through their message;
+- the operator's acts on proposals (revision 0009): their own ``tenant_ref`` (the proposal's),
+  else (NULL) their proposal's, through an ``EXISTS`` on ``agent_action_proposal``;
 - stream frames (revision 0007 gave them ``tenant_ref``, filled by the frame writer from the
   run): their own tenant, else (NULL) their run's. A frame whose run is gone is visible to no
   session of the app role, whatever its tenant setting (issue 24, finding 5).
@@ -166,6 +168,14 @@ POLICIES: dict[str, tuple[str, str]] = {
         # error whether that tenant uses a key. RLS checks run before unique indexes.
         f"({_own_on_parent('agent_action_proposal')} AND tenant_key = coalesce(tenant_ref, ''))",
     ),
+    # The operator's acts on a proposal (revision 0009): their own tenant (the proposal's), else
+    # (NULL) their proposal's, under the proposal's own policy; written only on a proposal the
+    # session sees.
+    "agent_action_proposal_event": (
+        f"(tenant_ref = {TENANT_SQL} OR (tenant_ref IS NULL AND "
+        f"{_through('agent_action_proposal_event', 'proposal_id', 'agent_action_proposal')}))",
+        _own_on_parent("agent_action_proposal_event", "proposal_id", "agent_action_proposal"),
+    ),
     "agent_usage_daily": (
         f"(tenant_key = coalesce({SETTING_SQL}, ''))",
         f"(tenant_key = coalesce({SETTING_SQL}, ''))",
@@ -240,6 +250,7 @@ THREADS_TENANT_TABLES = (
     "agent_run",
     "agent_queued_message",
     "agent_action_proposal",
+    "agent_action_proposal_event",  # NULL: its proposal's tenant (which may be its thread's)
 )
 # The fold's tables: written only by the privileged fold (issue 24, finding 6); the app role
 # may read them, and `verify` fails when it holds any other privilege on them.

@@ -105,6 +105,7 @@ _PARENT: dict[str, tuple[str, str]] = {
     "agent_token_usage": ("thread_id", "agent_thread"),
     "agent_run": ("thread_id", "agent_thread"),
     "agent_action_proposal": ("thread_id", "agent_thread"),
+    "agent_action_proposal_event": ("proposal_id", "agent_action_proposal"),
     "agent_tool_call": ("message_id", "agent_message"),
     "agent_stream_frame": ("run_id", "agent_run"),
 }

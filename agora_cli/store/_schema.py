@@ -366,6 +366,35 @@ action_proposal = _table(
     Index("agent_action_proposal_discovery_idx", "discovery_state", "discovery_at"),
 )
 
+# 0009: the operator's acts on a proposal (issue 28), one row each, never updated: a decision
+# taken without the proposal's scope (``operator_decision``), a failed execution put back in the
+# queue (``requeue``: the attempt it replaced kept in the ``prior_*`` columns) and queued work
+# withdrawn (``cancel``). ``tenant_ref`` is the proposal's (row-level security keeps it that
+# tenant's); ``prior_result`` is the proposal's ``result`` column exactly as it was (sealed for
+# the proposal when its tenant has a key, and opened as the proposal's result).
+action_proposal_event = _table(
+    "agent_action_proposal_event",
+    _id(pk=True),
+    _id("proposal_id"),
+    _id("tenant_ref", nullable=True),
+    Column("kind", Ident, nullable=False),  # operator_decision | requeue | cancel
+    _id("acted_by"),
+    Column("reason", LongText, nullable=True),
+    Column("decision", Ident, nullable=True),  # operator_decision: approved | rejected
+    Column("prior_execution_state", Ident, nullable=True),
+    _int("prior_attempts", nullable=True),
+    _int("prior_generation", nullable=True),
+    _id("prior_lease_owner", nullable=True),
+    Column("prior_result", LongText, nullable=True),
+    Column("prior_error", LongText, nullable=True),
+    Column("prior_settled_at", Millis, nullable=True),
+    Column("prior_outcome_delivered_at", Millis, nullable=True),
+    _id("prior_outcome_message_id", nullable=True),
+    Column("created_at", Millis, nullable=False),
+    _fk("agent_action_proposal_event", "proposal_id", "agent_action_proposal"),
+    Index("agent_action_proposal_event_proposal_idx", "proposal_id", "created_at"),
+)
+
 budget = _table(
     "agent_budget",
     _id(pk=True),
@@ -454,6 +483,7 @@ AGENT_TABLES: dict[str, str] = {
     "stream_frame": stream_frame.name,
     "channel_state": channel_state.name,
     "action_proposal": action_proposal.name,
+    "action_proposal_event": action_proposal_event.name,
     "budget": budget.name,
     "usage_daily": usage_daily.name,
     "usage_fold": usage_fold.name,
@@ -468,6 +498,7 @@ UPGRADE_TABLES: dict[str, list[str]] = {
     "0004": ["agent_budget"],
     "0005": ["agent_usage_daily", "agent_usage_fold"],
     "0006": ["agent_tenant_key"],
+    "0009": ["agent_action_proposal_event"],
 }
 UPGRADE_COLUMNS: dict[str, list[tuple[str, str]]] = {
     "0002": [

@@ -100,6 +100,7 @@ def test_counts_are_exact_forged_values_are_hashed_and_a_rerun_is_a_no_op(
         "agent_tool_call": {"matched": 2, "redacted": 0, "remaining": 2},
         "agent_message": {"matched": 2, "redacted": 0, "remaining": 2},
         "agent_action_proposal": {"matched": 0, "redacted": 0, "remaining": 0},
+        "agent_action_proposal_event": {"matched": 0, "redacted": 0, "remaining": 0},
         "agent_stream_frame": {"matched": 0, "redacted": 0, "remaining": 0},
     }
     done = cli(*args, "--yes", env=WITH)
@@ -116,6 +117,7 @@ def test_counts_are_exact_forged_values_are_hashed_and_a_rerun_is_a_no_op(
         "agent_action_proposal.input": 0,
         "agent_action_proposal.card": 0,
         "agent_action_proposal.result": 0,
+        "agent_action_proposal_event.prior_result": 0,
         "agent_stream_frame.frame": 0,
     }
     after = calls(engine)

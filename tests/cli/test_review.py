@@ -218,6 +218,16 @@ def test_the_walk_approves_rejects_with_the_reason_and_skips(
         "not a customer of ours",
     )
     assert after[s.export] == before[s.export]  # skipped: untouched, byte for byte
+    # each decision is the operator's, in the proposal's history (what `proposals show` lists)
+    from sqlalchemy import select
+
+    from agora_cli.store._schema import action_proposal_event as event
+
+    with engine.connect() as conn:
+        acts = conn.execute(select(event.c.proposal_id, event.c.kind, event.c.acted_by)).all()
+    assert sorted(acts) == sorted(
+        [(s.refund, "operator_decision", "ops-lead"), (s.cancel, "operator_decision", "ops-lead")]
+    )
 
 
 def test_an_empty_reason_goes_back_and_q_quits_with_the_summary(

@@ -336,6 +336,7 @@ def test_upstream_ledger_rows_under_rls_are_their_threads_tenants(
         "agent_run",
         "agent_queued_message",
         "agent_action_proposal",
+        "agent_action_proposal_event",  # issue 28: its proposal's tenant
     }
     assert all(v is None for t, v in probed.items() if t in ("agent_thread", "agent_message"))
     human = cli("db", "rls", "verify", "--db", pg_url)

@@ -26,8 +26,11 @@ LEASE = ("ap_00000000", "--token", "t", "--generation", "1")
 
 # command path -> the cases: (arguments after the path, what must happen).
 # "refused": exit 2 with ACROSS (and the two ways out); "outside"/"past": exit 2 with that text;
-# "missing": exit 1, as if globex's row did not exist; "same:ARGS": exit 0 and exactly the
+# "missing": exit 1, as if globex's row did not exist; "not_found": exit 1 with that outcome
+# (an operator's act across scopes finds no other tenant's proposal); "same:ARGS": exit 0 and
+# exactly the
 # output of ARGS run with no session tenant; "acme": exit 0 and no globex anywhere.
+OPERATOR = ("--by", "ops", "--reason", "r")
 CASES: dict[str, list[tuple[tuple[str, ...], str]]] = {
     "budgets list": [((), "refused")],
     "budgets remove": [(("--tenant", "acme", "--period", "month"), "refused")],
@@ -72,10 +75,12 @@ CASES: dict[str, list[tuple[tuple[str, ...], str]]] = {
     "proposals claim": [
         (("ap_00000000", *SCOPE, "--tenant", "globex", "--worker", "w"), "outside")
     ],
+    "proposals cancel": [(("ap_b008162ed", *OPERATOR), "not_found")],  # globex's, queued
     "proposals claim-next": [(("--worker", "w"), "refused")],
     "proposals create": [(("--file", "{globex}"), "outside")],
     "proposals decide": [
-        (("ap_00000000", *SCOPE, "--tenant", "globex", "--approve", "--by", "x"), "outside")
+        (("ap_00000000", *SCOPE, "--tenant", "globex", "--approve", "--by", "x"), "outside"),
+        (("ap_91583097e", "--approve", "--by", "x"), "not_found"),  # untenanted, pending
     ],
     "proposals expire": [((), "refused")],
     "proposals inbox": [(("--json",), "same:--tenant acme")],
@@ -85,6 +90,7 @@ CASES: dict[str, list[tuple[tuple[str, ...], str]]] = {
     ],
     "proposals renew": [(LEASE, "refused")],
     "proposals review": [(("--tenant", "globex", "--by", "x"), "outside")],
+    "proposals requeue": [(("ap_3a06e9908", *OPERATOR), "not_found")],  # untenanted, failed
     "proposals settle": [((*LEASE, "--succeeded"), "refused")],
     "proposals show": [(("ap_00000000", *SCOPE, "--tenant", "globex"), "outside")],
     "quota": [
@@ -199,6 +205,9 @@ def test_a_session_tenant_scopes_or_is_refused_by_every_command(
             elif kind == "missing":
                 if got.exit_code != 1 or "error: no " not in got.stderr:
                     problems.append(said)
+            elif kind == "not_found":
+                if got.exit_code != 1 or not got.stdout.startswith("not_found: no proposal"):
+                    problems.append(f"{said}: {got.stdout[:300]}")
             elif kind == "acme" and got.exit_code != 0:
                 problems.append(said)
             elif "globex" in got.stdout.lower():

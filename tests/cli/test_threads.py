@@ -262,6 +262,7 @@ def test_delete_yes_cascades_and_reports(
         "deleted": {
             "agent_tool_call": 1,
             "agent_stream_frame": 0,
+            "agent_action_proposal_event": 0,
             "agent_message": 2,
             "agent_token_usage": 2,
             "agent_run": 1,

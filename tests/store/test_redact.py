@@ -343,6 +343,7 @@ def test_messages_proposals_and_frames_are_redacted_too(engine: Any, batch: int)
         "agent_tool_call": (0, 0, 0),
         "agent_message": (2, 2, 0),
         "agent_action_proposal": (2, 2, 0),
+        "agent_action_proposal_event": (0, 0, 0),  # tests/store/test_proposal_operator.py
         "agent_stream_frame": (2, 2, 0),
     }
     assert set(REDACTED_TABLES) == set(counts)
@@ -355,6 +356,7 @@ def test_messages_proposals_and_frames_are_redacted_too(engine: Any, batch: int)
         "agent_action_proposal.input": 2,
         "agent_action_proposal.card": 2,
         "agent_action_proposal.result": 1,
+        "agent_action_proposal_event.prior_result": 0,
         "agent_stream_frame.frame": 2,
     }
     assert report.batches == 6 // batch  # a batch is in one table only, each read once in key order

@@ -13,6 +13,7 @@ from agora_cli.store._engine import retry_transient
 from agora_cli.store._errors import InvalidInput, NotFound
 from agora_cli.store._schema import (
     action_proposal,
+    action_proposal_event,
     confirm_token,
     genui_call,
     message,
@@ -105,6 +106,15 @@ def populate(conn: Any, thread_id: str, clock: ManualClock) -> dict[str, int]:
     )
     add_proposal(conn, thread_id, f"{thread_id}:k1")
     add_proposal(conn, thread_id, f"{thread_id}:k2")
+    conn.execute(  # an operator's act on one of them (issue 28): it goes with its proposal
+        action_proposal_event.insert().values(
+            id=f"{thread_id}-ev",
+            proposal_id=f"prop-{thread_id}:k1",
+            kind="cancel",
+            acted_by="ops",
+            created_at=T0,
+        )
+    )
     conn.execute(
         queued_message.insert().values(
             id=f"{thread_id}-q",
@@ -138,6 +148,7 @@ def populate(conn: Any, thread_id: str, clock: ManualClock) -> dict[str, int]:
         "agent_message": 3,
         "agent_tool_call": 2,
         "agent_stream_frame": 2,
+        "agent_action_proposal_event": 1,
         "agent_token_usage": 4,
         "agent_run": 1,
         "agent_action_proposal": 2,
@@ -460,6 +471,7 @@ def test_delete_thread_removes_every_child_and_reports_counts(engine: Any) -> No
             assert count(conn, table, thread_id=doomed.id) == 0, table.name
             assert count(conn, table, thread_id=kept.id) > 0, table.name
         assert count(conn, tool_call) == 2  # the kept thread's
+        assert count(conn, action_proposal_event) == 1  # the kept thread's
         assert find_thread(conn, doomed.id) is None
     with pytest.raises(NotFound), engine.begin() as conn:
         delete_thread(conn, doomed.id)
@@ -481,7 +493,7 @@ def test_delete_thread_is_complete_with_sqlite_foreign_keys_off(tmp_path: Any) -
         expected = populate(conn, t.id, clock)
     with plain.begin() as conn:
         assert delete_thread(conn, t.id).deleted == expected
-        for table in (*CHILD_TABLES, tool_call, thread):
+        for table in (*CHILD_TABLES, tool_call, action_proposal_event, thread):
             assert count(conn, table) == 0, table.name
     plain.dispose()
 

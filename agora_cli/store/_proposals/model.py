@@ -20,12 +20,15 @@ from agora_cli.store._values import (
     check_optional_identity,
     check_text,
     load_json,
+    utf16_units,
 )
 
 __all__ = [
     "DECISIONS",
     "ID_PREFIX",
     "BackfillResult",
+    "CancelOutcome",
+    "CancelResult",
     "ClaimOutcome",
     "ClaimResult",
     "CreateOutcome",
@@ -36,12 +39,16 @@ __all__ = [
     "DeliveryOutcome",
     "DeliveryResult",
     "DiscoveryState",
+    "EventKind",
     "ExecutionState",
     "Lease",
     "NewProposal",
     "Proposal",
+    "ProposalEvent",
     "RenewOutcome",
     "RenewResult",
+    "RequeueOutcome",
+    "RequeueResult",
     "Scope",
     "SettleOutcome",
     "SettleResult",
@@ -53,7 +60,8 @@ __all__ = [
 ]
 
 Decision = Literal["pending", "approved", "rejected", "expired"]
-ExecutionState = Literal["queued", "running", "succeeded", "failed"]
+# ``cancelled``: queued work an operator withdrew (``cancel_proposal``); it never runs.
+ExecutionState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 DiscoveryState = Literal["pending", "queued", "running", "done"]
 SettledState = Literal["succeeded", "failed"]
 
@@ -63,12 +71,25 @@ ClaimOutcome = Literal["claimed", "recovered", "not_claimable", "not_found", "no
 RenewOutcome = Literal["renewed", "lost"]
 SettleOutcome = Literal["settled", "lost"]
 DeliveryOutcome = Literal["delivered", "already_delivered", "not_settled", "not_found"]
+RequeueOutcome = Literal["requeued", "not_failed", "not_found"]
+# ``pending``: not decided yet (reject it instead); ``running``: under a live lease; ``stuck``:
+# under a lease that ran out (the work may have run: claim_next recovers it); ``not_queued``:
+# rejected, expired, or its work already settled; ``unchanged``: already cancelled.
+CancelOutcome = Literal[
+    "cancelled", "unchanged", "pending", "running", "stuck", "not_queued", "not_found"
+]
+# What an operator did to a proposal (``agent_action_proposal_event.kind``).
+EventKind = Literal["operator_decision", "requeue", "cancel"]
 
 ID_PREFIX = "ap_"
 DECISIONS: tuple[Decision, ...] = get_args(Decision)
 SETTLED_STATES: tuple[SettledState, ...] = get_args(SettledState)
 MAX_LIST = 1000
 MAX_BACKFILL_BATCH = 10_000
+# An operator's reason for a requeue or a cancel, in UTF-16 code units (as identities are counted).
+MAX_REASON_UNITS = 4096
+# The newest operator acts ``list_proposal_events`` returns for one proposal.
+MAX_EVENTS = 1000
 # A fenced update loses only to a writer that changed the row; after a few rounds the row has
 # left the state being raced for, so this bound is never reached in practice.
 FENCE_ROUNDS = 16
@@ -197,6 +218,41 @@ class Work:
 WORK_FIELDS = tuple(f.name for f in fields(Work))
 
 
+@dataclass(frozen=True)
+class ProposalEvent:
+    """One operator act on a proposal (``agent_action_proposal_event``): who, when (the store's
+    clock), why, and for ``requeue`` and ``cancel`` the execution as it stood before the act.
+
+    ``prior_result`` is the proposal's ``result`` as it was stored (opened as the proposal's own
+    result when sealed; ``list_proposal_events`` opens it).
+    """
+
+    id: str
+    proposal_id: str
+    tenant_ref: str | None
+    kind: EventKind
+    acted_by: str
+    reason: str | None
+    decision: Decision | None
+    prior_execution_state: ExecutionState | None
+    prior_attempts: int | None
+    prior_generation: int | None
+    prior_lease_owner: str | None
+    prior_result: str | None
+    prior_error: str | None
+    prior_settled_at: int | None
+    prior_outcome_delivered_at: int | None
+    prior_outcome_message_id: str | None
+    created_at: int
+
+    @property
+    def prior_result_value(self) -> Any:
+        return load_json(self.prior_result)
+
+
+EVENT_FIELDS = tuple(f.name for f in fields(ProposalEvent))
+
+
 # --- results ----------------------------------------------------------------------------------
 
 
@@ -213,6 +269,22 @@ class DecideResult:
     """The outcome of a decision and the proposal as it now stands (``None``: not found)."""
 
     outcome: DecideOutcome
+    proposal: Proposal | None
+
+
+@dataclass(frozen=True)
+class RequeueResult:
+    """The outcome of a requeue and the proposal as it now stands (``None``: not found)."""
+
+    outcome: RequeueOutcome
+    proposal: Proposal | None
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """The outcome of a cancel and the proposal as it now stands (``None``: not found)."""
+
+    outcome: CancelOutcome
     proposal: Proposal | None
 
 
@@ -323,6 +395,21 @@ def check_decide(decision: str, decided_by: str, note: str | None) -> None:
     check_identity("decided_by", decided_by)
     if note is not None:
         check_text("note", note)
+
+
+def check_operator_act(by_name: str, by: object, reason: object) -> None:
+    """An operator's identity and reason for a requeue or a cancel: ``by`` an identity, ``reason``
+    text of at most ``MAX_REASON_UNITS`` UTF-16 code units (not blank)."""
+    check_identity(by_name, by)
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidInput("reason must be a non-empty string (not blank)", param="reason")
+    check_text("reason", reason)
+    units = utf16_units(reason)
+    if units > MAX_REASON_UNITS:
+        raise InvalidInput(
+            f"reason is {units} UTF-16 code units long; the limit is {MAX_REASON_UNITS}",
+            param="reason",
+        )
 
 
 def check_settle(outcome: str, error: str | None) -> None:

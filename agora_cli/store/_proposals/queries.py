@@ -37,8 +37,16 @@ from sqlalchemy import and_, bindparam, case, func, or_, select, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from agora_cli.store._dialects import dialect_of
-from agora_cli.store._proposals.model import PROPOSAL_FIELDS, WORK_FIELDS, Proposal, Scope
+from agora_cli.store._proposals.model import (
+    EVENT_FIELDS,
+    PROPOSAL_FIELDS,
+    WORK_FIELDS,
+    Proposal,
+    ProposalEvent,
+    Scope,
+)
 from agora_cli.store._schema import action_proposal as p
+from agora_cli.store._schema import action_proposal_event as ev
 from agora_cli.store._schema import message as m
 from agora_cli.store._schema import thread as t
 from agora_cli.store._sqlexpr import exact_eq
@@ -122,13 +130,22 @@ def scope_filter(scope: Scope) -> ColumnElement[bool]:
     )
 
 
-def fenced_update(conn: Connection, row: Proposal, changes: dict[str, Any]) -> Proposal | None:
-    """Apply ``changes`` if the row still has ``row.version``; the new state, or ``None``."""
+def fenced_update(
+    conn: Connection,
+    row: Proposal,
+    changes: dict[str, Any],
+    *,
+    also: dict[str, Any] | None = None,
+) -> Proposal | None:
+    """Apply ``changes`` if the row still has ``row.version``; the new state, or ``None``.
+
+    ``also``: columns a ``Proposal`` does not hold (the lease token's hash), written with them.
+    """
     version = row.version + 1
     stmt = (
         update(p)
         .where(p.c.id == row.id, p.c.version == row.version)
-        .values(**changes, version=version)
+        .values(**changes, **(also or {}), version=version)
     )
     if conn.execute(stmt).rowcount != 1:
         return None
@@ -188,6 +205,29 @@ EXPIRE_ONE = (
     )
 )
 """Expire one pending proposal, fenced by its version. Parameters: b_id, b_version, now."""
+
+
+# --- the operator's acts and their audit trail (operator.py) ---------------------------------
+
+
+def event_row(row: RowMapping) -> ProposalEvent:
+    return ProposalEvent(*(row[name] for name in EVENT_FIELDS))
+
+
+def insert_event(values: dict[str, Any]) -> Insert:
+    """``INSERT`` of one operator act on a proposal."""
+    return ev.insert().values(**values)
+
+
+def select_events(proposal_id: str, limit: int) -> Select[Any]:
+    """A proposal's newest ``limit`` operator acts (the caller puts them oldest first), on
+    ``agent_action_proposal_event_proposal_idx``."""
+    return (
+        select(*(ev.c[name] for name in EVENT_FIELDS))
+        .where(exact_eq(ev.c.proposal_id, proposal_id))
+        .order_by(ev.c.created_at.desc(), ev.c.id.desc())
+        .limit(limit)
+    )
 
 
 # --- outcomes into their threads (delivery.py) -----------------------------------------------

@@ -39,21 +39,32 @@ from agora_cli.store._proposals.leases import (
 )
 from agora_cli.store._proposals.model import (
     BackfillResult,
+    CancelResult,
     ClaimResult,
     CreateResult,
     DecideResult,
     DeliveryResult,
     NewProposal,
     Proposal,
+    ProposalEvent,
     RenewResult,
+    RequeueResult,
     Scope,
     Settlement,
     SettleResult,
     clock_or_system,
 )
+from agora_cli.store._proposals.operator import (
+    cancel_proposal,
+    decide_as_operator,
+    find_any_approval_id,
+    list_proposal_events,
+    requeue_proposal,
+)
 from agora_cli.store._proposals.tool_calls import (
     ApprovalKind,
     ToolCallApproval,
+    find_any_tool_call_approval,
     find_approval_id,
     get_tool_call_approval,
 )
@@ -340,6 +351,46 @@ class ActionProposalStore:
     def backfill(self, limit: int = 500) -> BackfillResult:
         """Backfill one bounded batch of legacy rows in its own transaction."""
         return self._write(backfill_discovery_index, limit=limit)
+
+    # --- the operator's acts, across scopes (privileged: operator tooling only) ---------------
+
+    def resolve_any(
+        self, text: str, tenant_ref: str | None = None
+    ) -> tuple[ApprovalKind, str] | None:
+        """What ``text`` (an id or a unique prefix) names in any scope (``tenant_ref``'s only,
+        when given): a proposal or the runtime's tool-call approval; ``None`` for nothing."""
+        return self._read(find_any_approval_id, text, tenant_ref=tenant_ref)
+
+    def find_any_tool_call_approval(self, tool_call_id: str) -> ToolCallApproval | None:
+        """The runtime's tool-call approval with this id, in any scope, or ``None``."""
+        return self._read(find_any_tool_call_approval, tool_call_id)
+
+    def events(self, proposal_id: str) -> builtins.list[ProposalEvent]:
+        """The operator's acts on a proposal, oldest first (the newest 1,000)."""
+        return self._read(list_proposal_events, proposal_id)
+
+    def decide_as_operator(
+        self, proposal_id: str, decision: str, decided_by: str, note: str | None = None
+    ) -> DecideResult:
+        """Decide the proposal with this full id in its own scope, as the operator; recorded."""
+        return self._write(
+            decide_as_operator, proposal_id, decision=decision, decided_by=decided_by,
+            note=note, clock=self.clock,
+        )  # fmt: skip
+
+    def requeue(self, proposal_id: str, requeued_by: str, reason: str) -> RequeueResult:
+        """Put a failed execution back in the queue for a new attempt; recorded."""
+        return self._write(
+            requeue_proposal, proposal_id, requeued_by=requeued_by, reason=reason,
+            clock=self.clock,
+        )  # fmt: skip
+
+    def cancel(self, proposal_id: str, cancelled_by: str, reason: str) -> CancelResult:
+        """Withdraw queued work so that it never runs; recorded."""
+        return self._write(
+            cancel_proposal, proposal_id, cancelled_by=cancelled_by, reason=reason,
+            clock=self.clock,
+        )  # fmt: skip
 
 
 def _own_settle(conn: Connection, settlement: Settlement, result: SettleResult) -> SettleResult:

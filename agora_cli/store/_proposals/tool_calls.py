@@ -43,6 +43,8 @@ __all__ = [
     "ApprovalKind",
     "ToolCallApproval",
     "count_waiting_tool_calls",
+    "find_any_tool_call_approval",
+    "find_any_tool_call_approval_id",
     "find_approval_id",
     "find_tool_call_approval",
     "find_tool_call_approval_id",
@@ -224,6 +226,34 @@ def find_tool_call_approval_id(conn: Connection, text: str, *, scope: Scope) -> 
     return resolve_prefix(
         conn, tc, text, where=tc.c.id.in_(select(in_scope.c.id)), what="tool call"
     )
+
+
+def _of_tenant(tenant_ref: str | None) -> list[ColumnElement[bool]]:
+    """The thread's tenant is ``tenant_ref`` (any tenant: ``None``)."""
+    if check_optional_identity("tenant_ref", tenant_ref) is None:
+        return []
+    return [exact_eq(t.c.tenant_ref, tenant_ref)]
+
+
+def find_any_tool_call_approval_id(
+    conn: Connection, text: str, *, tenant_ref: str | None = None
+) -> str | None:
+    """``find_tool_call_approval_id`` across every scope (of one tenant's threads with
+    ``tenant_ref``): privileged, for the operator, as the inbox is."""
+    approvals = (
+        select(tc.c.id).select_from(_JOINED).where(_approval(), *_of_tenant(tenant_ref)).subquery()
+    )
+    return resolve_prefix(
+        conn, tc, text, where=tc.c.id.in_(select(approvals.c.id)), what="tool call"
+    )
+
+
+def find_any_tool_call_approval(conn: Connection, tool_call_id: str) -> ToolCallApproval | None:
+    """The approval tool call with this id in any scope, or ``None`` (privileged)."""
+    check_identity("tool_call_id", tool_call_id)
+    q = _select().where(exact_eq(tc.c.id, tool_call_id), _approval())
+    row = conn.execute(q.limit(1)).mappings().first()
+    return None if row is None else _rows(conn, [row])[0]
 
 
 def find_approval_id(
