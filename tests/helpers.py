@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -253,3 +255,52 @@ def drop_roles(url: str, *roles: str) -> None:
                     conn.exec_driver_sql(f'DROP ROLE "{role}"')
     finally:
         engine.dispose()
+
+
+# --- a scripted terminal for `agora proposals review` ----------------------------------------
+
+Step = str | None | BaseException | Callable[[], None]
+
+
+class Script:
+    """The walk's terminal, scripted (``review.open_terminal``): keys and lines in order; a
+    callable runs when reached (someone else's hand), an exception is raised (Ctrl-C). Past the
+    end: Ctrl-D. With ``echo`` a typed line is shown after its prompt, as a terminal echoes it
+    (the README's transcript)."""
+
+    def __init__(self, *steps: Step, echo: bool = False) -> None:
+        self.steps = list(steps)
+        self.prompts: list[str] = []
+        self.keys_read = 0
+        self.echo = echo
+
+    def __enter__(self) -> Script:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def _next(self) -> str | None:
+        while self.steps and callable(self.steps[0]):
+            self.steps.pop(0)()  # type: ignore[operator]
+        if not self.steps:
+            return None
+        step = self.steps.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        return step  # type: ignore[return-value]
+
+    def key(self) -> str:
+        self.keys_read += 1
+        step = self._next()
+        return "\x04" if step is None else step
+
+    def line(self, prompt: str) -> str | None:
+        self.prompts.append(prompt)
+        typed = self._next()
+        if self.echo:
+            sys.stdout.write(f"{prompt}{'' if typed is None else typed}\n")
+        return typed
+
+    def cooked(self) -> Any:
+        return contextlib.nullcontext()

@@ -548,6 +548,7 @@ def metrics(
             help="openmetrics (the default), or prometheus: the text format node-exporter's "
             "textfile collector reads.",
             show_default=False,
+            case_sensitive=False,
         ),
     ] = None,
     frames_ttl: FramesTtlOpt = 3600,

@@ -632,7 +632,7 @@ def relative_text(at_ms: int | None, now_ms: int) -> str:
     """An instant relative to now: ``in 3h 12m`` or ``5m 02s ago``."""
     if at_ms is None:
         return "—"
-    if at_ms >= now_ms:
+    if at_ms > now_ms:
         return f"in {duration_text(at_ms - now_ms)}"
     return f"{duration_text(now_ms - at_ms)} ago"
 

@@ -510,9 +510,10 @@ def list_(
         emit_csv([_csv_row(p) for p in prices], _CSV_COLS)
         return
     # Since: the UTC day the price took effect (--json and --csv have the instant).
-    cols = [*_PRICE_COLS, Col("since", "Since", wrap=False, drop=3)]
+    # With --history, whether a row is the current price gives way before since when it held.
+    cols = [*_PRICE_COLS, Col("since", "Since", wrap=False, drop=4)]
     if history:
-        cols.append(Col("current", "Current", wrap=False, drop=4))
+        cols.append(Col("current", "Current", wrap=False, drop=3))
     finish(
         {"prices": [_price_doc(p) for p in prices]},
         as_json=as_json,

@@ -14,7 +14,6 @@ Every test here fails on main before issue 28: there was no ``proposals review``
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import secrets
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import no_data, run_cli, snapshot
+from helpers import Script, no_data, run_cli, snapshot
 
 from agora_cli.cli import review
 from agora_cli.store._sealing import Kek, generate_kek
@@ -101,49 +100,6 @@ def seed(engine: Any) -> Seeded:
 
 def rows(engine: Any) -> dict[str, dict[str, Any]]:
     return snapshot(engine)
-
-
-# --- a scripted terminal ----------------------------------------------------------------------
-
-Step = str | None | BaseException | Callable[[], None]
-
-
-class Script:
-    """The walk's terminal, scripted: keys and lines in order; a callable runs when reached
-    (someone else's hand), an exception is raised (Ctrl-C). Past the end: Ctrl-D."""
-
-    def __init__(self, *steps: Step) -> None:
-        self.steps = list(steps)
-        self.prompts: list[str] = []
-        self.keys_read = 0
-
-    def __enter__(self) -> Script:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def _next(self) -> str | None:
-        while self.steps and callable(self.steps[0]):
-            self.steps.pop(0)()  # type: ignore[operator]
-        if not self.steps:
-            return None
-        step = self.steps.pop(0)
-        if isinstance(step, BaseException):
-            raise step
-        return step  # type: ignore[return-value]
-
-    def key(self) -> str:
-        self.keys_read += 1
-        step = self._next()
-        return "\x04" if step is None else step
-
-    def line(self, prompt: str) -> str | None:
-        self.prompts.append(prompt)
-        return self._next()
-
-    def cooked(self) -> Any:
-        return contextlib.nullcontext()
 
 
 @pytest.fixture
@@ -586,7 +542,7 @@ def test_the_operator_profile_key(tmp_path: Path) -> None:
     assert f"{config}:2: operator is 300 UTF-16 code units long; the limit is" in bad.stderr
     config.write_text('[profiles.ops]\noperatr = "x"\n')
     bad = run_cli("--profile", "ops", "config", "show", env=env)
-    assert bad.exit_code == 2 and "tenant, by, last, operator)" in bad.stderr
+    assert bad.exit_code == 2 and "tenant, tz, by, last, operator)" in bad.stderr
 
 
 def test_its_help_loads_neither_the_database_layer_nor_the_terminal_modes() -> None:
