@@ -70,6 +70,7 @@ __all__ = [
     "scope_has_usage",
     "scope_quota",
     "set_budget",
+    "status_from_sums",
     "sum_scope_usage",
 ]
 
@@ -519,6 +520,14 @@ def _status(
         remaining_usd=None if budget.limit_usd is None else max(0.0, budget.limit_usd - usd),
         state=state,
     )
+
+
+def status_from_sums(budget: Budget, *, at_ms: int, sums: Sums) -> BudgetStatus:
+    """A budget's status at ``at_ms`` (UTC periods) from its period's sums, read elsewhere (``agora
+    metrics`` derives them from the spend it has just read, see ``metrics.read_budget_figures``)."""
+    start, end = period_window(budget.period, at_ms)
+    tokens, usd, unpriced = sums
+    return _status(budget, start, end, tokens, usd, unpriced)
 
 
 def evaluate_budgets(

@@ -15,9 +15,9 @@ cost follows what waits, runs or was spent recently, not the size of the tables 
 
 - the inbox: the ``pending`` range of ``agent_action_proposal_discovery_idx``, and the
   runtime's waiting tool calls through ``agent_tool_call_status_created_idx``;
-- executions: the ``queued`` and ``running`` ranges of the discovery index, and the failed ones
-  among its ``done`` range (their cost follows the finished proposals: the one read here that
-  grows with history; see RESULTS.md);
+- executions: the ``queued`` and ``running`` ranges of the discovery index, and the ``failed``
+  range of ``agent_action_proposal_execution_idx`` (revision 0010; the discovery index's ``done``
+  range would grow with every finished proposal);
 - runs: the last hour of ``agent_run_started_idx``;
 - spend: today and this month by model and tenant, whole folded days from the daily fold
   (``agent_usage_daily``) and the rest from the ledger's ``created_at`` range, as ``spend``
@@ -45,7 +45,13 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 from sqlalchemy import and_, case, func, inspect, literal_column, or_, select, text
 
-from agora_cli.store._budgets import BudgetStatus, evaluate_budgets, list_budgets
+from agora_cli.store._budgets import (
+    BudgetStatus,
+    Sums,
+    evaluate_budgets,
+    list_budgets,
+    status_from_sums,
+)
 from agora_cli.store._clock import DAY_MS, Clock, SystemClock, day_start_ms, ms_to_date
 from agora_cli.store._dialects import dialect_of
 from agora_cli.store._engine import translate_error
@@ -206,8 +212,8 @@ class ExecutionFigures:
 
 def read_execution_figures(conn: Connection, *, now_ms: int) -> ExecutionFigures:
     """Approved work by state and tool: one read of the discovery index's ``queued`` and
-    ``running`` ranges (``discovery_at``: when it was queued; the lease's expiry), and one of its
-    ``done`` range for the failed."""
+    ``running`` ranges (``discovery_at``: when it was queued; the lease's expiry), and the
+    ``failed`` range of the execution index (revision 0010)."""
     state, at = p.c.discovery_state, p.c.discovery_at
     live = (
         select(
@@ -237,7 +243,7 @@ def read_execution_figures(conn: Connection, *, now_ms: int) -> ExecutionFigures
             oldest.append(int(row.oldest))
     failed = (
         select(p.c.tool_name, func.count().label("n"))
-        .where(state == "done", p.c.execution_state == "failed")
+        .where(p.c.execution_state == "failed", state == "done")
         .group_by(*_exact(conn, [p.c.tool_name]))
     )
     counts += [ExecutionCount("failed", row.tool_name, int(row.n)) for row in conn.execute(failed)]
@@ -292,6 +298,7 @@ class SpendFigures:
     month: tuple[SpendCell, ...]
     folded_days: int
     earlier_days: int
+    at_ms: int = 0  # the instant read to
 
 
 _Key = tuple[str, str | None]
@@ -327,14 +334,22 @@ def _cell(model: str, tenant: str | None, row: Any) -> SpendCell:
     )
 
 
-def _raw_cells(conn: Connection, where: ColumnElement[bool]) -> list[SpendCell]:
-    """The ledger's rows matching ``where`` by model and effective tenant (one statement)."""
+def _raw_cells(
+    conn: Connection, where: ColumnElement[bool], *, by_actor: dict[str, Sums] | None = None
+) -> list[SpendCell]:
+    """The ledger's rows matching ``where`` by model and effective tenant (one statement).
+
+    With ``by_actor``, the same statement groups by actor too and adds each actor's sums there
+    (``read_budget_figures`` takes actors' day budgets from them instead of reading today's
+    rows again)."""
     known = finite_cost(u.c.cost_usd)
     tenant = effective_tenant()
+    keys: list[ColumnElement[Any]] = [u.c.model_id, tenant]
+    if by_actor is not None:
+        keys.append(u.c.actor_ref)
     q = (
         select(
-            u.c.model_id,
-            tenant.label("tenant"),
+            *keys,
             func.count().label("turns"),
             func.sum(u.c.input_tokens).label("input_tokens"),
             func.sum(u.c.output_tokens).label("output_tokens"),
@@ -343,9 +358,15 @@ def _raw_cells(conn: Connection, where: ColumnElement[bool]) -> list[SpendCell]:
         )
         .select_from(ledger_with_threads())
         .where(where)
-        .group_by(*_exact(conn, [u.c.model_id, tenant]))
+        .group_by(*_exact(conn, keys))
     )
-    return [_cell(row.model_id, row.tenant, row) for row in conn.execute(q)]
+    cells = []
+    for row in conn.execute(q):
+        cell = _cell(row[0], row[1], row)
+        cells.append(cell)
+        if by_actor is not None:
+            _add_sums(by_actor, str(row[2]), _sums_of(cell))
+    return cells
 
 
 def _fold_cells(conn: Connection, where: ColumnElement[bool]) -> list[SpendCell]:
@@ -366,7 +387,9 @@ def _fold_cells(conn: Connection, where: ColumnElement[bool]) -> list[SpendCell]
     return [_cell(row.model_id, row.tenant_key or None, row) for row in conn.execute(q)]
 
 
-def _window_cells(conn: Connection, from_ms: int, to_ms: int) -> tuple[dict[_Key, SpendCell], int]:
+def _window_cells(
+    conn: Connection, from_ms: int, to_ms: int, *, by_actor: dict[str, Sums] | None = None
+) -> tuple[dict[_Key, SpendCell], int]:
     """``[from_ms, to_ms]`` by model and tenant: folded clean days from the fold, the rest from
     the ledger. The fold's state is read before and after, as ``ledger.spend`` does: if a fold
     or a dirty mark landed in between, the reads are repeated (at worst, the window is read
@@ -374,7 +397,7 @@ def _window_cells(conn: Connection, from_ms: int, to_ms: int) -> tuple[dict[_Key
     cells: dict[_Key, SpendCell] = {}
     if from_ms > to_ms:
         return cells, 0
-    for _ in range(3):
+    for _ in range(3 if by_actor is None else 0):  # by actor: today, never folded
         parts = window_parts(conn, from_ms, to_ms)
         if not parts.fold_days:
             break
@@ -385,18 +408,21 @@ def _window_cells(conn: Connection, from_ms: int, to_ms: int) -> tuple[dict[_Key
             for cell in found:
                 _add(cells, cell)
             return cells, parts.folded_days
-    for cell in _raw_cells(conn, u.c.created_at.between(from_ms, to_ms)):
+    for cell in _raw_cells(conn, u.c.created_at.between(from_ms, to_ms), by_actor=by_actor):
         _add(cells, cell)
     return cells, 0
 
 
-def read_spend_figures(conn: Connection, *, now_ms: int) -> SpendFigures:
+def read_spend_figures(
+    conn: Connection, *, now_ms: int, by_actor: dict[str, Sums] | None = None
+) -> SpendFigures:
     """Spend today and this month to ``now_ms`` (UTC) by model and tenant. Today is read once
-    (raw: a day is folded only once it has closed) and added to the month's earlier days."""
+    (raw: a day is folded only once it has closed) and added to the month's earlier days; with
+    ``by_actor``, today's sums by actor are added there from the same statement."""
     today = ms_to_date(now_ms)
     day_start = day_start_ms(today)
     month_start = day_start_ms(date(today.year, today.month, 1))
-    day, _ = _window_cells(conn, day_start, now_ms)
+    day, _ = _window_cells(conn, day_start, now_ms, by_actor=by_actor)
     earlier, folded = _window_cells(conn, month_start, day_start - 1)
     month = dict(earlier)
     for cell in day.values():
@@ -406,15 +432,74 @@ def read_spend_figures(conn: Connection, *, now_ms: int) -> SpendFigures:
         month=tuple(month.values()),
         folded_days=folded,
         earlier_days=today.day - 1,
+        at_ms=now_ms,
     )
 
 
 # --- budgets ------------------------------------------------------------------------------------
 
 
-def read_budget_figures(conn: Connection, *, now_ms: int) -> list[BudgetStatus]:
-    """Every saved budget's period holding ``now_ms`` (``budgets.evaluate_budgets``)."""
-    return evaluate_budgets(conn, list_budgets(conn), at_ms=now_ms)
+def _sums_of(cell: SpendCell) -> Sums:
+    return (cell.input_tokens + cell.output_tokens, cell.cost_usd or 0.0, cell.unpriced_turns)
+
+
+def _add_sums(into: dict[str, Sums], ref: str, sums: Sums) -> None:
+    t, usd, n = into.get(ref, (0, 0.0, 0))
+    into[ref] = (t + sums[0], usd + sums[1], n + sums[2])
+
+
+@dataclass(frozen=True)
+class _SpendRead:
+    """What the spend group read, handed to the budgets group: the figures and today's sums by
+    actor from the same statement."""
+
+    figures: SpendFigures
+    actors_today: dict[str, Sums]
+
+
+def _derived_sums(read: _SpendRead) -> dict[tuple[str, str], dict[str, Sums]]:
+    """Each (scope kind, period) the spend figures cover, its sums by scope ref: tenants' and
+    the platform's day and month (from the cells by model and tenant), actors' day."""
+    out: dict[tuple[str, str], dict[str, Sums]] = {("actor", "day"): read.actors_today}
+    for period, cells in (("day", read.figures.day), ("month", read.figures.month)):
+        tenants: dict[str, Sums] = {}
+        platform: dict[str, Sums] = {}
+        for cell in cells:
+            if cell.tenant_ref is not None:
+                _add_sums(tenants, cell.tenant_ref, _sums_of(cell))
+            _add_sums(platform, "", _sums_of(cell))
+        out[("tenant", period)] = tenants
+        out[("global", period)] = platform
+    return out
+
+
+def read_budget_figures(
+    conn: Connection, *, now_ms: int, spend: _SpendRead | None = None
+) -> list[BudgetStatus]:
+    """Every saved budget's period holding ``now_ms`` (``budgets.evaluate_budgets``).
+
+    Given what the spend group has just read at the same instant (``agora metrics``), the
+    tenants' and the platform's day and month budgets and the actors' day budgets are taken from
+    it rather than read again (today's rows and the month's fold rows were each read once; the
+    sums are the same, measured in tests/metrics); the others (weeks, actors' months) are
+    evaluated here."""
+    budgets = list_budgets(conn)
+    if spend is None or spend.figures.at_ms != now_ms:
+        return evaluate_budgets(conn, budgets, at_ms=now_ms)
+    derived = _derived_sums(spend)
+    rest = [b for b in budgets if (b.scope_kind, b.period) not in derived]
+    evaluated = {
+        id(b): s for b, s in zip(rest, evaluate_budgets(conn, rest, at_ms=now_ms), strict=True)
+    }
+    out = []
+    for budget in budgets:
+        sums = derived.get((budget.scope_kind, budget.period))
+        if sums is None:
+            out.append(evaluated[id(budget)])
+        else:
+            used = sums.get(budget.scope_ref, (0, 0.0, 0))
+            out.append(status_from_sums(budget, at_ms=now_ms, sums=used))
+    return out
 
 
 # --- the fold -----------------------------------------------------------------------------------
@@ -617,13 +702,23 @@ def collect_metrics(
     """
     check_int("frames_ttl_s", frames_ttl_s, low=1, high=MAX_FRAME_TTL_S)
     now = (clock or SystemClock()).now_ms()
+    spent: list[_SpendRead] = []  # the spend group's read, for the budgets group
+
+    def spend_group(conn: Connection) -> SpendFigures:
+        actors: dict[str, Sums] = {}
+        figures = read_spend_figures(conn, now_ms=now, by_actor=actors)
+        spent.append(_SpendRead(figures, actors))
+        return figures
+
     readers: dict[MetricsGroup, Callable[[Connection], Any]] = {
         "schema": read_schema_figures,
         "inbox": lambda c: read_inbox_figures(c, now_ms=now),
         "executions": lambda c: read_execution_figures(c, now_ms=now),
         "runs": lambda c: tuple(count_runs_started_since(c, since_ms=now - HOUR_MS)),
-        "spend": lambda c: read_spend_figures(c, now_ms=now),
-        "budgets": lambda c: tuple(read_budget_figures(c, now_ms=now)),
+        "spend": spend_group,
+        "budgets": lambda c: tuple(
+            read_budget_figures(c, now_ms=now, spend=spent[0] if spent else None)
+        ),
         "fold": lambda c: read_fold_figures(c, now_ms=now),
         "frames": lambda c: read_frame_figures(c, now_ms=now, ttl_s=frames_ttl_s),
     }

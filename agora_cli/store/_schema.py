@@ -364,6 +364,9 @@ action_proposal = _table(
     Index("agent_action_proposal_thread_idx", "thread_id"),
     Index("agent_action_proposal_scope_idx", "actor_ref", "thread_id", "created_at"),
     Index("agent_action_proposal_discovery_idx", "discovery_state", "discovery_at"),
+    # 0010: approved work by execution state and tool (``agora metrics``' failed executions: a
+    # range of the failed rows, where the discovery index's ``done`` range grows with history)
+    Index("agent_action_proposal_execution_idx", "execution_state", "tool_name"),
 )
 
 # 0009: the operator's acts on a proposal (issue 28), one row each, never updated: a decision
@@ -519,6 +522,7 @@ UPGRADE_INDEXES: dict[str, list[tuple[str, str]]] = {
     "0003": [],
     "0004": [("agent_token_usage", "agent_token_usage_tenant_created_idx")],
     "0008": [("agent_action_proposal", "agent_action_proposal_tenant_idempotency_uq")],
+    "0010": [("agent_action_proposal", "agent_action_proposal_execution_idx")],
 }
 
 

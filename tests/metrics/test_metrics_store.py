@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from helpers import T0, exec_sql
 
+from agora_cli.store._budgets import evaluate_budgets, list_budgets, set_budget
 from agora_cli.store._clock import DAY_MS, ManualClock
 from agora_cli.store._errors import InvalidInput, SchemaDrift
 from agora_cli.store._fold import fold, mark_days_dirty
@@ -353,3 +354,59 @@ def test_a_failing_group_leaves_the_others_and_says_why(empty_url: str) -> None:
             collect_metrics(engine, frames_ttl_s=0)
     finally:
         engine.dispose()
+
+
+# --- budgets: taken from what spend read, the same as evaluating them --------------------------
+
+
+def test_budgets_from_the_spend_read_are_what_evaluate_budgets_says(
+    engine: Any, at_now: ManualClock
+) -> None:
+    """`agora metrics` takes tenants' and the platform's day and month budgets and actors' day
+    budgets from the spend group's read; every other budget is evaluated. Each must equal
+    ``evaluate_budgets`` at the same instant, raw and folded, with the row whose tenant is its
+    thread's, the unpriced rows, and refs that differ only by a trailing space (MySQL's PAD
+    SPACE must not merge them)."""
+    _spend_rows(engine, at_now)
+    _usage(engine, at_now, NOW - 3 * HOUR, "t-none", "bob ", model_id="gpt", provider_cost_usd=4.0,
+           tenant_ref="acme ")  # fmt: skip
+    at_now.set(NOW)
+    with engine.begin() as conn:
+        # (MySQL's unique index holds "acme" and "acme " as one key: the spaced refs are the
+        # ledger's only, and must not be counted as acme's or bob's)
+        for kind, ref in (("tenant", "acme"), ("tenant", "nobody"), ("actor", "alice"),
+                          ("actor", "bob"), ("global", None)):  # fmt: skip
+            for period in ("day", "week", "month"):
+                set_budget(conn, scope_kind=kind, scope_ref=ref, period=period, created_by="ops",
+                           limit_usd=1.0, limit_tokens=100, clock=at_now)  # fmt: skip
+
+    def both() -> tuple[list[Any], list[Any]]:
+        snap = collect_metrics(engine, clock=at_now, groups=["spend", "budgets"])
+        assert snap.ok, snap.errors
+        with engine.connect() as conn:
+            expected = evaluate_budgets(conn, list_budgets(conn), at_ms=NOW)
+            conn.rollback()
+        return list(snap.budgets), expected
+
+    def view(statuses: list[Any]) -> list[tuple[Any, ...]]:
+        # fmt: off
+        return [
+            (s.budget.scope_kind, s.budget.scope_ref, s.budget.period, s.from_ms, s.to_ms,
+             s.tokens, round(s.usd, 9), s.unpriced_turns, s.state)
+            for s in statuses
+        ]
+        # fmt: on
+
+    derived, expected = both()
+    assert view(derived) == view(expected)
+    used = {(s.budget.scope_kind, s.budget.scope_ref, s.budget.period): s for s in derived}
+    assert used[("tenant", "acme", "day")].usd == 0.125  # never "acme "'s $4
+    assert used[("tenant", "acme", "month")].unpriced_turns == 1
+    assert used[("actor", "bob", "day")].tokens == 0  # "bob "'s row is not bob's
+    assert used[("global", "", "day")].usd == 4.125
+    fold(engine, clock=at_now)  # the month's earlier days now come from the fold
+    derived, expected = both()
+    assert view(derived) == view(expected)
+    assert used[("global", "", "month")].usd == next(
+        s.usd for s in derived if s.budget.scope_kind == "global" and s.budget.period == "month"
+    )
