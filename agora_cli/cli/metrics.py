@@ -622,11 +622,14 @@ class Exporter:
         self.current = _Families()
         self.stop = threading.Event()
         self._said: dict[str, str] = {}
+        from agora_cli.store._metrics import MetricsCache
+
+        self.cache = MetricsCache()  # the month's folded days' sums, while those days stand
 
     def collect(self) -> MetricsSnapshot:
         from agora_cli.store._metrics import collect_metrics
 
-        snapshot = collect_metrics(self.engine, frames_ttl_s=self.frames_ttl_s)
+        snapshot = collect_metrics(self.engine, frames_ttl_s=self.frames_ttl_s, cache=self.cache)
         self.history.record(snapshot)
         self.current.found = families(snapshot, self.history)  # one reference swap: atomic
         self._log(snapshot)

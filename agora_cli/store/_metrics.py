@@ -56,7 +56,13 @@ from agora_cli.store._clock import DAY_MS, Clock, SystemClock, day_start_ms, ms_
 from agora_cli.store._dialects import dialect_of
 from agora_cli.store._engine import translate_error
 from agora_cli.store._errors import AgoraError, InvalidInput
-from agora_cli.store._fold import DEFAULT_GRACE_MS, fold_filter, raw_filter, window_parts
+from agora_cli.store._fold import (
+    DEFAULT_GRACE_MS,
+    WindowParts,
+    fold_filter,
+    raw_filter,
+    window_parts,
+)
 from agora_cli.store._frames.purge import DEFAULT_FRAME_TTL_S
 from agora_cli.store._ledger_tenant import effective_tenant, ledger_with_threads
 from agora_cli.store._masking import scrub
@@ -84,6 +90,7 @@ __all__ = [
     "FoldFigures",
     "FrameFigures",
     "InboxFigures",
+    "MetricsCache",
     "MetricsGroup",
     "MetricsSnapshot",
     "PendingCount",
@@ -387,13 +394,58 @@ def _fold_cells(conn: Connection, where: ColumnElement[bool]) -> list[SpendCell]
     return [_cell(row.model_id, row.tenant_key or None, row) for row in conn.execute(q)]
 
 
+class MetricsCache:
+    """What a long-running exporter (``agora metrics serve``) keeps from one collection to the
+    next: the sums of the month's folded days, by model and tenant, under the versions of those
+    days (each one's ``folded_at`` and row count in ``agent_usage_fold``).
+
+    A folded day's rows change only when it is folded again, which sets a new ``folded_at``;
+    a write to it marks it dirty first, which takes it out of the clean days. So while the
+    versions read before and after are the ones cached, the cached sums are what the fold rows
+    hold, and the month's fold rows are not read again (one 14-row read of the versions
+    instead). Not thread-safe: one collector uses it."""
+
+    def __init__(self) -> None:
+        self._fold: tuple[tuple[Any, ...], list[SpendCell]] | None = None
+        self.hits = 0
+
+    def fold_cells(
+        self, conn: Connection, parts: WindowParts
+    ) -> tuple[tuple[Any, ...], list[SpendCell]]:
+        """The fold rows' cells of ``parts`` and the versions they were read under."""
+        versions = _fold_versions(conn, parts)
+        if self._fold is not None and self._fold[0] == versions:
+            self.hits += 1
+            return versions, list(self._fold[1])
+        return versions, _fold_cells(conn, fold_filter(parts))
+
+    def keep(self, versions: tuple[Any, ...], cells: list[SpendCell]) -> None:
+        self._fold = (versions, list(cells))
+
+
+def _fold_versions(conn: Connection, parts: WindowParts) -> tuple[Any, ...]:
+    """The clean folded days of ``parts`` with each one's ``folded_at`` and row count."""
+    q = (
+        select(f.c.day, f.c.folded_at, f.c.rows)
+        .where(or_(*(f.c.day.between(lo, hi) for lo, hi in parts.fold_days)), f.c.dirty == 0)
+        .order_by(f.c.day)
+    )
+    return tuple((int(a), int(b), int(c)) for a, b, c in conn.execute(q))
+
+
 def _window_cells(
-    conn: Connection, from_ms: int, to_ms: int, *, by_actor: dict[str, Sums] | None = None
+    conn: Connection,
+    from_ms: int,
+    to_ms: int,
+    *,
+    by_actor: dict[str, Sums] | None = None,
+    cache: MetricsCache | None = None,
 ) -> tuple[dict[_Key, SpendCell], int]:
     """``[from_ms, to_ms]`` by model and tenant: folded clean days from the fold, the rest from
     the ledger. The fold's state is read before and after, as ``ledger.spend`` does: if a fold
     or a dirty mark landed in between, the reads are repeated (at worst, the window is read
-    raw), so no day is counted twice or missed."""
+    raw), so no day is counted twice or missed. With a ``cache``, the fold rows' sums are taken
+    from it while their days' versions are unchanged (``MetricsCache``)."""
     cells: dict[_Key, SpendCell] = {}
     if from_ms > to_ms:
         return cells, 0
@@ -401,10 +453,19 @@ def _window_cells(
         parts = window_parts(conn, from_ms, to_ms)
         if not parts.fold_days:
             break
-        found = _fold_cells(conn, fold_filter(parts))
+        versions: tuple[Any, ...] = ()
+        if cache is None:
+            found = _fold_cells(conn, fold_filter(parts))
+        else:
+            versions, found = cache.fold_cells(conn, parts)
+        folded = list(found)
         if parts.raw:
             found += _raw_cells(conn, raw_filter(parts))
-        if window_parts(conn, from_ms, to_ms) == parts:
+        if window_parts(conn, from_ms, to_ms) == parts and (
+            cache is None or _fold_versions(conn, parts) == versions
+        ):
+            if cache is not None:
+                cache.keep(versions, folded)
             for cell in found:
                 _add(cells, cell)
             return cells, parts.folded_days
@@ -414,7 +475,11 @@ def _window_cells(
 
 
 def read_spend_figures(
-    conn: Connection, *, now_ms: int, by_actor: dict[str, Sums] | None = None
+    conn: Connection,
+    *,
+    now_ms: int,
+    by_actor: dict[str, Sums] | None = None,
+    cache: MetricsCache | None = None,
 ) -> SpendFigures:
     """Spend today and this month to ``now_ms`` (UTC) by model and tenant. Today is read once
     (raw: a day is folded only once it has closed) and added to the month's earlier days; with
@@ -423,7 +488,7 @@ def read_spend_figures(
     day_start = day_start_ms(today)
     month_start = day_start_ms(date(today.year, today.month, 1))
     day, _ = _window_cells(conn, day_start, now_ms, by_actor=by_actor)
-    earlier, folded = _window_cells(conn, month_start, day_start - 1)
+    earlier, folded = _window_cells(conn, month_start, day_start - 1, cache=cache)
     month = dict(earlier)
     for cell in day.values():
         _add(month, cell)
@@ -692,6 +757,7 @@ def collect_metrics(
     clock: Clock | None = None,
     frames_ttl_s: int = DEFAULT_FRAME_TTL_S,
     groups: Iterable[MetricsGroup] = GROUPS,
+    cache: MetricsCache | None = None,
 ) -> MetricsSnapshot:
     """Read every group (each in its own read-only transaction, so one failing leaves the rest)
     at one instant of ``clock``.
@@ -706,7 +772,7 @@ def collect_metrics(
 
     def spend_group(conn: Connection) -> SpendFigures:
         actors: dict[str, Sums] = {}
-        figures = read_spend_figures(conn, now_ms=now, by_actor=actors)
+        figures = read_spend_figures(conn, now_ms=now, by_actor=actors, cache=cache)
         spent.append(_SpendRead(figures, actors))
         return figures
 

@@ -14,6 +14,7 @@ from agora_cli.store._errors import InvalidInput, SchemaDrift
 from agora_cli.store._fold import fold, mark_days_dirty
 from agora_cli.store._metrics import (
     GROUPS,
+    MetricsCache,
     collect_metrics,
     count_runs_started_since,
     read_execution_figures,
@@ -410,3 +411,40 @@ def test_budgets_from_the_spend_read_are_what_evaluate_budgets_says(
     assert used[("global", "", "month")].usd == next(
         s.usd for s in derived if s.budget.scope_kind == "global" and s.budget.period == "month"
     )
+
+
+def test_the_serve_cache_keeps_folded_days_only_while_they_stand(
+    engine: Any, at_now: ManualClock
+) -> None:
+    """`metrics serve`'s cache: the month's folded days' sums are read once and reused while
+    their versions stand; a dirty mark or a new fold of a day is seen at the next collection."""
+    _spend_rows(engine, at_now)
+    fold(engine, clock=at_now)
+    cache = MetricsCache()
+
+    def month() -> list[tuple[Any, ...]]:
+        snap = collect_metrics(engine, clock=at_now, groups=["spend"], cache=cache)
+        assert snap.ok, snap.errors
+        return _cells(snap.spend.month)
+
+    assert month() == MONTH_CELLS and cache.hits == 0
+    assert month() == MONTH_CELLS and cache.hits == 1  # the fold rows were not read again
+    with engine.begin() as conn:  # another writer changes a folded day: it is marked dirty
+        conn.execute(
+            token_usage.update().where(token_usage.c.model_id == "claude").values(cost_usd=2.0)
+        )
+        mark_days_dirty(conn, token_usage.c.model_id == "claude")
+    assert ("claude", "acme", 1, 2.0, 0) in month() and cache.hits == 1
+    at_now.set(NOW + 1)
+    fold(engine, clock=at_now)  # folded again, with the new cost: a new version
+    assert ("claude", "acme", 1, 2.0, 0) in month() and cache.hits == 1
+    assert ("claude", "acme", 1, 2.0, 0) in month() and cache.hits == 2
+    # a folded day's rows changed behind the fold's back (a new fold, same days) are read anew
+    with engine.begin() as conn:
+        conn.execute(
+            token_usage.update().where(token_usage.c.model_id == "claude").values(cost_usd=3.0)
+        )
+        mark_days_dirty(conn, token_usage.c.model_id == "claude")
+    at_now.set(NOW + 2)
+    fold(engine, clock=at_now)
+    assert ("claude", "acme", 1, 3.0, 0) in month() and cache.hits == 2
