@@ -366,7 +366,7 @@ action_proposal = _table(
     Index("agent_action_proposal_discovery_idx", "discovery_state", "discovery_at"),
     # 0010: approved work by execution state and tool (``agora metrics``' failed executions: a
     # range of the failed rows, where the discovery index's ``done`` range grows with history)
-    Index("agent_action_proposal_execution_idx", "execution_state", "tool_name"),
+    Index("agent_action_proposal_execution_idx", "execution_state", "discovery_state", "tool_name"),
 )
 
 # 0009: the operator's acts on a proposal (issue 28), one row each, never updated: a decision
