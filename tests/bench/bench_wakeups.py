@@ -42,6 +42,7 @@ import json
 import os
 import random
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -93,6 +94,7 @@ def _serve_rusage() -> None:
             if line.strip() == "rusage":
                 r = resource.getrusage(resource.RUSAGE_SELF)
                 print(f"cpu {r.ru_utime + r.ru_stime:.6f}", flush=True)
+        os._exit(0)  # stdin closed: the benchmark is gone, never outlive it
 
     threading.Thread(target=answer, daemon=True).start()
 
@@ -380,6 +382,7 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         worker_main(sys.argv[2:])
         return
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up databases and workers
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--decisions", type=int, default=1000, help="per system, over all rounds")
     parser.add_argument(
