@@ -375,7 +375,10 @@ def summary(rounds: list[dict[str, Any]], labels: list[str], idle_s: float) -> N
     for peer in ("pgqueuer asyncpg", "pgqueuer psycopg"):
         if "agora notify" in labels and peer in labels:
             ratio = [r["agora notify"]["p50"] / r[peer]["p50"] for r in rounds]
-            print(f"agora notify p50 / {peer} p50, within each round: {spread(ratio)}")
+            print(
+                f"agora notify p50 / {peer} p50, within each round: "
+                f"{statistics.median(ratio):.4f} ({min(ratio):.4f}-{max(ratio):.4f})"
+            )
 
 
 def main() -> None:
