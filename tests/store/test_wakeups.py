@@ -24,7 +24,7 @@ import pytest
 from helpers import ROOT, run_cli
 from sqlalchemy import text, update
 
-from agora_cli.store import WorkWaiter
+from agora_cli.store import WorkWaiter, open_engine
 from agora_cli.store._errors import InvalidInput
 from agora_cli.store._proposals import (
     WORK_CHANNEL,
@@ -203,6 +203,11 @@ def worker_on(db_url: str) -> Iterator[Any]:
     yield start
     for each in started:
         each.stop()
+    # The worker's domain table outlives the agent tables' clearing: leave none to other tests.
+    engine = open_engine(db_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE IF EXISTS example_refund")
+    engine.dispose()
 
 
 @pytest.mark.slow  # runs the example worker as a process
