@@ -28,6 +28,7 @@ import select
 import time
 from typing import TYPE_CHECKING, Any, Literal
 
+from agora_cli.store._dialects import dialect_of
 from agora_cli.store._errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def notify_work(conn: Connection) -> None:
     PostgreSQL only (a no-op elsewhere, where workers poll). Call it in the transaction of the
     write that made the work claimable.
     """
-    if conn.dialect.name == "postgresql":
+    if dialect_of(conn).listens:
         conn.exec_driver_sql(f"SELECT pg_notify('{WORK_CHANNEL}', '')")
 
 
@@ -115,12 +116,12 @@ class WorkWaiter:
             from agora_cli.store._engine import open_engine
 
             listen = open_engine(listen_url)
-            if listen.dialect.name != "postgresql":
+            if not dialect_of(listen).listens:
                 listen.dispose()
                 raise InvalidInput("the listen URL must be a PostgreSQL URL (LISTEN/NOTIFY)")
             self._listen_engine = self._owned = listen
             return "listening"
-        if engine.dialect.name != "postgresql":
+        if not dialect_of(engine).listens:
             return "polling"
         from agora_cli.store._pooler import pooler_status  # lazy: PostgreSQL only
 
