@@ -7,6 +7,15 @@ system it is the payment provider's idempotency key.
 
     python examples/worker.py --db sqlite:///agora.db --max-idle 2
     python examples/worker.py --db postgresql://... --batch 10   # claim 10, run, settle_many
+    python examples/worker.py --db postgresql://...@pgbouncer:6432/app \
+        --listen-db postgresql://...@db:5432/app --poll 30 --max-idle 0   # run until stopped
+
+When idle the worker waits with a ``WorkWaiter``: on PostgreSQL it LISTENs (channel
+``agora_work``) and claims as soon as a decision or a requeue commits, and in any case every
+``--poll`` seconds (a notification it missed costs at most one interval). A transaction pooler
+(PgBouncer) cannot carry LISTEN: give ``--listen-db``, a direct URL to the same database, or the
+worker polls, and says so. On MariaDB/MySQL and SQLite it polls adaptively: 10 ms right after
+work, doubling while idle up to ``--poll``.
 
 With ``--batch K`` the loop claims up to K proposals at once (each with its own lease), runs them
 one after the other, renewing the leases still waiting whenever half of their time is spent (long
@@ -24,6 +33,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import sys
 import time
 from dataclasses import replace
 from typing import Any
@@ -36,6 +46,7 @@ from agora_cli.store import (
     ActionProposalStore,
     ClaimResult,
     Settlement,
+    WorkWaiter,
     open_engine,
 )
 
@@ -104,15 +115,30 @@ def keep_alive(store: ActionProposalStore, waiting: list[ClaimResult], lease_ms:
             waiting[waiting.index(claim)] = replace(claim, lease=later)
 
 
-def batched_loop(engine: Engine, store: ActionProposalStore, args: argparse.Namespace) -> int:
+def idle_wait(waiter: WorkWaiter, idle_since: float, max_idle: float) -> None:
+    """Wait for work, never past ``--max-idle`` (0: wait as long as the waiter says)."""
+    if max_idle <= 0:
+        waiter.wait_for_work()
+    else:
+        waiter.wait_for_work(max(0.0, max_idle - (time.monotonic() - idle_since)))
+
+
+def still_waiting(idle_since: float, max_idle: float) -> bool:
+    return max_idle <= 0 or time.monotonic() - idle_since < max_idle
+
+
+def batched_loop(
+    engine: Engine, store: ActionProposalStore, waiter: WorkWaiter, args: argparse.Namespace
+) -> int:
     """Claim up to ``--batch`` proposals, run each, settle them all at once; until idle."""
     idle_since = time.monotonic()
     settled = 0
-    while time.monotonic() - idle_since < args.max_idle:
+    while still_waiting(idle_since, args.max_idle):
         waiting = store.claim_next(args.worker, args.lease_ms, limit=args.batch)
         if not waiting:
-            time.sleep(0.2)
+            idle_wait(waiter, idle_since, args.max_idle)
             continue
+        waiter.work_found()
         idle_since = time.monotonic()
         for claim in waiting:
             refuse_sealed(claim)
@@ -136,7 +162,17 @@ def main() -> int:
     parser.add_argument("--db", default=os.environ.get("AGORA_DATABASE_URL", "sqlite:///agora.db"))
     parser.add_argument("--worker", default=f"{socket.gethostname()}-{os.getpid()}")
     parser.add_argument("--lease-ms", type=int, default=30_000)
-    parser.add_argument("--max-idle", type=float, default=5.0, help="stop after N idle seconds")
+    parser.add_argument(
+        "--max-idle", type=float, default=5.0, help="stop after N idle seconds (0: never)"
+    )
+    parser.add_argument(
+        "--poll", type=float, default=5.0, help="claim at least every N seconds when idle"
+    )
+    parser.add_argument(
+        "--listen-db",
+        default=os.environ.get("AGORA_LISTEN_DATABASE_URL"),
+        help="a direct PostgreSQL URL to LISTEN on, when --db goes through a pooler",
+    )
     parser.add_argument("--batch", type=int, default=0, help="claim up to K at once (1-1000)")
     parser.add_argument("--work-seconds", type=float, default=0.0, help="time each job takes")
     args = parser.parse_args()
@@ -144,15 +180,26 @@ def main() -> int:
     engine = open_engine(args.db)
     domain.create_all(engine)
     store = ActionProposalStore(engine)
-    if args.batch:
-        return batched_loop(engine, store, args)
+    with WorkWaiter(engine, poll_interval=args.poll, listen_url=args.listen_db) as waiter:
+        how = waiter.notice or f"{waiter.mode}, claiming at least every {args.poll:g} s"
+        print(f"waiting for work: {how}", file=sys.stderr, flush=True)
+        if args.batch:
+            return batched_loop(engine, store, waiter, args)
+        return single_loop(engine, store, waiter, args)
+
+
+def single_loop(
+    engine: Engine, store: ActionProposalStore, waiter: WorkWaiter, args: argparse.Namespace
+) -> int:
+    """Claim one proposal, run it, settle it; until idle."""
     idle_since = time.monotonic()
     settled = 0
-    while time.monotonic() - idle_since < args.max_idle:
+    while still_waiting(idle_since, args.max_idle):
         claim = store.claim_next(args.worker, args.lease_ms)
         if claim.work is None or claim.lease is None:
-            time.sleep(0.2)
+            idle_wait(waiter, idle_since, args.max_idle)
             continue
+        waiter.work_found()
         idle_since = time.monotonic()
         refuse_sealed(claim)
         work, lease = claim.work, claim.lease
@@ -162,7 +209,7 @@ def main() -> int:
         except Exception as exc:  # a failed side effect is recorded, not retried blindly
             outcome = store.settle(work.id, lease.token, lease.generation, "failed", error=str(exc))
         # "lost" means our lease expired and another worker took over: nothing more to do.
-        print(f"{work.id} {work.tool_name} ({claim.outcome}) -> {outcome.outcome}")
+        print(f"{work.id} {work.tool_name} ({claim.outcome}) -> {outcome.outcome}", flush=True)
         settled += outcome.outcome == "settled"
     print(f"settled {settled} proposal(s) on {engine.dialect.name}; idle, stopping")
     return 0

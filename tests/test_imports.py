@@ -90,7 +90,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         "the engine and its tenant setting; row-level security's SQL text (it names the setting)",
-        ("tenant_setting", "rls_sql", "engine", "tenant_session"),
+        ("tenant_setting", "rls_sql", "engine", "tenant_session", "pooler"),
     ),
     ("the schema", ("schema",)),
     (
@@ -132,6 +132,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "proposals.model",
             "proposals.queries",
             "proposals.sealed",
+            "proposals.wakeups",
             "proposals.decisions",
             "proposals.leases",
             "proposals.delivery",

@@ -72,6 +72,7 @@ EXPORTED = [
     "UnknownDialect",
     "UsageRecord",
     "Work",
+    "WorkWaiter",
     "WrongKek",
     "append_message",
     "check_agent_tables",

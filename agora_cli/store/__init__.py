@@ -93,6 +93,7 @@ if _typing.TYPE_CHECKING:
         Settlement,
         SettleResult,
         Work,
+        WorkWaiter,
         default_idempotency_key,
         proposal_id,
     )
@@ -189,6 +190,7 @@ __all__ = [
     "UnknownDialect",
     "UsageRecord",
     "Work",
+    "WorkWaiter",
     "WrongKek",
     "append_message",
     "check_agent_tables",
@@ -268,6 +270,7 @@ _EXPORTS: dict[str, str] = {
     "UnknownDialect": "_errors",
     "UsageRecord": "_usage",
     "Work": "_proposals",
+    "WorkWaiter": "_proposals",
     "WrongKek": "_errors",
     "append_message": "_threads",
     "check_agent_tables": "_provision",

@@ -128,6 +128,9 @@ class Dialect:
     the server cannot tell who holds it."""
     may_be_galera: ClassVar[bool] = False
     """The server may be a Galera cluster node (MariaDB Galera, Percona XtraDB Cluster)."""
+    listens: ClassVar[bool] = False
+    """``LISTEN``/``NOTIFY`` (PostgreSQL): a write wakes waiting workers on commit (``wakeups``);
+    elsewhere they poll."""
     server_version_sql: ClassVar[str] = "SELECT VERSION()"
 
     # --- DDL ------------------------------------------------------------------------------
@@ -223,6 +226,7 @@ class PostgresDialect(Dialect):
     autocommit_worker_steps = True
     has_row_level_security = True
     keyed_advisory_locks = True
+    listens = True
     server_version_sql = "SHOW server_version"
     row_estimates_sql = (
         "SELECT c.relname, c.reltuples::bigint FROM pg_catalog.pg_class c "

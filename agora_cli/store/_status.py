@@ -9,6 +9,7 @@ from agora_cli.store._dialects import dialect_of
 from agora_cli.store._engine import dialect_name, server_version
 from agora_cli.store._galera import GaleraStatus, galera_status
 from agora_cli.store._migrate import applied_branches, current_revision, head_revision
+from agora_cli.store._pooler import PoolerStatus, pooler_status
 from agora_cli.store._problems import Problem
 from agora_cli.store._proposals import count_legacy_proposals
 from agora_cli.store._provision import RowCount, check_agent_tables, table_row_counts
@@ -66,38 +67,3 @@ def schema_status(engine: Engine) -> SchemaStatus:
     if dialect_of(engine).has_pg_catalog:
         status = replace(status, pooler=pooler_status(engine))
     return status
-
-
-@dataclass(frozen=True)
-class PoolerStatus:
-    """A connection pooler between agora and PostgreSQL (PgBouncer, pgcat, Odyssey, RDS Proxy)."""
-
-    transaction_pooling: bool  # seen: two open clients ran on one server connection in turn
-
-    def describe(self) -> str:
-        if self.transaction_pooling:
-            return (
-                "a connection pooler, transaction pooling (server connections shared between "
-                "clients): agora's statements are pooler-safe"
-            )
-        return "a connection pooler (no transaction pooling seen: session pooling, or idle)"
-
-
-def pooler_status(engine: Engine) -> PoolerStatus | None:
-    """Whether ``engine`` reaches PostgreSQL through a pooler, and whether it pools transactions.
-
-    A pooler answers the client's startup itself: the backend pid it gives (psycopg's
-    ``info.backend_pid``, from its cancel key) is not the server process's
-    (``pg_backend_pid()``). Transaction pooling shows when a second client, opened while the
-    first is still connected, runs on the server process the first one just released.
-    """
-    sql = "SELECT pg_backend_pid()"
-    with engine.connect() as first, engine.connect() as second:
-        startup = getattr(first.connection.driver_connection, "info", None)
-        server = first.exec_driver_sql(sql).scalar()
-        first.rollback()
-        if startup is None or getattr(startup, "backend_pid", server) == server:
-            return None
-        shared = second.exec_driver_sql(sql).scalar() == server
-        second.rollback()
-    return PoolerStatus(transaction_pooling=shared)

@@ -112,6 +112,7 @@ from agora_cli.store._proposals.tool_calls import (
     list_tool_call_approvals,
     refuse_tool_call_decision,
 )
+from agora_cli.store._proposals.wakeups import WORK_CHANNEL, WorkWaiter, notify_work
 from agora_cli.store._values import MAX_IDENTITY_UNITS, check_identity, utf16_units
 
 __all__ = [
@@ -120,6 +121,7 @@ __all__ = [
     "INBOX_STATES",
     "MAX_EXPIRING_WITHIN_MS",
     "MAX_IDENTITY_UNITS",
+    "WORK_CHANNEL",
     "ActionProposalStore",
     "ApprovalKind",
     "BackfillResult",
@@ -155,6 +157,7 @@ __all__ = [
     "Settlement",
     "ToolCallApproval",
     "Work",
+    "WorkWaiter",
     "backfill_discovery_index",
     "cancel_proposal",
     "check_identity",
@@ -184,6 +187,7 @@ __all__ = [
     "list_proposals",
     "list_tool_call_approvals",
     "list_undelivered_outcomes",
+    "notify_work",
     "proposal_id",
     "refuse_tool_call_decision",
     "renew_lease",

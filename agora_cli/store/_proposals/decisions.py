@@ -2,7 +2,8 @@
 
 Every read and decision names the whole scope ``(tenant_ref, actor_ref, thread_id)``; a
 proposal outside it looks exactly like a missing one. Decisions are fenced by the row's
-``version`` and re-read when they lose a race; an approval queues the work in the same update.
+``version`` and re-read when they lose a race; an approval queues the work in the same update,
+and notifies waiting workers in the same transaction (``wakeups.notify_work``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from agora_cli.store._proposals.queries import (
     tenant_key_of,
 )
 from agora_cli.store._proposals.sealed import open_proposals
+from agora_cli.store._proposals.wakeups import notify_work
 from agora_cli.store._schema import action_proposal as p
 from agora_cli.store._sealing import seal_columns, sealer_for
 from agora_cli.store._short_ids import resolve_prefix
@@ -304,6 +306,8 @@ def decide_proposal(
             changes.update(discovery_state="done", discovery_at=None)
         applied = fenced_update(conn, row, changes)
         if applied is not None:
+            if decision == "approved":
+                notify_work(conn)  # claimable on commit: wake the waiting workers then
             return DecideResult("applied", applied)
     raise raced_too_often(proposal_id)
 

@@ -12,7 +12,8 @@ row of ``agent_action_proposal_event`` in the caller's transaction, with the upd
   columns follow (``queued``, now), the lease and the outcome are cleared (owner, token hash,
   expiry, ``result``, ``error``, ``settled_at`` and the outcome's delivery, so that the next
   outcome is delivered in turn); the ``requeue`` event keeps what was cleared. The next claim is
-  a new attempt (``attempts`` and ``generation`` + 1, as every claim);
+  a new attempt (``attempts`` and ``generation`` + 1, as every claim); it notifies waiting
+  workers on commit, like an approval (``wakeups.notify_work``);
 - ``cancel_proposal``: approved work that waits for a worker (``queued``, or approved and never
   queued by an older writer) never runs: ``execution_state = 'cancelled'``, discovery ``done``,
   ``settled_at`` now (its outcome, ``cancelled`` with no result, is delivered to its thread like
@@ -61,6 +62,7 @@ from agora_cli.store._proposals.queries import (
 )
 from agora_cli.store._proposals.sealed import open_proposals
 from agora_cli.store._proposals.tool_calls import ApprovalKind, find_any_tool_call_approval_id
+from agora_cli.store._proposals.wakeups import notify_work
 from agora_cli.store._schema import action_proposal as p
 from agora_cli.store._sealing import open_columns
 from agora_cli.store._short_ids import resolve_prefix
@@ -286,6 +288,7 @@ def requeue_proposal(
         if applied is None:
             continue
         _record(conn, row, kind="requeue", acted_by=requeued_by, reason=reason, now=now)
+        notify_work(conn)  # claimable again on commit
         return RequeueResult("requeued", _opened(conn, applied))
     raise raced_too_often(proposal_id)
 
