@@ -270,7 +270,9 @@ def open_engine(
         options["pool_reset_on_return"] = None
     if backend == "sqlite":
         options["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+    prepare_given = False
     if backend == "postgresql":
+        prepare_given = PREPARE_THRESHOLD_PARAM in parsed.query
         parsed, threshold = _prepare_threshold(parsed)
         options["connect_args"] = {"prepare_threshold": threshold}
         if "connect_timeout" not in parsed.query:
@@ -296,6 +298,9 @@ def open_engine(
             engine = engine.execution_options(sqlite_deferred=True)
     if backend == "mysql":
         event.listen(engine, "connect", _on_mysql_connect)
+    if prepare_given:
+        # the URL chose (``prepare_if_direct`` then leaves the threshold as it is)
+        engine = engine.execution_options(**{_PREPARE_GIVEN: True})
     if tenant is not None:
         # Every connection knows its session tenant (``session_tenant``): a privileged job
         # refuses to run under one, on every dialect. Last: the events above are the base's.
@@ -313,6 +318,7 @@ def open_engine(
 
 
 _SESSION_TENANT = "agora_tenant"  # execution option: the engine's session tenant
+_PREPARE_GIVEN = "agora_prepare_given"  # execution option: the URL set prepare_threshold
 
 
 def session_tenant(bind: Engine | Connection) -> str | None:
@@ -693,6 +699,28 @@ def run_on_driver(
     no engine events and are not echoed.
     """
     return _on_driver(conn, [(sql, params)], pipeline=False)[0]
+
+
+def prepare_if_direct(conn: Connection) -> bool:
+    """Prepare ``conn``'s statements on the server from their first run when ``conn`` reaches
+    PostgreSQL directly; whether it now does.
+
+    For a connection held for many statements (a worker's): a prepared statement is parsed and
+    planned once. Never through a pooler — a pooler answers the startup itself, so the backend
+    pid psycopg got (``info.backend_pid``) is not the server process's (``pg_backend_pid()``),
+    and a transaction pooler would run the next statement where it was never prepared — and
+    never when the URL set ``prepare_threshold`` (``none``: off; a number: kept as given).
+    """
+    if not dialect_of(conn).has_pg_catalog or conn.get_execution_options().get(_PREPARE_GIVEN):
+        return False
+    dbapi_conn: Any = conn.connection.driver_connection
+    startup = getattr(getattr(dbapi_conn, "info", None), "backend_pid", None)
+    server = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+    conn.rollback()
+    if startup is None or startup != server:
+        return False
+    dbapi_conn.prepare_threshold = 0
+    return True
 
 
 def run_pipelined(

@@ -48,6 +48,7 @@ from agora_cli.store._proposals.model import (
 from agora_cli.store._schema import action_proposal as p
 from agora_cli.store._schema import action_proposal_event as ev
 from agora_cli.store._schema import message as m
+from agora_cli.store._schema import tenant_key as tenant_key_table
 from agora_cli.store._schema import thread as t
 from agora_cli.store._sqlexpr import exact_eq
 
@@ -66,6 +67,7 @@ __all__ = [
     "rows_by_id_or_key",
     "scope_filter",
     "select_rows",
+    "settle_fenced_mysql",
     "settled_generations",
     "tenant_key_of",
     "worker_sql",
@@ -444,6 +446,13 @@ _LEASE_HOLDER = (
     "id = %s AND lease_token_hash = %s AND generation = %s "
     "AND execution_state = 'running' AND lease_expires_at > %s"
 )
+_TENANT_KEYS = tenant_key_table.name
+
+
+def _unkeyed(alias: str) -> str:
+    """The proposal's tenant never had a key (the same test as ``sealed.seal_results``'s): its
+    result is written as it is. In the fenced UPDATE itself, so settling a result needs no read."""
+    return f"NOT EXISTS (SELECT 1 FROM {_TENANT_KEYS} k WHERE k.tenant_key = {alias}.tenant_ref)"
 
 
 @dataclass(frozen=True)
@@ -458,6 +467,8 @@ class WorkerSql:
     - ``claim_next`` (PostgreSQL only): owner, token hash, expiry, expiry, now, now, now
     - ``renew``: lease expiry, lease expiry, now, id, token hash, generation, now
     - ``settle``: state, result, error, now, now, id, token hash, generation, now
+    - ``settle_unkeyed``: as ``settle``; changes nothing when the proposal's tenant has a key
+      (its result must be sealed: ``sealed.seal_results``)
     """
 
     next_due_locked: str
@@ -467,6 +478,7 @@ class WorkerSql:
     claim_next: str | None
     renew: str
     settle: str
+    settle_unkeyed: str
 
 
 def _render(dialect: str, sql: str) -> str:
@@ -535,6 +547,7 @@ def worker_sql(dialect: str) -> WorkerSql:
         claim_next=claim_next,
         renew=_render(dialect, renew),
         settle=_render(dialect, settle),
+        settle_unkeyed=_render(dialect, f"{settle} AND {_unkeyed(_T)}"),
     )
 
 
@@ -609,7 +622,7 @@ def take_leases_mysql(m: int) -> str:
     )
 
 
-SETTLE_MANY_PG = (
+_SETTLE_MANY_PG = (
     f"UPDATE {_T} AS a SET execution_state = v.state, result = v.result, error = v.error, "
     "settled_at = %s, lease_token_hash = NULL, lease_expires_at = NULL, "
     "discovery_state = 'done', discovery_at = NULL, updated_at = %s, version = a.version + 1 "
@@ -617,11 +630,14 @@ SETTLE_MANY_PG = (
     "AS v(id, hash, gen, state, result, error) "
     "WHERE a.id = v.id AND a.lease_token_hash = v.hash AND a.generation = v.gen "
     "AND a.execution_state = 'running' AND a.lease_expires_at > %s "
-    "RETURNING a.id"
 )
-"""PostgreSQL: settle many leases in one UPDATE, each fenced as ``settle`` is.
+SETTLE_MANY_PG = f"{_SETTLE_MANY_PG}AND (v.result IS NULL OR {_unkeyed('a')}) RETURNING a.id"
+"""PostgreSQL: settle many leases in one UPDATE, each fenced as ``settle`` is; a result of a
+keyed tenant's proposal is left to the caller (it must be sealed first: ``SETTLE_MANY_PG_SEALED``).
 
 Parameters: now, now, ids, token hashes, generations, states, results, errors (arrays), now."""
+SETTLE_MANY_PG_SEALED = f"{_SETTLE_MANY_PG}RETURNING a.id"
+"""PostgreSQL: ``SETTLE_MANY_PG`` for results already sealed where they must be."""
 
 
 @functools.cache
@@ -646,6 +662,34 @@ def settled_generations(n: int) -> str:
     """
     ids = ", ".join("%s" for _ in range(n))
     return f"SELECT id, execution_state, generation FROM {_T} WHERE id IN ({ids})"
+
+
+@functools.cache
+def settle_fenced_mysql(m: int, varies: tuple[bool, bool, bool], unkeyed: bool) -> str:
+    """MySQL/MariaDB: settle ``m`` leases in one UPDATE, each fenced by its token and generation
+    (and with ``unkeyed``, by a tenant that never had a key: a result written as it is); the
+    caller compares the rows changed with ``m``.
+
+    ``varies``: whether the state, the result, the error differ across the batch (a ``CASE`` by
+    id) or are one value for all (one parameter: fewer for PyMySQL to escape).
+    Parameters: for each of state, result, error: (id, value) × m if it varies else value;
+    now, now, now, (id, token hash, generation) × m.
+    """
+    case = " ".join("WHEN %s THEN %s" for _ in range(m))
+    sets = ", ".join(
+        f"{name} = CASE id {case} END" if vary else f"{name} = %s"
+        for name, vary in zip(("execution_state", "result", "error"), varies, strict=True)
+    )
+    fences = " OR ".join(
+        "(id = %s AND lease_token_hash = %s AND generation = %s)" for _ in range(m)
+    )
+    return (
+        f"UPDATE {_T} SET {sets}, settled_at = %s, lease_token_hash = NULL, "
+        "lease_expires_at = NULL, discovery_state = 'done', discovery_at = NULL, "
+        "updated_at = %s, version = version + 1 "
+        f"WHERE execution_state = 'running' AND lease_expires_at > %s AND ({fences})"
+        + (f" AND {_unkeyed(_T)}" if unkeyed else "")
+    )
 
 
 @functools.cache
