@@ -111,6 +111,9 @@ class Dialect:
     autocommit_worker_steps: ClassVar[bool] = False
     """A worker's single fenced statement runs in autocommit (PostgreSQL: no BEGIN/COMMIT
     round trips), elsewhere in a short transaction."""
+    reads_due_as_json: ClassVar[bool] = False
+    """A worker's discovery read returns each row as one ``JSON_ARRAY`` column (MySQL/MariaDB:
+    PyMySQL parses every column's descriptor on every result, a third of the worker's CPU)."""
     upserts_on_duplicate_key: ClassVar[bool] = False
     """``INSERT … ON DUPLICATE KEY UPDATE`` (MySQL/MariaDB)."""
     driver_placeholder: ClassVar[str] = "%s"
@@ -293,6 +296,7 @@ class MySQLDialect(Dialect):
     updates_read_own_table = False
     updates_through_joins = True
     upserts_on_duplicate_key = True
+    reads_due_as_json = True
     may_be_galera = True
     named_locks = True
     transactional_ddl = False

@@ -52,6 +52,7 @@ from agora_cli.store._proposals.queries import (
     SETTLE_MANY_PG_SEALED,
     Due,
     claim_many_pg,
+    due_rows,
     holders_mysql,
     lock_by_id_mysql,
     next_due_many,
@@ -275,7 +276,7 @@ def claim_next_proposal(
         args = (now, size, index, now, size, index) if size > 1 else args
     for _ in range(FENCE_ROUNDS):
         rows = sorted(
-            (Due(*row) for row in run_on_driver(conn, read, args).rows),
+            due_rows(dialect, run_on_driver(conn, read, args).rows),
             key=lambda r: r.discovery_at,
         )
         if not rows and read is statements.next_due_share:
@@ -377,7 +378,7 @@ def claim_next_proposals(
     if locked:
         read = next_due_many(dialect, limit, locked=True)
         rows = sorted(
-            (Due(*row) for row in run_on_driver(conn, read, (now, now)).rows),
+            due_rows(dialect, run_on_driver(conn, read, (now, now)).rows),
             key=lambda r: (r.discovery_at, r.id),
         )[:limit]
         if not rows:
@@ -406,7 +407,7 @@ def claim_next_proposals(
     read = next_due_many(dialect, limit, locked=False)
     for _ in range(FENCE_ROUNDS):
         candidates = sorted(
-            (Due(*row) for row in run_on_driver(conn, read, (now, now)).rows),
+            due_rows(dialect, run_on_driver(conn, read, (now, now)).rows),
             key=lambda r: (r.discovery_at, r.id),
         )
         taken_before = len(results)

@@ -29,6 +29,7 @@ are taken under the version fence (one claim) or locked by primary key first (a 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -61,6 +62,7 @@ __all__ = [
     "DUE_STATES",
     "Due",
     "WorkerSql",
+    "due_rows",
     "fenced_update",
     "in_scope",
     "proposal_row",
@@ -411,8 +413,11 @@ def _union_of_due_reads(
     locked: bool = True,
     lock_running: bool = True,
     share: bool = False,
+    as_json: bool = False,
 ) -> str:
     listed = ", ".join(columns)
+    if as_json:  # ``due_rows`` reads it back
+        listed = f"JSON_ARRAY({listed}) AS due"
     reads = [
         _due_read(
             s,
@@ -481,6 +486,13 @@ class WorkerSql:
     settle_unkeyed: str
 
 
+def due_rows(dialect: str, rows: Sequence[Sequence[Any]]) -> list[Due]:
+    """A discovery read's rows as ``Due`` (from one JSON column where the dialect reads so)."""
+    if dialect_of(dialect).reads_due_as_json:
+        return [Due(*json.loads(row[0])) for row in rows]
+    return [Due(*row) for row in rows]
+
+
 def _render(dialect: str, sql: str) -> str:
     return dialect_of(dialect).driver_sql(sql)
 
@@ -505,7 +517,11 @@ def worker_sql(dialect: str) -> WorkerSql:
             "due.discovery_state"
         )
     fenced = _union_of_due_reads(
-        due_columns, derived=True, per_state=FALLBACK_CANDIDATES, locked=False
+        due_columns,
+        derived=True,
+        per_state=FALLBACK_CANDIDATES,
+        locked=False,
+        as_json=d.reads_due_as_json,
     )
     renew = (
         f"UPDATE {_T} SET lease_expires_at = %s, discovery_at = %s, updated_at = %s, "
@@ -520,7 +536,10 @@ def worker_sql(dialect: str) -> WorkerSql:
         next_due_locked=_render(
             dialect,
             _union_of_due_reads(
-                due_columns, derived=d.unions_derived_tables, lock_running=not d.locks_next_key
+                due_columns,
+                derived=d.unions_derived_tables,
+                lock_running=not d.locks_next_key,
+                as_json=d.reads_due_as_json,
             ),
         ),
         # On a Galera cluster SKIP LOCKED skips only this node's locks, and a replicated write
@@ -538,6 +557,7 @@ def worker_sql(dialect: str) -> WorkerSql:
                 share=True,
                 locked=False,
                 per_state=FALLBACK_CANDIDATES,
+                as_json=d.reads_due_as_json,
             ),
         ),
         next_due_fenced=_render(dialect, fenced),
@@ -592,6 +612,7 @@ def next_due_many(dialect: str, k: int, *, locked: bool) -> str:
         per_state=k,
         locked=locked,
         lock_running=not d.locks_next_key,
+        as_json=d.reads_due_as_json,
     )
     return _render(dialect, reads)
 
