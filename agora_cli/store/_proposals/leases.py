@@ -596,7 +596,21 @@ def settle_and_claim_next(
     """
     if dialect_of(conn).pipelines and _skip_locked(conn):
         return _settle_and_claim_pg(conn, settlement, worker_id, lease_ms, limit, clock)
-    settled = settle_proposals(conn, [settlement], clock=clock)[0]
+    if not isinstance(settlement, Settlement):
+        raise InvalidInput("the settlement must be a Settlement", param="settlement")
+    check_identity("worker_id", worker_id)
+    check_lease_ms(lease_ms)
+    check_limit(limit, MAX_CLAIM_BATCH)
+    settled = settle_proposal(
+        conn,
+        settlement.proposal_id,
+        token=settlement.token,
+        generation=settlement.generation,
+        outcome=settlement.outcome,
+        result=settlement.result,
+        error=settlement.error,
+        clock=clock,
+    )
     claimed = claim_next_proposals(
         conn, worker_id=worker_id, lease_ms=lease_ms, limit=limit, clock=clock
     )
