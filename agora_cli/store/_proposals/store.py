@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from agora_cli.store._clock import Clock
 from agora_cli.store._dialects import dialect_of
-from agora_cli.store._engine import prepare_if_direct, retry_transient, translate_error
+from agora_cli.store._engine import (
+    DRIVER_TRANSACTION,
+    dialect_name,
+    end_on_driver,
+    prepare_if_direct,
+    retry_transient,
+    translate_error,
+)
 from agora_cli.store._errors import AgoraError, InvalidInput
 from agora_cli.store._proposals.backfill import backfill_discovery_index
 from agora_cli.store._proposals.decisions import (
@@ -108,11 +115,16 @@ class ActionProposalStore:
         self._hold = hold_connection
         self._held: Connection | None = None
         self._owner: int | None = None
+        # MySQL/MariaDB: a held connection's transactions are the driver's own (``end_on_driver``):
+        # SQLAlchemy's begin and commit around each step cost as much client CPU as a statement.
+        self._on_driver = hold_connection and dialect_name(engine) == "mysql"
 
     def close(self) -> None:
         """Give back the held connection (a store that holds none has nothing to do)."""
         held, self._held = self._held, None
         if held is not None:
+            if not held.invalidated and not held.closed:
+                held.info.pop(DRIVER_TRANSACTION, None)
             held.close()
 
     def __enter__(self) -> ActionProposalStore:
@@ -138,6 +150,8 @@ class ActionProposalStore:
                 held.close()
             held = self._steps.connect()
             prepare_if_direct(held)
+            if self._on_driver:
+                held.info[DRIVER_TRANSACTION] = True
             self._held = held
         return held
 
@@ -177,6 +191,18 @@ class ActionProposalStore:
         held = self._hold and engine is self._steps
 
         def attempt() -> R:
+            if held and self._on_driver:
+                conn = self._held_connection()
+                try:
+                    result = fn(conn, *args, **kwargs)
+                    if after_loss is not None and lost:
+                        result = after_loss(conn, result)
+                except BaseException:
+                    if not conn.invalidated:
+                        end_on_driver(conn, commit=False)
+                    raise
+                end_on_driver(conn, commit=True)
+                return result
             if held:
                 conn = self._held_connection()
                 with conn.begin():
