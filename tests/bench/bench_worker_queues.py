@@ -92,7 +92,8 @@ def agora_worker(url: str, name: str, k: int, mode: str) -> None:
     from agora_cli.store._engine import open_engine
     from agora_cli.store._proposals import ActionProposalStore, Settlement
 
-    store = ActionProposalStore(open_engine(url, pool_size=1), hold_connection=True)
+    query = os.environ.get("BENCH_AGORA_QUERY", "")
+    store = ActionProposalStore(open_engine(url + query, pool_size=1), hold_connection=True)
     # warm up as the bare loop's connect does: the connection, the lazy imports of the hot path
     store.renew("p-none", "x" * 43, 1, LEASE_MS)
     ran: list[str] = []

@@ -24,6 +24,7 @@ from agora_cli.store._engine import (
     end_on_driver,
     prepare_if_direct,
     retry_transient,
+    session_tenant,
     translate_error,
 )
 from agora_cli.store._errors import AgoraError, InvalidInput
@@ -115,9 +116,14 @@ class ActionProposalStore:
         self._hold = hold_connection
         self._held: Connection | None = None
         self._owner: int | None = None
-        # MySQL/MariaDB: a held connection's transactions are the driver's own (``end_on_driver``):
-        # SQLAlchemy's begin and commit around each step cost as much client CPU as a statement.
-        self._on_driver = hold_connection and dialect_name(engine) == "mysql"
+        # A held connection's transactions are the driver's own (``end_on_driver``): SQLAlchemy's
+        # begin and commit around each step, with their events, cost as much client CPU as a
+        # statement. Not on SQLite (its BEGIN is an event) nor under a PostgreSQL session
+        # tenant (the tenant setting hangs on the begin event: ``install_tenant_hook``).
+        name = dialect_name(engine)
+        self._on_driver = hold_connection and (
+            name == "mysql" or (name == "postgresql" and session_tenant(engine) is None)
+        )
 
     def close(self) -> None:
         """Give back the held connection (a store that holds none has nothing to do)."""
