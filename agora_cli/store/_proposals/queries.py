@@ -393,15 +393,25 @@ _T = p.name
 _DUE_KEY = ("id", "version", "discovery_state", "discovery_at")
 
 
+_DUE_INDEX = "agent_action_proposal_discovery_idx"
+
+
 def _due_read(
-    state: str, columns: str, *, per_state: int, locked: bool, share: bool = False
+    state: str,
+    columns: str,
+    *,
+    per_state: int,
+    locked: bool,
+    share: bool = False,
+    force_index: bool = False,
 ) -> str:
     lock = " FOR UPDATE SKIP LOCKED" if locked else ""
     # A Galera node's share of the rows (see ``next_due_share``): the hash modulo the cluster size.
     mine = " AND MOD(CRC32(id), %s) = %s" if share else ""
+    hint = f" FORCE INDEX ({_DUE_INDEX})" if force_index else ""
     return (
-        f"SELECT {columns} FROM {_T} WHERE discovery_state = '{state}' AND discovery_at <= %s"
-        f"{mine} ORDER BY discovery_at LIMIT {per_state}{lock}"
+        f"SELECT {columns} FROM {_T}{hint} WHERE discovery_state = '{state}' "
+        f"AND discovery_at <= %s{mine} ORDER BY discovery_at LIMIT {per_state}{lock}"
     )
 
 
@@ -414,6 +424,7 @@ def _union_of_due_reads(
     lock_running: bool = True,
     share: bool = False,
     as_json: bool = False,
+    force_index: bool = False,
 ) -> str:
     listed = ", ".join(columns)
     if as_json:  # ``due_rows`` reads it back
@@ -425,6 +436,7 @@ def _union_of_due_reads(
             per_state=per_state,
             locked=locked and (lock_running or s != "running"),
             share=share,
+            force_index=force_index,
         )
         for s in DUE_STATES
     ]
@@ -522,6 +534,7 @@ def worker_sql(dialect: str) -> WorkerSql:
         per_state=FALLBACK_CANDIDATES,
         locked=False,
         as_json=d.reads_due_as_json,
+        force_index=d.forces_discovery_index,
     )
     renew = (
         f"UPDATE {_T} SET lease_expires_at = %s, discovery_at = %s, updated_at = %s, "
@@ -540,6 +553,7 @@ def worker_sql(dialect: str) -> WorkerSql:
                 derived=d.unions_derived_tables,
                 lock_running=not d.locks_next_key,
                 as_json=d.reads_due_as_json,
+                force_index=d.forces_discovery_index,
             ),
         ),
         # On a Galera cluster SKIP LOCKED skips only this node's locks, and a replicated write
@@ -558,6 +572,7 @@ def worker_sql(dialect: str) -> WorkerSql:
                 locked=False,
                 per_state=FALLBACK_CANDIDATES,
                 as_json=d.reads_due_as_json,
+                force_index=d.forces_discovery_index,
             ),
         ),
         next_due_fenced=_render(dialect, fenced),
@@ -613,6 +628,7 @@ def next_due_many(dialect: str, k: int, *, locked: bool) -> str:
         locked=locked,
         lock_running=not d.locks_next_key,
         as_json=d.reads_due_as_json,
+        force_index=d.forces_discovery_index,
     )
     return _render(dialect, reads)
 
