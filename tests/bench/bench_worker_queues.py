@@ -33,7 +33,9 @@ skipped with a message. Run from agora's environment:
     python tests/bench/bench_worker_queues.py --jobs 2000 --rounds 1 --dialects mysql
     python tests/bench/bench_worker_queues.py --skip procrastinate,pg-boss
 
-(``--only``/``--skip`` take parts of the systems' labels.)
+(``--only``/``--skip`` take parts of the systems' labels.) agora's workers hold their connection
+(``ActionProposalStore(..., hold_connection=True)``); ``BENCH_AGORA_QUERY=?prepare_threshold=none``
+is appended to their URL to compare without server-side prepares.
 """
 
 from __future__ import annotations
