@@ -111,6 +111,10 @@ class Dialect:
     autocommit_worker_steps: ClassVar[bool] = False
     """A worker's single fenced statement runs in autocommit (PostgreSQL: no BEGIN/COMMIT
     round trips), elsewhere in a short transaction."""
+    drives_worker_transactions: ClassVar[bool] = False
+    """A held worker connection's transactions are run on the driver itself, without
+    SQLAlchemy's begin and commit (PostgreSQL without a session tenant, MySQL/MariaDB; not
+    SQLite, whose BEGIN is an engine event)."""
     forces_discovery_index: ClassVar[bool] = False
     """A worker's discovery read names the discovery index (``FORCE INDEX``): MariaDB otherwise
     scans the whole table and sorts it when most rows are due (a backlog) and the read asks for
@@ -228,6 +232,7 @@ class PostgresDialect(Dialect):
     claims_in_one_update = True
     pipelines = True
     autocommit_worker_steps = True
+    drives_worker_transactions = True
     has_row_level_security = True
     keyed_advisory_locks = True
     server_version_sql = "SHOW server_version"
@@ -302,6 +307,7 @@ class MySQLDialect(Dialect):
     upserts_on_duplicate_key = True
     reads_due_as_json = True
     forces_discovery_index = True
+    drives_worker_transactions = True
     may_be_galera = True
     named_locks = True
     transactional_ddl = False

@@ -20,7 +20,6 @@ from agora_cli.store._clock import Clock
 from agora_cli.store._dialects import dialect_of
 from agora_cli.store._engine import (
     DRIVER_TRANSACTION,
-    dialect_name,
     end_on_driver,
     prepare_if_direct,
     retry_transient,
@@ -120,10 +119,10 @@ class ActionProposalStore:
         # begin and commit around each step, with their events, cost as much client CPU as a
         # statement. Not on SQLite (its BEGIN is an event) nor under a PostgreSQL session
         # tenant (the tenant setting hangs on the begin event: ``install_tenant_hook``).
-        name = dialect_name(engine)
-        self._on_driver = hold_connection and (
-            name == "mysql" or (name == "postgresql" and session_tenant(engine) is None)
-        )
+        d = dialect_of(engine)
+        self._on_driver = hold_connection and d.drives_worker_transactions
+        if d.has_row_level_security and session_tenant(engine) is not None:
+            self._on_driver = False
 
     def close(self) -> None:
         """Give back the held connection (a store that holds none has nothing to do)."""
