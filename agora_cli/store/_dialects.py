@@ -111,6 +111,17 @@ class Dialect:
     autocommit_worker_steps: ClassVar[bool] = False
     """A worker's single fenced statement runs in autocommit (PostgreSQL: no BEGIN/COMMIT
     round trips), elsewhere in a short transaction."""
+    drives_worker_transactions: ClassVar[bool] = False
+    """A held worker connection's transactions are run on the driver itself, without
+    SQLAlchemy's begin and commit (PostgreSQL without a session tenant, MySQL/MariaDB; not
+    SQLite, whose BEGIN is an engine event)."""
+    forces_discovery_index: ClassVar[bool] = False
+    """A worker's discovery read names the discovery index (``FORCE INDEX``): MariaDB otherwise
+    scans the whole table and sorts it when most rows are due (a backlog) and the read asks for
+    more than the index holds — with ``FOR UPDATE SKIP LOCKED``, a claim of 100 read 3,000 rows."""
+    reads_due_as_json: ClassVar[bool] = False
+    """A worker's discovery read returns each row as one ``JSON_ARRAY`` column (MySQL/MariaDB:
+    PyMySQL parses every column's descriptor on every result, a third of the worker's CPU)."""
     upserts_on_duplicate_key: ClassVar[bool] = False
     """``INSERT … ON DUPLICATE KEY UPDATE`` (MySQL/MariaDB)."""
     driver_placeholder: ClassVar[str] = "%s"
@@ -224,6 +235,7 @@ class PostgresDialect(Dialect):
     claims_in_one_update = True
     pipelines = True
     autocommit_worker_steps = True
+    drives_worker_transactions = True
     has_row_level_security = True
     keyed_advisory_locks = True
     listens = True
@@ -297,6 +309,9 @@ class MySQLDialect(Dialect):
     updates_read_own_table = False
     updates_through_joins = True
     upserts_on_duplicate_key = True
+    reads_due_as_json = True
+    forces_discovery_index = True
+    drives_worker_transactions = True
     may_be_galera = True
     named_locks = True
     transactional_ddl = False

@@ -270,7 +270,9 @@ def open_engine(
         options["pool_reset_on_return"] = None
     if backend == "sqlite":
         options["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+    prepare_given = False
     if backend == "postgresql":
+        prepare_given = PREPARE_THRESHOLD_PARAM in parsed.query
         parsed, threshold = _prepare_threshold(parsed)
         options["connect_args"] = {"prepare_threshold": threshold}
         if "connect_timeout" not in parsed.query:
@@ -296,6 +298,9 @@ def open_engine(
             engine = engine.execution_options(sqlite_deferred=True)
     if backend == "mysql":
         event.listen(engine, "connect", _on_mysql_connect)
+    if prepare_given:
+        # the URL chose (``prepare_if_direct`` then leaves the threshold as it is)
+        engine = engine.execution_options(**{_PREPARE_GIVEN: True})
     if tenant is not None:
         # Every connection knows its session tenant (``session_tenant``): a privileged job
         # refuses to run under one, on every dialect. Last: the events above are the base's.
@@ -313,6 +318,7 @@ def open_engine(
 
 
 _SESSION_TENANT = "agora_tenant"  # execution option: the engine's session tenant
+_PREPARE_GIVEN = "agora_prepare_given"  # execution option: the URL set prepare_threshold
 
 
 def session_tenant(bind: Engine | Connection) -> str | None:
@@ -692,7 +698,50 @@ def run_on_driver(
     thing — invalidating the connection when the driver reports it lost. These statements fire
     no engine events and are not echoed.
     """
-    return _on_driver(conn, [(sql, params)], pipeline=False)[0]
+    info = conn.info
+    if not conn.in_transaction() and not info.get(DRIVER_TRANSACTION):
+        conn.begin()
+    if autocommit_tenant_statement(conn) is not None or _PENDING_BEGIN in info:
+        return _on_driver(conn, [(sql, params)], pipeline=False)[0]
+    # The worker's usual case, without the general path's lists and context managers: a
+    # statement's client CPU is what a worker pays per job.
+    cursor: Any = None
+    try:
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor.execute(sql, params)
+        rows = cursor.fetchall() if cursor.description is not None else []
+        return DriverResult(cursor.rowcount, rows)
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _driver_error(conn, exc, sql, params, cursor) from exc
+    except BaseException:
+        conn.invalidate()  # interrupted mid-statement: the connection's state is unknown
+        raise
+    finally:
+        if cursor is not None:
+            with contextlib.suppress(Exception):
+                cursor.close()
+
+
+def prepare_if_direct(conn: Connection) -> bool:
+    """Prepare ``conn``'s statements on the server from their first run when ``conn`` reaches
+    PostgreSQL directly; whether it now does.
+
+    For a connection held for many statements (a worker's): a prepared statement is parsed and
+    planned once. Never through a pooler — a pooler answers the startup itself, so the backend
+    pid psycopg got (``info.backend_pid``) is not the server process's (``pg_backend_pid()``),
+    and a transaction pooler would run the next statement where it was never prepared — and
+    never when the URL set ``prepare_threshold`` (``none``: off; a number: kept as given).
+    """
+    if not dialect_of(conn).has_pg_catalog or conn.get_execution_options().get(_PREPARE_GIVEN):
+        return False
+    dbapi_conn: Any = conn.connection.driver_connection
+    startup = getattr(getattr(dbapi_conn, "info", None), "backend_pid", None)
+    server = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+    conn.rollback()
+    if startup is None or startup != server:
+        return False
+    dbapi_conn.prepare_threshold = 0
+    return True
 
 
 def run_pipelined(
@@ -708,16 +757,20 @@ def run_pipelined(
     return _on_driver(conn, statements, pipeline=True)
 
 
+DRIVER_TRANSACTION = "agora_driver_transaction"
+"""Connection-info key: the caller runs this connection's transaction on the driver itself
+(``commit_on_driver``), so ``run_on_driver`` does not begin SQLAlchemy's (a held worker
+connection on MySQL/MariaDB: SQLAlchemy's begin and commit cost a fifth of a step's client CPU)."""
+
+
 def _on_driver(
     conn: Connection,
     statements: Sequence[tuple[str, Sequence[Any] | Mapping[str, Any]]],
     *,
     pipeline: bool,
 ) -> list[DriverResult]:
-    # lazy: start-up — the engine module imports without SQLAlchemy (agora config)
-    from sqlalchemy.exc import DBAPIError
-
-    if not conn.in_transaction():
+    info = conn.info
+    if not conn.in_transaction() and not info.get(DRIVER_TRANSACTION):
         conn.begin()
     dbapi_conn: Any = conn.connection.driver_connection
     scoped = autocommit_tenant_statement(conn)
@@ -733,9 +786,8 @@ def _on_driver(
             for sql, params in statements:
                 cursor = dbapi_conn.cursor()
                 cursors.append(cursor)
-                begin = conn.info.pop(_PENDING_BEGIN, None)  # SQLite's deferred BEGIN (see above)
-                if begin is not None:
-                    cursor.execute(begin)
+                if _PENDING_BEGIN in info:  # SQLite's deferred BEGIN (see above)
+                    cursor.execute(info.pop(_PENDING_BEGIN))
                 cursor.execute(sql, params)
                 if not pipelined:
                     cursors[-1] = _collect(cursor)
@@ -744,19 +796,7 @@ def _on_driver(
         return cursors[1:] if scoped is not None else cursors
     except conn.dialect.loaded_dbapi.Error as exc:
         cursor = cursors[-1] if cursors and not isinstance(cursors[-1], DriverResult) else None
-        lost = conn.dialect.is_disconnect(exc, dbapi_conn, cursor)
-        wrapped = DBAPIError.instance(
-            sql,
-            params,
-            exc,
-            conn.dialect.loaded_dbapi.Error,
-            hide_parameters=conn.engine.hide_parameters,
-            connection_invalidated=lost,
-            dialect=conn.dialect,
-        )
-        if lost:
-            conn.invalidate(exc)
-        raise cast(BaseException, wrapped) from exc
+        raise _driver_error(conn, exc, sql, params, cursor) from exc
     except BaseException:
         # Interrupted mid-statement (KeyboardInterrupt, cancellation): the connection's state
         # is unknown, so it must not go back to the pool.
@@ -767,6 +807,51 @@ def _on_driver(
             if not isinstance(cursor, DriverResult):
                 with contextlib.suppress(Exception):
                     cursor.close()
+
+
+def _driver_error(conn: Connection, exc: Any, sql: str, params: Any, cursor: Any) -> BaseException:
+    """``exc`` as the ``DBAPIError`` SQLAlchemy itself would raise; ``conn`` invalidated when
+    the driver says the connection is lost."""
+    # lazy: start-up — the engine module imports without SQLAlchemy (agora config)
+    from sqlalchemy.exc import DBAPIError
+
+    dbapi_conn: Any = conn.connection.driver_connection
+    lost = conn.dialect.is_disconnect(exc, dbapi_conn, cursor)
+    wrapped = DBAPIError.instance(
+        sql,
+        params,
+        exc,
+        conn.dialect.loaded_dbapi.Error,
+        hide_parameters=conn.engine.hide_parameters,
+        connection_invalidated=lost,
+        dialect=conn.dialect,
+    )
+    if lost:
+        conn.invalidate(exc)
+    return cast(BaseException, wrapped)
+
+
+def end_on_driver(conn: Connection, *, commit: bool) -> None:
+    """Commit (or roll back) the transaction of a ``DRIVER_TRANSACTION`` connection: on the
+    driver, or through SQLAlchemy when a statement there began SQLAlchemy's transaction too.
+    Driver errors are raised as ``run_on_driver`` raises them."""
+    if conn.in_transaction():
+        if commit:
+            conn.commit()
+        else:
+            conn.rollback()
+        return
+    dbapi_conn: Any = conn.connection.driver_connection
+    try:
+        if commit:
+            dbapi_conn.commit()
+        else:
+            dbapi_conn.rollback()
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _driver_error(conn, exc, "COMMIT" if commit else "ROLLBACK", (), None) from exc
+    except BaseException:
+        conn.invalidate()
+        raise
 
 
 def _collect(cursor: Any) -> DriverResult:

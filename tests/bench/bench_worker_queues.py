@@ -1,15 +1,24 @@
-"""Benchmark: agora's worker loop against PostgreSQL job queues and bare loops (issue 15).
+"""Benchmark: agora's worker loop against PostgreSQL job queues and bare loops (issues 15, 29).
 
-Every system drains the same number of queued no-op jobs with W worker processes (4, then 1),
-each in a fresh database of its own, in one run; every job must have run exactly once (each
-worker reports the jobs it ran; a double or a missing job stops the benchmark). Prints jobs/s per
-system and the ratios of agora to the others.
+Every system drains the same number of queued no-op jobs with W worker processes, each in a
+fresh database of its own, in one run; every job must have run exactly once (each worker reports
+the jobs it ran; a double or a missing job stops the benchmark). Prints jobs/s per system, the
+client CPU per job, and the ratios of agora to the others.
+
+Each system's clock starts at its first job (the earliest first job of its workers: a peer's
+own start-up — pgqueuer spends 0.2-0.4 s before its first job — is not counted) and stops when
+the system's own tables say every job is done. Client CPU is each worker process's user + system
+time (``resource.getrusage``; Node's ``process.cpuUsage``) from "go" to its last job, summed over
+the workers, per job. Rounds interleave the servers (a round runs PostgreSQL, then MariaDB) and
+rotate the order of the systems by one each round; each ratio is taken within a round, and its
+median over the rounds is printed with the range. The load average is printed per round.
 
 PostgreSQL: agora with k = 1 (``claim_next`` + ``settle``), k = 1 as one step
 (``settle_and_claim_next``), k = 10 and k = 100 (``claim_next(limit=k)`` + ``settle_many``);
 pgqueuer (its defaults: batches of 10; and batch 100); procrastinate; pg-boss (``fetch`` +
-``complete``, one job at a time); a bare ``FOR UPDATE SKIP LOCKED`` loop on psycopg.
-MariaDB: agora k = 1, 10, 100 against bare PyMySQL loops.
+``complete``, one job at a time); bare ``FOR UPDATE SKIP LOCKED`` loops on psycopg taking 1, 10
+or 100 jobs at a time (the like-for-like baseline for agora's batches).
+MariaDB: agora k = 1, 10, 100 against the same bare loops on PyMySQL.
 
 The peers are never agora's dependencies; they live in the benchmark's own environments:
 
@@ -20,11 +29,13 @@ The peers are never agora's dependencies; they live in the benchmark's own envir
 (``BENCH_PEER_PYTHON`` and ``BENCH_NODE_DIR`` point elsewhere.) A peer that is not installed is
 skipped with a message. Run from agora's environment:
 
-    python tests/bench/bench_worker_queues.py              # 20,000 jobs, 4 and 1 workers, 3 rounds
-    python tests/bench/bench_worker_queues.py --jobs 5000 --workers 4 --dialects postgresql
+    python tests/bench/bench_worker_queues.py              # 5,000 jobs, 4 workers, 5 rounds
+    python tests/bench/bench_worker_queues.py --jobs 2000 --rounds 1 --dialects mysql
+    python tests/bench/bench_worker_queues.py --skip procrastinate,pg-boss
 
-Rounds alternate the order of the contenders; each ratio is taken within a round and the
-median over rounds is printed (the machine is shared, its load moves).
+(``--only``/``--skip`` take parts of the systems' labels.) agora's workers hold their connection
+(``ActionProposalStore(..., hold_connection=True)``); ``BENCH_AGORA_QUERY=?prepare_threshold=none``
+is appended to their URL to compare without server-side prepares.
 """
 
 from __future__ import annotations
@@ -33,14 +44,16 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import secrets
 import statistics
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 HERE = Path(__file__).resolve().parent
 PEER_PYTHON = os.environ.get("BENCH_PEER_PYTHON", "/work/bench-env/bin/python")
@@ -51,26 +64,48 @@ LEASE_MS = 600_000
 # --- the worker side: each runs as its own process, prints "ready", waits for "go" ------------
 
 
-def _ready() -> None:
-    print("ready", flush=True)
-    sys.stdin.readline()
+def _cpu() -> float:
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
 
 
-def _report(ran: list[Any]) -> None:
-    print(json.dumps({"ran": ran, "end": time.time()}), flush=True)
+class Clock:
+    """A worker's side of the measurement: CPU from "go", the time of its first job."""
+
+    def __init__(self) -> None:
+        self.cpu0 = 0.0
+        self.first: float | None = None
+
+    def ready(self) -> None:
+        print("ready", flush=True)
+        sys.stdin.readline()
+        self.cpu0 = _cpu()
+
+    def job(self) -> None:
+        if self.first is None:
+            self.first = time.time()
+
+    def report(self, ran: list[Any]) -> None:
+        doc = {"ran": ran, "first": self.first, "end": time.time(), "cpu": _cpu() - self.cpu0}
+        print(json.dumps(doc), flush=True)
 
 
 def agora_worker(url: str, name: str, k: int, mode: str) -> None:
     from agora_cli.store._engine import open_engine
     from agora_cli.store._proposals import ActionProposalStore, Settlement
 
-    store = ActionProposalStore(open_engine(url, pool_size=1))
+    query = os.environ.get("BENCH_AGORA_QUERY", "")
+    store = ActionProposalStore(open_engine(url + query, pool_size=1), hold_connection=True)
+    # warm up as the bare loop's connect does: the connection, the lazy imports of the hot path
+    store.renew("p-none", "x" * 43, 1, LEASE_MS)
     ran: list[str] = []
     ok = {"ok": True}
-    _ready()
+    clock = Clock()
+    clock.ready()
     if mode == "step":  # settle one and claim the next in one step
         batch = store.claim_next(name, LEASE_MS, limit=k)
         while batch:
+            clock.job()
             c = batch[0]
             assert c.work is not None and c.lease is not None
             ran.append(c.work.id)
@@ -82,11 +117,13 @@ def agora_worker(url: str, name: str, k: int, mode: str) -> None:
             got = store.claim_next(name, LEASE_MS)
             if got.work is None or got.lease is None:
                 break
+            clock.job()
             ran.append(got.work.id)
             lease = got.lease
             assert store.settle(got.work.id, lease.token, lease.generation, "succeeded", ok)
     else:
         while batch := store.claim_next(name, LEASE_MS, limit=k):
+            clock.job()
             items = []
             for c in batch:
                 assert c.work is not None and c.lease is not None
@@ -95,7 +132,7 @@ def agora_worker(url: str, name: str, k: int, mode: str) -> None:
                     Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded", ok)
                 )
             assert all(r.outcome == "settled" for r in store.settle_many(items))
-    _report(ran)
+    clock.report(ran)
 
 
 _QUEUED_ONLY = (
@@ -132,7 +169,8 @@ def bare_worker(url: str, name: str, k: int) -> None:
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
     read = _QUEUED_ONLY.format(k=k)
     ran: list[str] = []
-    _ready()
+    clock = Clock()
+    clock.ready()
     while True:
         now = int(time.time() * 1000)
         token_hash = secrets.token_hex(32)
@@ -142,6 +180,7 @@ def bare_worker(url: str, name: str, k: int) -> None:
             if not ids:
                 conn.commit()
                 break
+            clock.job()
             marks = ", ".join(["%s"] * len(ids))
             cur.execute(
                 "UPDATE agent_action_proposal SET execution_state = 'running', lease_owner = %s, "
@@ -164,7 +203,7 @@ def bare_worker(url: str, name: str, k: int) -> None:
             assert cur.rowcount == len(ids)
         conn.commit()
     conn.close()
-    _report(ran)
+    clock.report(ran)
 
 
 async def _pgqueuer_worker(dsn: str, batch: int) -> None:
@@ -175,17 +214,19 @@ async def _pgqueuer_worker(dsn: str, batch: int) -> None:
     conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
     qm = QueueManager(Queries(PsycopgDriver(conn)))
     ran: list[str] = []
+    clock = Clock()
 
     @qm.entrypoint("job")
     async def job(j: Any) -> None:
+        clock.job()
         ran.append(j.payload.decode())
 
-    _ready()
+    clock.ready()
     if batch:
         await qm.run(batch_size=batch, mode=QueueExecutionMode.drain)
     else:  # its defaults
         await qm.run(mode=QueueExecutionMode.drain)
-    _report(ran)
+    clock.report(ran)
 
 
 async def _procrastinate_worker(dsn: str) -> None:
@@ -193,15 +234,17 @@ async def _procrastinate_worker(dsn: str) -> None:
 
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
     ran: list[int] = []
+    clock = Clock()
 
     @app.task(name="job")
     async def job(n: int) -> None:
+        clock.job()
         ran.append(n)
 
     async with app.open_async():
-        _ready()
+        clock.ready()
         await app.run_worker_async(wait=False, install_signal_handlers=False)
-    _report(ran)
+    clock.report(ran)
 
 
 async def _pgqueuer_setup(dsn: str, n: int) -> None:
@@ -255,16 +298,21 @@ async function main () {
     return
   }
   const ran = []
+  let first = null
   console.log('ready')
   const lines = readline.createInterface({ input: process.stdin })
   await new Promise(resolve => lines.once('line', resolve))
+  const cpu0 = process.cpuUsage()
   for (;;) {
     const jobs = await boss.fetch('job')  // one job at a time, as a worker takes it
     if (!jobs || jobs.length === 0) break
+    if (first === null) first = Date.now() / 1000
     ran.push(jobs[0].data.n)  // the no-op job
     await boss.complete('job', jobs[0].id)
   }
-  console.log(JSON.stringify({ ran, end: Date.now() / 1000 }))
+  const used = process.cpuUsage(cpu0)
+  const cpu = (used.user + used.system) / 1e6
+  console.log(JSON.stringify({ ran, first, end: Date.now() / 1000, cpu }))
   await boss.stop({ graceful: false, wait: true })
   process.exit(0)
 }
@@ -358,6 +406,11 @@ def drained_at(url: str, system: str, procs: list[Any]) -> float:
         engine.dispose()
 
 
+class Measured(NamedTuple):
+    rate: float  # jobs/s from the system's first job to the last job done
+    cpu_ms: float  # client CPU per job, summed over the workers (ms)
+
+
 def run_system(
     label: str,
     system: str,
@@ -366,7 +419,7 @@ def run_system(
     n: int,
     workers: int,
     cwd: Path | None = None,
-) -> float:
+) -> Measured:
     procs = []
     for i in range(workers):
         proc = subprocess.Popen(
@@ -385,87 +438,86 @@ def run_system(
                 f"{label}: worker did not start: {line}{proc.stderr.read() if proc.stderr else ''}"
             )
         procs.append(proc)
-    t0 = time.time()
+    go = time.time()
     for proc in procs:
         assert proc.stdin is not None
         proc.stdin.write("go\n")
         proc.stdin.flush()
     end = drained_at(url, system, procs)
     ran: list[Any] = []
+    firsts: list[float] = []
+    cpu = 0.0
     for proc in procs:
         out, err = proc.communicate(timeout=3600)
         if proc.returncode != 0:
             raise SystemExit(f"{label}: worker failed: {err[-2000:]}")
         doc = json.loads(out.strip().splitlines()[-1])
         ran.extend(str(x) for x in doc["ran"])
-    elapsed = end - t0
+        if doc["first"] is not None:
+            firsts.append(float(doc["first"]))
+        cpu += float(doc["cpu"])
+    start = min(firsts) if firsts else go
+    elapsed = end - start
     counts = Counter(ran)
     doubles = sum(c - 1 for c in counts.values() if c > 1)
     missing = n - len(counts)
     rate = len(ran) / elapsed
+    cpu_ms = cpu * 1000 / max(1, len(ran))
     print(
-        f"  {label:<34} {workers} worker(s): {len(ran)} jobs in {elapsed:6.2f} s = "
-        f"{rate:8,.0f} jobs/s; ran twice {doubles}; never ran {missing}",
+        f"  {label:<34} {workers}w: {len(ran)} jobs in {elapsed:6.2f} s from the first job "
+        f"(+{start - go:.2f} s to it) = {rate:7,.0f} jobs/s; CPU {cpu_ms:.3f} ms/job; "
+        f"ran twice {doubles}; never ran {missing}",
         flush=True,
     )
     if doubles or missing:
         raise SystemExit(f"{label}: {doubles} jobs ran twice, {missing} never ran")
-    return rate
+    return Measured(rate, cpu_ms)
 
 
-def agora_systems(dialect: str) -> list[tuple[str, int, str]]:
-    return [
-        ("agora k=1", 1, "single"),
-        ("agora k=1 settle_and_claim_next", 1, "step"),
-        ("agora k=10", 10, "batch"),
-        ("agora k=100", 100, "batch"),
+def contenders(dialect: str) -> list[tuple[str, tuple[str, int, str]]]:
+    """(label, (system, k, mode)) for ``dialect``, in the first round's order."""
+    found: list[tuple[str, tuple[str, int, str]]] = [
+        ("agora k=1", ("agora", 1, "single")),
+        ("agora k=1 settle_and_claim_next", ("agora", 1, "step")),
+        ("agora k=10", ("agora", 10, "batch")),
+        ("agora k=100", ("agora", 100, "batch")),
+        ("bare loop k=1", ("bare", 1, "")),
+        ("bare loop k=10", ("bare", 10, "")),
+        ("bare loop k=100", ("bare", 100, "")),
     ]
-
-
-def measure(
-    dialect: str, n: int, workers: int, only: set[str] | None, rounds: int
-) -> list[dict[str, float]]:
-    """``rounds`` rounds over every contender, the order reversed every other round (the
-    machine is shared: a load change then hits both sides of a ratio alike)."""
-    return [measure_round(dialect, n, workers, only, reverse=r % 2 == 1) for r in range(rounds)]
-
-
-def measure_round(
-    dialect: str, n: int, workers: int, only: set[str] | None, *, reverse: bool
-) -> dict[str, float]:
-    from _common import create_database, drop_database
-
-    me = [sys.executable, str(Path(__file__).resolve()), "_worker"]
-    rates: dict[str, float] = {}
-
-    def fresh(prefix: str) -> tuple[str, str]:
-        return create_database(dialect, f"agora_bwq_{prefix}")
-
-    def wanted(label: str) -> bool:
-        return only is None or any(o in label for o in only)
-
-    contenders: list[tuple[str, Any]] = []
-    for label, k, mode in agora_systems(dialect):
-        contenders.append((label, ("agora", k, mode)))
-    contenders.append(("bare loop k=1", ("bare", 1, "")))
-    if dialect == "mysql":
-        contenders += [("bare loop k=10", ("bare", 10, "")), ("bare loop k=100", ("bare", 100, ""))]
     if dialect == "postgresql":
-        contenders += [
+        found += [
             ("pgqueuer defaults", ("pgqueuer", 0, "")),
             ("pgqueuer batch 100", ("pgqueuer", 100, "")),
             ("procrastinate", ("procrastinate", 0, "")),
             ("pg-boss", ("pg-boss", 0, "")),
         ]
-    for label, (system, k, mode) in reversed(contenders) if reverse else contenders:
-        if not wanted(label):
-            continue
+    return found
+
+
+def measure_round(
+    dialect: str,
+    n: int,
+    workers: int,
+    wanted: Callable[[str], bool],
+    rotation: int,
+) -> dict[str, Measured]:
+    """One run of every wanted system, the order rotated by ``rotation`` places."""
+    from _common import create_database, drop_database
+
+    me = [sys.executable, str(Path(__file__).resolve()), "_worker"]
+    rates: dict[str, Measured] = {}
+    systems = [c for c in contenders(dialect) if wanted(c[0])]
+    if systems:
+        shift = rotation % len(systems)
+        systems = systems[shift:] + systems[:shift]
+    for label, (system, k, mode) in systems:
         if system in ("pgqueuer", "procrastinate", "pg-boss"):
             why = peer_missing(system)
             if why:
                 print(f"  {label:<34} skipped: {why}", flush=True)
                 continue
-        name, url = fresh(system.replace("-", ""))
+        name, url = create_database(dialect, f"agora_bwq_{system.replace('-', '')}")
         try:
             if system in ("agora", "bare"):
                 load_agora(url, n)
@@ -492,31 +544,56 @@ def measure_round(
     return rates
 
 
-def ratios(dialect: str, workers: int, rounds: list[dict[str, float]]) -> None:
-    """Each ratio per round (its two sides measured minutes apart at most), then the median."""
-    pairs = [
-        ("agora k=1", "bare loop k=1"),
-        ("agora k=1 settle_and_claim_next", "bare loop k=1"),
-        ("agora k=1 settle_and_claim_next", "agora k=1"),
-        ("agora k=10", "bare loop k=10"),
-        ("agora k=100", "bare loop k=100"),
-        ("agora k=10", "pgqueuer defaults"),
-        ("agora k=100", "pgqueuer batch 100"),
-        ("agora k=1", "procrastinate"),
-        ("agora k=1", "pg-boss"),
-        ("agora k=1", "pgqueuer defaults"),
-    ]
-    labels = sorted({label for r in rounds for label in r}, key=lambda x: (x[:5] != "agora", x))
+# (a, b, goal): the ratio a / b of jobs/s, and the issue's goal for it ("" for none)
+RATE_PAIRS = [
+    ("agora k=1", "bare loop k=1", ">= 0.9"),
+    ("agora k=10", "bare loop k=10", ">= 0.9 (MariaDB)"),
+    ("agora k=100", "bare loop k=100", ">= 0.9 (MariaDB)"),
+    ("agora k=10", "pgqueuer defaults", ">= 1.3"),
+    ("agora k=100", "pgqueuer batch 100", ">= 1.2"),
+    ("agora k=1 settle_and_claim_next", "bare loop k=1", ""),
+    ("agora k=1 settle_and_claim_next", "agora k=1", ""),
+    ("agora k=1", "procrastinate", ""),
+    ("agora k=1", "pg-boss", ""),
+]
+# (a, b, goal): the ratio a / b of client CPU per job
+CPU_PAIRS = [
+    ("agora k=1", "bare loop k=1", "<= 1.3"),
+    ("agora k=10", "bare loop k=10", ""),
+    ("agora k=100", "bare loop k=100", ""),
+]
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    low, high = min(values), max(values)
+    return f"{format(statistics.median(values), fmt)} ({format(low, fmt)}-{format(high, fmt)})"
+
+
+def summary(dialect: str, workers: int, rounds: list[dict[str, Measured]]) -> None:
+    """Medians (range) over the rounds: jobs/s and CPU per system, then each ratio per round."""
+    print(f"{dialect}, {workers} workers, {len(rounds)} rounds: median (min-max)", flush=True)
+    labels = [label for label, _ in contenders(dialect) if any(label in r for r in rounds)]
     for label in labels:
-        values = [r[label] for r in rounds if label in r]
-        print(f"  {dialect} {workers}w median {label}: {statistics.median(values):,.0f} jobs/s")
-    for a, b in pairs:
-        per_round = [r[a] / r[b] for r in rounds if a in r and b in r]
-        if per_round:
+        rates = [r[label].rate for r in rounds if label in r]
+        cpus = [r[label].cpu_ms for r in rounds if label in r]
+        print(
+            f"  {label:<34} {_spread(rates, ',.0f')} jobs/s; CPU {_spread(cpus, '.3f')} ms/job",
+            flush=True,
+        )
+    for what, pairs in (("jobs/s", RATE_PAIRS), ("CPU/job", CPU_PAIRS)):
+        for a, b, goal in pairs:
+            per_round = [
+                (r[a].rate / r[b].rate if what == "jobs/s" else r[a].cpu_ms / r[b].cpu_ms)
+                for r in rounds
+                if a in r and b in r
+            ]
+            if not per_round:
+                continue
             shown = ", ".join(f"{x:.2f}" for x in per_round)
+            aim = f" goal {goal};" if goal else ""
             print(
-                f"  {dialect} {workers}w ratio {a} / {b}: {statistics.median(per_round):.2f} "
-                f"(rounds: {shown})",
+                f"  {dialect} ratio {what} {a} / {b}: {_spread(per_round, '.2f')};{aim} "
+                f"rounds {shown}",
                 flush=True,
             )
 
@@ -526,23 +603,35 @@ def main() -> None:
         worker_main(sys.argv[2:])
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=20_000)
-    parser.add_argument("--workers", default="4,1", help="worker counts, e.g. 4,1")
+    parser.add_argument("--jobs", type=int, default=5_000)
+    parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--dialects", default="postgresql,mysql")
     parser.add_argument("--only", default="", help="comma-separated label parts to run")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--skip", default="", help="comma-separated label parts to leave out")
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    only = {o.strip() for o in args.only.split(",") if o.strip()} or None
+    only = {o.strip() for o in args.only.split(",") if o.strip()}
+    skip = {o.strip() for o in args.skip.split(",") if o.strip()}
+
+    def wanted(label: str) -> bool:
+        return (not only or any(o in label for o in only)) and not any(s in label for s in skip)
+
+    dialects = args.dialects.split(",")
     print(
         f"worker_queues: jobs={args.jobs}, workers={args.workers}, rounds={args.rounds}, "
-        f"cpus={os.cpu_count()}, load average {os.getloadavg()[0]:.1f}, "
-        f"no-op jobs, every job verified to run exactly once",
+        f"cpus={os.cpu_count()}, no-op jobs, every job verified to run exactly once; each "
+        "system's clock starts at its first job",
         flush=True,
     )
-    for dialect in args.dialects.split(","):
-        for workers in (int(w) for w in args.workers.split(",")):
-            print(f"{dialect}, {workers} worker process(es):", flush=True)
-            ratios(dialect, workers, measure(dialect, args.jobs, workers, only, args.rounds))
+    results: dict[str, list[dict[str, Measured]]] = {d: [] for d in dialects}
+    for r in range(args.rounds):
+        for dialect in dialects:
+            load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+            print(f"round {r + 1}, {dialect} (load average {load}):", flush=True)
+            results[dialect].append(measure_round(dialect, args.jobs, args.workers, wanted, r))
+    print(f"load average at the end {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    for dialect in dialects:
+        summary(dialect, args.workers, results[dialect])
 
 
 if __name__ == "__main__":

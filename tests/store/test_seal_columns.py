@@ -133,8 +133,8 @@ def test_a_frame_copied_to_another_seq_reads_as_broken(engine: Any, kek: Kek) ->
     assert second != first
 
 
-def _store(engine: Any) -> ActionProposalStore:
-    return ActionProposalStore(engine, ManualClock(T0))
+def _store(engine: Any, hold: bool = False) -> ActionProposalStore:
+    return ActionProposalStore(engine, ManualClock(T0), hold_connection=hold)
 
 
 def _propose(store: ActionProposalStore, call: str = "c1", amount: float = 12.5) -> str:
@@ -150,11 +150,14 @@ def _propose(store: ActionProposalStore, call: str = "c1", amount: float = 12.5)
     ).proposal.id
 
 
+@pytest.mark.parametrize("hold", [False, True], ids=["per-step", "held"])
 def test_proposals_input_card_and_result_are_sealed_and_the_worker_opens_them(
-    engine: Any, kek: Kek
+    engine: Any, kek: Kek, hold: bool
 ) -> None:
+    """Also with a held connection (issue 29): the worker's settle folds the tenant-key test into
+    its UPDATE, and a keyed tenant's result is still sealed."""
     _acme(engine)
-    store = _store(engine)
+    store = _store(engine, hold)
     pid = _propose(store)
     _no_plaintext(_raw(engine, action_proposal, "input"))
     _no_plaintext(_raw(engine, action_proposal, "card"))
@@ -207,12 +210,13 @@ def test_proposals_input_card_and_result_are_sealed_and_the_worker_opens_them(
     assert json.loads(str(got.outcome))["result"] == {"refund_id": SECRET}
 
 
+@pytest.mark.parametrize("hold", [False, True], ids=["per-step", "held"])
 def test_a_worker_without_the_kek_gets_the_marker_and_cannot_settle_in_plaintext(
-    engine: Any,
+    engine: Any, hold: bool
 ) -> None:
     with using_kek(KEK):
         _acme(engine)
-        store = _store(engine)
+        store = _store(engine, hold)
         pids = [_propose(store, "c1"), _propose(store, "c2", 1.0)]
         for pid in pids:
             store.decide(pid, ACME, "approved", "bob")

@@ -49,11 +49,14 @@ from agora_cli.store._proposals.model import (
 )
 from agora_cli.store._proposals.queries import (
     SETTLE_MANY_PG,
+    SETTLE_MANY_PG_SEALED,
     Due,
     claim_many_pg,
+    due_rows,
     holders_mysql,
     lock_by_id_mysql,
     next_due_many,
+    settle_fenced_mysql,
     settle_many_mysql,
     settled_generations,
     take_leases_mysql,
@@ -66,6 +69,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
 __all__ = [
+    "BatchLost",
     "claim_next_proposal",
     "claim_next_proposals",
     "claim_proposal",
@@ -74,6 +78,11 @@ __all__ = [
     "settle_proposal",
     "settle_proposals",
 ]
+
+
+class BatchLost(Exception):
+    """``settle_proposals(optimistic=True)`` on MySQL/MariaDB: the batch's one fenced UPDATE
+    changed fewer rows than the batch; the caller rolls back and settles it again exactly."""
 
 
 def _claim_kind(row: Proposal, now: int) -> ClaimOutcome | None:
@@ -175,14 +184,27 @@ def settle_proposal(
     check_lease(token, generation)
     check_settle(outcome, error)
     result_text = None if result is None else dump_json("result", result)
-    result_text = seal_results(conn, [(proposal_id, result_text)])[0]
     now = clock_or_system(clock).now_ms()
-    sql = worker_sql(dialect_name(conn)).settle
+    statements = worker_sql(dialect_name(conn))
     hashed = token_hash(token)
     params = (outcome, result_text, error, now, now, proposal_id, hashed, generation, now)
-    if run_on_driver(conn, sql, params).rowcount != 1:
-        return SettleResult("lost")
-    return SettleResult("settled")
+    if result_text is None:
+        return _settled(run_on_driver(conn, statements.settle, params).rowcount == 1)
+    # A result is written as it is when the proposal's tenant never had a key — tested in the
+    # UPDATE itself; when it changed nothing (a keyed tenant, or a lost lease), seal and settle.
+    if run_on_driver(conn, statements.settle_unkeyed, params).rowcount == 1:
+        return SettleResult("settled")
+    sealed = seal_results(conn, [(proposal_id, result_text)])[0]
+    params = (outcome, sealed, error, now, now, proposal_id, hashed, generation, now)
+    return _settled(run_on_driver(conn, statements.settle, params).rowcount == 1)
+
+
+_SETTLED = SettleResult("settled")
+_LOST = SettleResult("lost")
+
+
+def _settled(held: bool) -> SettleResult:
+    return _SETTLED if held else _LOST
 
 
 def find_own_settles(conn: Connection, settlements: Sequence[Settlement]) -> set[str]:
@@ -254,7 +276,7 @@ def claim_next_proposal(
         args = (now, size, index, now, size, index) if size > 1 else args
     for _ in range(FENCE_ROUNDS):
         rows = sorted(
-            (Due(*row) for row in run_on_driver(conn, read, args).rows),
+            due_rows(dialect, run_on_driver(conn, read, args).rows),
             key=lambda r: r.discovery_at,
         )
         if not rows and read is statements.next_due_share:
@@ -356,7 +378,7 @@ def claim_next_proposals(
     if locked:
         read = next_due_many(dialect, limit, locked=True)
         rows = sorted(
-            (Due(*row) for row in run_on_driver(conn, read, (now, now)).rows),
+            due_rows(dialect, run_on_driver(conn, read, (now, now)).rows),
             key=lambda r: (r.discovery_at, r.id),
         )[:limit]
         if not rows:
@@ -385,7 +407,7 @@ def claim_next_proposals(
     read = next_due_many(dialect, limit, locked=False)
     for _ in range(FENCE_ROUNDS):
         candidates = sorted(
-            (Due(*row) for row in run_on_driver(conn, read, (now, now)).rows),
+            due_rows(dialect, run_on_driver(conn, read, (now, now)).rows),
             key=lambda r: (r.discovery_at, r.id),
         )
         taken_before = len(results)
@@ -415,14 +437,20 @@ def _lock_recoveries_mysql(conn: Connection, rows: list[Due]) -> list[Due]:
 
 
 def settle_proposals(
-    conn: Connection, settlements: Sequence[Settlement], *, clock: Clock | None = None
+    conn: Connection,
+    settlements: Sequence[Settlement],
+    *,
+    clock: Clock | None = None,
+    optimistic: bool = False,
 ) -> list[SettleResult]:
     """Record many outcomes, each fenced exactly as ``settle_proposal`` is; one result each.
 
     A lost lease (wrong token or generation, expired, settled already) is ``lost`` and never
     blocks the others. PostgreSQL: one UPDATE over the arrays of the batch. MySQL/MariaDB: one
-    locking read of the live leases and one UPDATE of those that hold. SQLite: one fenced
-    UPDATE each, in the caller's transaction. At most 1,000 settlements, distinct proposals.
+    locking read of the live leases and one UPDATE of those that hold; with ``optimistic`` (the
+    store's), one fenced UPDATE of the whole batch, and ``BatchLost`` when it changed fewer rows
+    than the batch (the caller rolls back and calls again without). SQLite: one fenced UPDATE
+    each, in the caller's transaction. At most 1,000 settlements, distinct proposals.
     """
     if not 1 <= len(settlements) <= MAX_CLAIM_BATCH:
         raise InvalidInput(
@@ -440,25 +468,17 @@ def settle_proposals(
     ids = [item.proposal_id for item in settlements]
     if len(set(ids)) != len(ids):
         raise InvalidInput("a proposal appears twice in one batch of settlements")
-    results_text = seal_results(conn, list(zip(ids, results_text, strict=True)))
     now = clock_or_system(clock).now_ms()
     hashes = [token_hash(item.token) for item in settlements]
     dialect = dialect_name(conn)
     d = dialect_of(dialect)
     if d.binds_arrays:
-        args: tuple[Any, ...] = (
-            now,
-            now,
-            ids,
-            hashes,
-            [item.generation for item in settlements],
-            [item.outcome for item in settlements],
-            results_text,
-            [item.error for item in settlements],
-            now,
-        )
-        settled = {row[0] for row in run_on_driver(conn, SETTLE_MANY_PG, args).rows}
+        settled = _settle_many_pg(conn, settlements, ids, hashes, results_text, now)
+    elif d.updates_through_joins and optimistic:
+        _settle_fenced_mysql(conn, settlements, hashes, results_text, now)
+        settled = set(ids)
     elif d.updates_through_joins:
+        results_text = seal_results(conn, list(zip(ids, results_text, strict=True)))
         live = run_on_driver(conn, holders_mysql(len(ids)), (*ids, now)).rows
         held = {(pid, hashed, int(gen)) for pid, hashed, gen in live}
         holding = [
@@ -475,6 +495,7 @@ def settle_proposals(
             run_on_driver(conn, settle_many_mysql(len(holding)), (*values, now, now))
         settled = {ids[n] for n in holding}
     else:
+        results_text = seal_results(conn, list(zip(ids, results_text, strict=True)))
         sql = worker_sql(dialect).settle
         settled = set()
         for n, item in enumerate(settlements):
@@ -491,7 +512,72 @@ def settle_proposals(
             )
             if run_on_driver(conn, sql, args).rowcount == 1:
                 settled.add(ids[n])
-    return [SettleResult("settled" if pid in settled else "lost") for pid in ids]
+    return [_settled(pid in settled) for pid in ids]
+
+
+def _settle_many_pg(
+    conn: Connection,
+    settlements: Sequence[Settlement],
+    ids: list[str],
+    hashes: list[str],
+    results_text: list[str | None],
+    now: int,
+) -> set[str]:
+    """PostgreSQL: one UPDATE over the batch's arrays, results written as they are for tenants
+    that never had a key; the rest (keyed tenants, or lost leases) sealed and tried once more."""
+
+    def run(sql: str, rows: list[int], texts: Sequence[str | None]) -> set[str]:
+        args = (
+            now,
+            now,
+            [ids[n] for n in rows],
+            [hashes[n] for n in rows],
+            [settlements[n].generation for n in rows],
+            [settlements[n].outcome for n in rows],
+            list(texts),
+            [settlements[n].error for n in rows],
+            now,
+        )
+        return {row[0] for row in run_on_driver(conn, sql, args).rows}
+
+    settled = run(SETTLE_MANY_PG, list(range(len(ids))), results_text)
+    rest = [n for n in range(len(ids)) if ids[n] not in settled and results_text[n] is not None]
+    if rest:
+        sealed = seal_results(conn, [(ids[n], results_text[n]) for n in rest])
+        settled |= run(SETTLE_MANY_PG_SEALED, rest, sealed)
+    return settled
+
+
+def _settle_fenced_mysql(
+    conn: Connection,
+    settlements: Sequence[Settlement],
+    hashes: list[str],
+    results_text: list[str | None],
+    now: int,
+) -> None:
+    """MySQL/MariaDB: the whole batch in one fenced UPDATE (``settle_fenced_mysql``); raises
+    ``BatchLost`` when it changed fewer rows than the batch."""
+    columns: tuple[list[Any], list[Any], list[Any]] = (
+        [item.outcome for item in settlements],
+        list(results_text),
+        [item.error for item in settlements],
+    )
+    v_state, v_result, v_error = (any(v != values[0] for v in values) for values in columns)
+    varies = (v_state, v_result, v_error)
+    args: list[Any] = []
+    for values, vary in zip(columns, varies, strict=True):
+        if vary:
+            for item, value in zip(settlements, values, strict=True):
+                args += (item.proposal_id, value)
+        else:
+            args.append(values[0])
+    args += (now, now, now)
+    for item, hashed in zip(settlements, hashes, strict=True):
+        args += (item.proposal_id, hashed, item.generation)
+    unkeyed = any(text is not None for text in results_text)
+    sql = settle_fenced_mysql(len(settlements), varies, unkeyed)
+    if run_on_driver(conn, sql, args).rowcount != len(settlements):
+        raise BatchLost
 
 
 def settle_and_claim_next(
@@ -510,7 +596,21 @@ def settle_and_claim_next(
     """
     if dialect_of(conn).pipelines and _skip_locked(conn):
         return _settle_and_claim_pg(conn, settlement, worker_id, lease_ms, limit, clock)
-    settled = settle_proposals(conn, [settlement], clock=clock)[0]
+    if not isinstance(settlement, Settlement):
+        raise InvalidInput("the settlement must be a Settlement", param="settlement")
+    check_identity("worker_id", worker_id)
+    check_lease_ms(lease_ms)
+    check_limit(limit, MAX_CLAIM_BATCH)
+    settled = settle_proposal(
+        conn,
+        settlement.proposal_id,
+        token=settlement.token,
+        generation=settlement.generation,
+        outcome=settlement.outcome,
+        result=settlement.result,
+        error=settlement.error,
+        clock=clock,
+    )
     claimed = claim_next_proposals(
         conn, worker_id=worker_id, lease_ms=lease_ms, limit=limit, clock=clock
     )

@@ -29,6 +29,7 @@ are taken under the version fence (one claim) or locked by primary key first (a 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -48,6 +49,7 @@ from agora_cli.store._proposals.model import (
 from agora_cli.store._schema import action_proposal as p
 from agora_cli.store._schema import action_proposal_event as ev
 from agora_cli.store._schema import message as m
+from agora_cli.store._schema import tenant_key as tenant_key_table
 from agora_cli.store._schema import thread as t
 from agora_cli.store._sqlexpr import exact_eq
 
@@ -60,12 +62,14 @@ __all__ = [
     "DUE_STATES",
     "Due",
     "WorkerSql",
+    "due_rows",
     "fenced_update",
     "in_scope",
     "proposal_row",
     "rows_by_id_or_key",
     "scope_filter",
     "select_rows",
+    "settle_fenced_mysql",
     "settled_generations",
     "tenant_key_of",
     "worker_sql",
@@ -389,15 +393,25 @@ _T = p.name
 _DUE_KEY = ("id", "version", "discovery_state", "discovery_at")
 
 
+_DUE_INDEX = "agent_action_proposal_discovery_idx"
+
+
 def _due_read(
-    state: str, columns: str, *, per_state: int, locked: bool, share: bool = False
+    state: str,
+    columns: str,
+    *,
+    per_state: int,
+    locked: bool,
+    share: bool = False,
+    force_index: bool = False,
 ) -> str:
     lock = " FOR UPDATE SKIP LOCKED" if locked else ""
     # A Galera node's share of the rows (see ``next_due_share``): the hash modulo the cluster size.
     mine = " AND MOD(CRC32(id), %s) = %s" if share else ""
+    hint = f" FORCE INDEX ({_DUE_INDEX})" if force_index else ""
     return (
-        f"SELECT {columns} FROM {_T} WHERE discovery_state = '{state}' AND discovery_at <= %s"
-        f"{mine} ORDER BY discovery_at LIMIT {per_state}{lock}"
+        f"SELECT {columns} FROM {_T}{hint} WHERE discovery_state = '{state}' "
+        f"AND discovery_at <= %s{mine} ORDER BY discovery_at LIMIT {per_state}{lock}"
     )
 
 
@@ -409,8 +423,12 @@ def _union_of_due_reads(
     locked: bool = True,
     lock_running: bool = True,
     share: bool = False,
+    as_json: bool = False,
+    force_index: bool = False,
 ) -> str:
     listed = ", ".join(columns)
+    if as_json:  # ``due_rows`` reads it back
+        listed = f"JSON_ARRAY({listed}) AS due"
     reads = [
         _due_read(
             s,
@@ -418,6 +436,7 @@ def _union_of_due_reads(
             per_state=per_state,
             locked=locked and (lock_running or s != "running"),
             share=share,
+            force_index=force_index,
         )
         for s in DUE_STATES
     ]
@@ -444,6 +463,13 @@ _LEASE_HOLDER = (
     "id = %s AND lease_token_hash = %s AND generation = %s "
     "AND execution_state = 'running' AND lease_expires_at > %s"
 )
+_TENANT_KEYS = tenant_key_table.name
+
+
+def _unkeyed(alias: str) -> str:
+    """The proposal's tenant never had a key (the same test as ``sealed.seal_results``'s): its
+    result is written as it is. In the fenced UPDATE itself, so settling a result needs no read."""
+    return f"NOT EXISTS (SELECT 1 FROM {_TENANT_KEYS} k WHERE k.tenant_key = {alias}.tenant_ref)"
 
 
 @dataclass(frozen=True)
@@ -458,6 +484,8 @@ class WorkerSql:
     - ``claim_next`` (PostgreSQL only): owner, token hash, expiry, expiry, now, now, now
     - ``renew``: lease expiry, lease expiry, now, id, token hash, generation, now
     - ``settle``: state, result, error, now, now, id, token hash, generation, now
+    - ``settle_unkeyed``: as ``settle``; changes nothing when the proposal's tenant has a key
+      (its result must be sealed: ``sealed.seal_results``)
     """
 
     next_due_locked: str
@@ -467,6 +495,14 @@ class WorkerSql:
     claim_next: str | None
     renew: str
     settle: str
+    settle_unkeyed: str
+
+
+def due_rows(dialect: str, rows: Sequence[Sequence[Any]]) -> list[Due]:
+    """A discovery read's rows as ``Due`` (from one JSON column where the dialect reads so)."""
+    if dialect_of(dialect).reads_due_as_json:
+        return [Due(*json.loads(row[0])) for row in rows]
+    return [Due(*row) for row in rows]
 
 
 def _render(dialect: str, sql: str) -> str:
@@ -493,7 +529,12 @@ def worker_sql(dialect: str) -> WorkerSql:
             "due.discovery_state"
         )
     fenced = _union_of_due_reads(
-        due_columns, derived=True, per_state=FALLBACK_CANDIDATES, locked=False
+        due_columns,
+        derived=True,
+        per_state=FALLBACK_CANDIDATES,
+        locked=False,
+        as_json=d.reads_due_as_json,
+        force_index=d.forces_discovery_index,
     )
     renew = (
         f"UPDATE {_T} SET lease_expires_at = %s, discovery_at = %s, updated_at = %s, "
@@ -508,7 +549,11 @@ def worker_sql(dialect: str) -> WorkerSql:
         next_due_locked=_render(
             dialect,
             _union_of_due_reads(
-                due_columns, derived=d.unions_derived_tables, lock_running=not d.locks_next_key
+                due_columns,
+                derived=d.unions_derived_tables,
+                lock_running=not d.locks_next_key,
+                as_json=d.reads_due_as_json,
+                force_index=d.forces_discovery_index,
             ),
         ),
         # On a Galera cluster SKIP LOCKED skips only this node's locks, and a replicated write
@@ -526,6 +571,8 @@ def worker_sql(dialect: str) -> WorkerSql:
                 share=True,
                 locked=False,
                 per_state=FALLBACK_CANDIDATES,
+                as_json=d.reads_due_as_json,
+                force_index=d.forces_discovery_index,
             ),
         ),
         next_due_fenced=_render(dialect, fenced),
@@ -535,6 +582,7 @@ def worker_sql(dialect: str) -> WorkerSql:
         claim_next=claim_next,
         renew=_render(dialect, renew),
         settle=_render(dialect, settle),
+        settle_unkeyed=_render(dialect, f"{settle} AND {_unkeyed(_T)}"),
     )
 
 
@@ -579,6 +627,8 @@ def next_due_many(dialect: str, k: int, *, locked: bool) -> str:
         per_state=k,
         locked=locked,
         lock_running=not d.locks_next_key,
+        as_json=d.reads_due_as_json,
+        force_index=d.forces_discovery_index,
     )
     return _render(dialect, reads)
 
@@ -609,7 +659,7 @@ def take_leases_mysql(m: int) -> str:
     )
 
 
-SETTLE_MANY_PG = (
+_SETTLE_MANY_PG = (
     f"UPDATE {_T} AS a SET execution_state = v.state, result = v.result, error = v.error, "
     "settled_at = %s, lease_token_hash = NULL, lease_expires_at = NULL, "
     "discovery_state = 'done', discovery_at = NULL, updated_at = %s, version = a.version + 1 "
@@ -617,11 +667,14 @@ SETTLE_MANY_PG = (
     "AS v(id, hash, gen, state, result, error) "
     "WHERE a.id = v.id AND a.lease_token_hash = v.hash AND a.generation = v.gen "
     "AND a.execution_state = 'running' AND a.lease_expires_at > %s "
-    "RETURNING a.id"
 )
-"""PostgreSQL: settle many leases in one UPDATE, each fenced as ``settle`` is.
+SETTLE_MANY_PG = f"{_SETTLE_MANY_PG}AND (v.result IS NULL OR {_unkeyed('a')}) RETURNING a.id"
+"""PostgreSQL: settle many leases in one UPDATE, each fenced as ``settle`` is; a result of a
+keyed tenant's proposal is left to the caller (it must be sealed first: ``SETTLE_MANY_PG_SEALED``).
 
 Parameters: now, now, ids, token hashes, generations, states, results, errors (arrays), now."""
+SETTLE_MANY_PG_SEALED = f"{_SETTLE_MANY_PG}RETURNING a.id"
+"""PostgreSQL: ``SETTLE_MANY_PG`` for results already sealed where they must be."""
 
 
 @functools.cache
@@ -646,6 +699,34 @@ def settled_generations(n: int) -> str:
     """
     ids = ", ".join("%s" for _ in range(n))
     return f"SELECT id, execution_state, generation FROM {_T} WHERE id IN ({ids})"
+
+
+@functools.cache
+def settle_fenced_mysql(m: int, varies: tuple[bool, bool, bool], unkeyed: bool) -> str:
+    """MySQL/MariaDB: settle ``m`` leases in one UPDATE, each fenced by its token and generation
+    (and with ``unkeyed``, by a tenant that never had a key: a result written as it is); the
+    caller compares the rows changed with ``m``.
+
+    ``varies``: whether the state, the result, the error differ across the batch (a ``CASE`` by
+    id) or are one value for all (one parameter: fewer for PyMySQL to escape).
+    Parameters: for each of state, result, error: (id, value) × m if it varies else value;
+    now, now, now, (id, token hash, generation) × m.
+    """
+    case = " ".join("WHEN %s THEN %s" for _ in range(m))
+    sets = ", ".join(
+        f"{name} = CASE id {case} END" if vary else f"{name} = %s"
+        for name, vary in zip(("execution_state", "result", "error"), varies, strict=True)
+    )
+    fences = " OR ".join(
+        "(id = %s AND lease_token_hash = %s AND generation = %s)" for _ in range(m)
+    )
+    return (
+        f"UPDATE {_T} SET {sets}, settled_at = %s, lease_token_hash = NULL, "
+        "lease_expires_at = NULL, discovery_state = 'done', discovery_at = NULL, "
+        "updated_at = %s, version = version + 1 "
+        f"WHERE execution_state = 'running' AND lease_expires_at > %s AND ({fences})"
+        + (f" AND {_unkeyed(_T)}" if unkeyed else "")
+    )
 
 
 @functools.cache

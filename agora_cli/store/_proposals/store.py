@@ -3,18 +3,30 @@
 Each method is one line over its module function (as httpx's ``Client.get`` is one line over
 ``request``): the function validates its arguments before any SQL, and the store adds only the
 transaction, the clock and the bounded retry of deadlocks and serialization failures.
+
+A worker's store may hold its connection (``hold_connection=True``): the lease steps (claim,
+renew, settle, their batches) then run on one connection checked out once, not one pool checkout
+per step — the checkout, its events and the return cost more client CPU than the statement.
 """
 
 from __future__ import annotations
 
 import builtins
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from agora_cli.store._clock import Clock
 from agora_cli.store._dialects import dialect_of
-from agora_cli.store._engine import retry_transient, translate_error
-from agora_cli.store._errors import AgoraError
+from agora_cli.store._engine import (
+    DRIVER_TRANSACTION,
+    end_on_driver,
+    prepare_if_direct,
+    retry_transient,
+    session_tenant,
+    translate_error,
+)
+from agora_cli.store._errors import AgoraError, InvalidInput
 from agora_cli.store._proposals.backfill import backfill_discovery_index
 from agora_cli.store._proposals.decisions import (
     create_proposal,
@@ -28,6 +40,7 @@ from agora_cli.store._proposals.decisions import (
 from agora_cli.store._proposals.delivery import deliver_outcome, list_undelivered_outcomes
 from agora_cli.store._proposals.inbox import Inbox, InboxState, list_inbox
 from agora_cli.store._proposals.leases import (
+    BatchLost,
     claim_next_proposal,
     claim_next_proposals,
     claim_proposal,
@@ -80,14 +93,72 @@ R = TypeVar("R")
 
 class ActionProposalStore:
     """The proposal store over an engine: each call is one short transaction, retried boundedly
-    on deadlocks and serialization failures. Arguments are validated before any SQL runs."""
+    on deadlocks and serialization failures. Arguments are validated before any SQL runs.
 
-    def __init__(self, engine: Engine, clock: Clock | None = None) -> None:
+    ``hold_connection=True`` (a worker's store): the lease steps — ``claim_next``, ``renew``,
+    ``settle``, ``settle_many``, ``settle_and_claim_next`` — run on one connection the store
+    holds until ``close()`` (or the end of a ``with`` block), reopened after a lost connection
+    as any step retries it. Such a store belongs to the thread that first used it: another
+    thread's call is refused (``InvalidInput``); give each thread its own store. On PostgreSQL
+    a held connection prepares its statements on the server when it reaches PostgreSQL directly
+    (never through a pooler, and never when the URL says ``?prepare_threshold=none``).
+    """
+
+    def __init__(
+        self, engine: Engine, clock: Clock | None = None, *, hold_connection: bool = False
+    ) -> None:
         self.engine = engine
         self.clock: Clock = clock_or_system(clock)
         self._autocommit_steps = dialect_of(engine).autocommit_worker_steps
         autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._steps = autocommit if self._autocommit_steps else engine
+        self._hold = hold_connection
+        self._held: Connection | None = None
+        self._owner: int | None = None
+        # A held connection's transactions are the driver's own (``end_on_driver``): SQLAlchemy's
+        # begin and commit around each step, with their events, cost as much client CPU as a
+        # statement. Not on SQLite (its BEGIN is an event) nor under a PostgreSQL session
+        # tenant (the tenant setting hangs on the begin event: ``install_tenant_hook``).
+        d = dialect_of(engine)
+        self._on_driver = hold_connection and d.drives_worker_transactions
+        if d.has_row_level_security and session_tenant(engine) is not None:
+            self._on_driver = False
+
+    def close(self) -> None:
+        """Give back the held connection (a store that holds none has nothing to do)."""
+        held, self._held = self._held, None
+        if held is not None:
+            if not held.invalidated and not held.closed:
+                held.info.pop(DRIVER_TRANSACTION, None)
+            held.close()
+
+    def __enter__(self) -> ActionProposalStore:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _held_connection(self) -> Connection:
+        """The held connection, opened (again) when there is none or it was invalidated."""
+        me = threading.get_ident()
+        if self._owner != me:
+            if self._owner is not None:
+                raise InvalidInput(
+                    "this store holds its connection for the thread that first used it; "
+                    "open one store per thread"
+                )
+            self._owner = me
+        held = self._held
+        if held is None or held.invalidated or held.closed:
+            if held is not None:
+                self._held = None
+                held.close()
+            held = self._steps.connect()
+            prepare_if_direct(held)
+            if self._on_driver:
+                held.info[DRIVER_TRANSACTION] = True
+            self._held = held
+        return held
 
     def _write(
         self, fn: Callable[Concatenate[Connection, P], R], *args: P.args, **kwargs: P.kwargs
@@ -122,8 +193,26 @@ class ActionProposalStore:
         several statements, which must be one transaction everywhere); ``after_loss`` corrects
         its result on a try after a lost connection."""
         lost = False
+        held = self._hold and engine is self._steps
 
         def attempt() -> R:
+            if held and self._on_driver:
+                conn = self._held_connection()
+                try:
+                    result = fn(conn, *args, **kwargs)
+                    if after_loss is not None and lost:
+                        result = after_loss(conn, result)
+                except BaseException:
+                    if not conn.invalidated:
+                        end_on_driver(conn, commit=False)
+                    raise
+                end_on_driver(conn, commit=True)
+                return result
+            if held:
+                conn = self._held_connection()
+                with conn.begin():
+                    result = fn(conn, *args, **kwargs)
+                    return result if after_loss is None or not lost else after_loss(conn, result)
             with engine.connect() as conn:
                 with conn.begin():
                     result = fn(conn, *args, **kwargs)
@@ -133,6 +222,8 @@ class ActionProposalStore:
         def on_lost() -> None:
             nonlocal lost
             lost = True
+            if held:
+                self.close()
 
         return self._retried(attempt, reconnect=True, on_lost=on_lost)
 
@@ -312,13 +403,25 @@ class ActionProposalStore:
 
     def settle_many(self, settlements: Sequence[Settlement]) -> builtins.list[SettleResult]:
         """Record many outcomes at once, each fenced as ``settle``: one result per item."""
-        return self._step(
-            self._steps,
-            settle_proposals,
-            lambda conn, results: _own_settles(conn, settlements, results),
-            settlements,
-            clock=self.clock,
-        )
+        try:
+            return self._step(
+                self._steps,
+                settle_proposals,
+                lambda conn, results: _own_settles(conn, settlements, results),
+                settlements,
+                clock=self.clock,
+                optimistic=True,
+            )
+        except BatchLost:
+            # MySQL/MariaDB: the one fenced UPDATE changed fewer rows than the batch (a lease
+            # was lost), and was rolled back: settle again, each lease checked on its own.
+            return self._step(
+                self._steps,
+                settle_proposals,
+                lambda conn, results: _own_settles(conn, settlements, results),
+                settlements,
+                clock=self.clock,
+            )
 
     def settle_and_claim_next(
         self, settlement: Settlement, worker_id: str, lease_ms: int, limit: int = 1

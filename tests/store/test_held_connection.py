@@ -1,0 +1,242 @@
+"""A worker's store that holds its connection (issue 29): every dialect, real servers.
+
+``ActionProposalStore(engine, hold_connection=True)`` runs the lease steps on one connection it
+holds: one pool checkout for a whole queue, the same guarantees as a store that checks out per
+step (a lost connection reconnects and the work goes on, each job settles once), given back by
+``close()``; another thread's call is refused before any SQL.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from helpers import PG_ADMIN_URL
+from sqlalchemy import event, select
+
+from agora_cli.store._clock import ManualClock
+from agora_cli.store._engine import normalize_url, open_engine
+from agora_cli.store._errors import InvalidInput
+from agora_cli.store._proposals import ActionProposalStore, NewProposal, Scope, Settlement
+from agora_cli.store._schema import action_proposal, thread
+
+ALICE = Scope(None, "alice", "t1")
+LEASE_MS = 60_000
+
+
+def queue(engine: Any, clock: ManualClock, n: int) -> list[str]:
+    with engine.begin() as conn:
+        conn.execute(
+            thread.insert().values(id="t1", actor_ref="alice", title="t", created_at=0,
+                                   updated_at=0)
+        )  # fmt: skip
+    store = ActionProposalStore(engine, clock)
+    ids = []
+    for i in range(n):
+        new = NewProposal(ALICE, "refund", {"i": i}, run_id="r", tool_call_id=f"c{i:02d}")
+        pid = store.create(new).proposal.id
+        assert store.decide(pid, ALICE, "approved", "bob").outcome == "applied"
+        clock.advance(1)
+        ids.append(pid)
+    return ids
+
+
+def states(engine: Any) -> dict[str, str]:
+    with engine.connect() as conn:
+        rows = conn.execute(select(action_proposal.c.id, action_proposal.c.execution_state))
+        return {pid: state for pid, state in rows}
+
+
+def checkouts(engine: Any) -> list[int]:
+    counted = [0]
+
+    def on_checkout(*_args: Any) -> None:
+        counted[0] += 1
+
+    event.listen(engine.pool, "checkout", on_checkout)
+    return counted
+
+
+def test_a_held_store_works_a_queue_on_one_connection(engine: Any, clock: ManualClock) -> None:
+    """Claims, a renew, settles, a batch and a step: one checkout for all, each job settled
+    once, and a stale lease still ``lost``."""
+    ids = queue(engine, clock, 8)
+    counted = checkouts(engine)
+    with ActionProposalStore(engine, clock, hold_connection=True) as store:
+        first = store.claim_next("w1", LEASE_MS)
+        assert first.outcome == "claimed" and first.work and first.lease
+        lease = first.lease
+        assert store.renew(first.work.id, lease.token, lease.generation, LEASE_MS).outcome == (
+            "renewed"
+        )
+        assert store.settle(first.work.id, lease.token, lease.generation, "succeeded", {"n": 1})
+        again = store.settle(first.work.id, lease.token, lease.generation, "succeeded", {"n": 2})
+        assert again.outcome == "lost"
+        batch = store.claim_next("w1", LEASE_MS, limit=3)
+        assert [c.work.id for c in batch if c.work] == ids[1:4]
+        items = [
+            Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded", {"n": 3})
+            for c in batch
+            if c.work and c.lease
+        ]
+        stale = Settlement(first.work.id, lease.token, lease.generation, "failed", None, "x")
+        outcomes = [r.outcome for r in store.settle_many([*items, stale])]
+        assert outcomes == ["settled", "settled", "settled", "lost"]
+        step = store.claim_next("w1", LEASE_MS, limit=1)
+        while step:
+            c = step[0]
+            assert c.work and c.lease
+            done = Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded", None)
+            settled, step = store.settle_and_claim_next(done, "w1", LEASE_MS)
+            assert settled.outcome == "settled"
+        assert engine.pool.checkedout() == 1
+    assert counted[0] == 1
+    assert engine.pool.checkedout() == 0  # the with block gave it back
+    assert states(engine) == dict.fromkeys(ids, "succeeded")
+
+
+def test_a_closed_store_opens_a_new_connection_on_its_next_step(
+    engine: Any, clock: ManualClock
+) -> None:
+    ids = queue(engine, clock, 2)
+    store = ActionProposalStore(engine, clock, hold_connection=True)
+    got = store.claim_next("w1", LEASE_MS)
+    assert got.work and got.lease and engine.pool.checkedout() == 1
+    store.close()
+    assert engine.pool.checkedout() == 0
+    store.close()  # twice is harmless
+    assert store.settle(got.work.id, got.lease.token, got.lease.generation, "succeeded")
+    assert engine.pool.checkedout() == 1
+    store.close()
+    assert states(engine)[ids[0]] == "succeeded"
+
+
+def test_another_threads_call_is_refused_before_any_sql(engine: Any, clock: ManualClock) -> None:
+    """The held connection is the first caller's thread's: another thread gets ``InvalidInput``
+    and nothing is claimed; a store that holds no connection is any thread's."""
+    ids = queue(engine, clock, 2)
+    held = ActionProposalStore(engine, clock, hold_connection=True)
+    assert held.claim_next("w1", LEASE_MS).outcome == "claimed"
+    errors: list[BaseException] = []
+    claimed: list[str] = []
+
+    def other() -> None:
+        try:
+            held.claim_next("w2", LEASE_MS)
+        except BaseException as exc:
+            errors.append(exc)
+        plain = ActionProposalStore(engine, clock).claim_next("w3", LEASE_MS)
+        claimed.append(plain.work.id if plain.work else "")
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join(timeout=60)
+    held.close()
+    assert len(errors) == 1 and isinstance(errors[0], InvalidInput)
+    assert "one store per thread" in str(errors[0])
+    assert claimed == [ids[1]]  # w2 claimed nothing: the second job went to w3
+
+
+def _kill_others(dialect: str, url: str) -> int:
+    """End every other session on ``url``'s database, as a failover or an administrator does."""
+    name = normalize_url(url).database
+    if dialect == "postgresql":
+        admin = open_engine(PG_ADMIN_URL)
+        try:
+            with admin.begin() as conn:
+                found = conn.exec_driver_sql(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = %s AND pid <> pg_backend_pid()",
+                    (name,),
+                ).scalar()
+            return int(found or 0)
+        finally:
+            admin.dispose()
+    admin = open_engine(url)
+    try:
+        with admin.connect() as conn:
+            others = (
+                conn.exec_driver_sql(
+                    "SELECT id FROM information_schema.processlist "
+                    "WHERE db = %s AND id <> CONNECTION_ID()",
+                    (name,),
+                )
+                .scalars()
+                .all()
+            )
+            for pid in others:
+                conn.exec_driver_sql(f"KILL {int(pid)}")
+        return len(others)
+    finally:
+        admin.dispose()
+
+
+def test_a_held_connection_lost_between_steps_is_reopened(
+    dialect: str, db_url: str, clock: ManualClock
+) -> None:
+    """The server ends the held connection between every two steps: each step reconnects and
+    goes on, every job settles once."""
+    if dialect == "sqlite":
+        pytest.skip("a SQLite connection is a file: it cannot be lost")
+    engine = open_engine(db_url)
+    try:
+        ids = queue(engine, clock, 4)
+        engine.dispose()  # only the held connection remains to be killed
+        store = ActionProposalStore(engine, clock, hold_connection=True)
+        done = []
+        for _ in range(2):
+            got = store.claim_next("w1", LEASE_MS)
+            assert got.work and got.lease
+            assert _kill_others(dialect, db_url) >= 1
+            renewed = store.renew(got.work.id, got.lease.token, got.lease.generation, LEASE_MS)
+            assert renewed.outcome == "renewed"
+            assert _kill_others(dialect, db_url) >= 1
+            settled = store.settle(
+                got.work.id, got.lease.token, got.lease.generation, "succeeded", {"ok": 1}
+            )
+            assert settled.outcome == "settled"
+            done.append(got.work.id)
+        batch = store.claim_next("w1", LEASE_MS, limit=5)
+        assert _kill_others(dialect, db_url) >= 1
+        items = [
+            Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded")
+            for c in batch
+            if c.work and c.lease
+        ]
+        assert [r.outcome for r in store.settle_many(items)] == ["settled"] * 2
+        done += [s.proposal_id for s in items]
+        store.close()
+        assert sorted(done) == sorted(ids)
+        assert states(engine) == dict.fromkeys(ids, "succeeded")
+    finally:
+        engine.dispose()
+
+
+def test_prepared_statements_only_on_a_direct_connection_unless_the_url_says(
+    dialect: str, db_url: str, clock: ManualClock
+) -> None:
+    """PostgreSQL: a held connection reaching the server directly prepares its statements
+    (psycopg's ``prepare_threshold`` 0); ``?prepare_threshold=none`` keeps them off and a number
+    is kept as given. (Through a pooler: ``tests/pgbouncer/test_held_worker.py``.)"""
+    if dialect != "postgresql":
+        pytest.skip("psycopg's prepare_threshold")
+    setup = open_engine(db_url)
+    queue(setup, clock, 3)
+    setup.dispose()
+    for query, expected in (
+        ("", 0),
+        ("?prepare_threshold=none", None),
+        ("?prepare_threshold=7", 7),
+    ):
+        engine = open_engine(db_url + query)
+        try:
+            with ActionProposalStore(engine, clock, hold_connection=True) as store:
+                got = store.claim_next("w1", LEASE_MS)
+                assert got.work and got.lease
+                held: Any = store._held
+                assert held.connection.driver_connection.prepare_threshold == expected
+                lease = got.lease
+                assert store.settle(got.work.id, lease.token, lease.generation, "succeeded")
+        finally:
+            engine.dispose()
