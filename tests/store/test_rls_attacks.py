@@ -522,3 +522,49 @@ def test_enable_replaces_the_old_frames_policy_and_drops_its_helper_function(
         assert "does not exist" in (_error(conn, text("SELECT agent_rls_run_absent('x')")) or "")
         conn.rollback()
     assert verify_isolation(owner, app_role=app).ok
+
+
+def test_a_held_worker_under_a_session_tenant_claims_and_settles_only_its_own(
+    pg_url: str, roles: tuple[str, str], owner: Any
+) -> None:
+    """``ActionProposalStore(hold_connection=True)`` as a tenant's runtime login: the held
+    connection keeps SQLAlchemy's transactions so that each carries ``agora.tenant`` (issue 29).
+    With globex's work queued first, acme's worker claims acme's only — one at a time and in a
+    batch — settles it, and globex's stays queued for globex."""
+    from agora_cli.store._proposals import ActionProposalStore, NewProposal, Scope, Settlement
+
+    _, login = roles
+    admin = ActionProposalStore(owner)
+    ids: dict[str, list[str]] = {}
+    for tenant in ("globex", "acme"):  # globex's queued first: the most overdue
+        scope = Scope(tenant, "alice", f"{tenant}-held")
+        with owner.begin() as conn:
+            row = {"id": scope.thread_id, "actor_ref": "alice", "tenant_ref": tenant}
+            conn.execute(thread.insert().values(**row, title="", created_at=0, updated_at=0))
+        for i in range(3):
+            new = NewProposal(scope, "refund", {"n": i}, id=f"{tenant}-held-{i}")
+            pid = admin.create(new).proposal.id
+            assert admin.decide(pid, scope, "approved", "ops").outcome == "applied"
+            ids.setdefault(tenant, []).append(pid)
+    with login_engine(pg_url, login, tenant="acme") as engine:
+        with ActionProposalStore(engine, hold_connection=True) as store:
+            one = store.claim_next("w-acme", 60_000)
+            batch = store.claim_next("w-acme", 60_000, limit=10)
+            claimed = [one, *batch]
+            assert sorted(c.work.id for c in claimed if c.work) == sorted(ids["acme"])
+            done = [
+                Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded", {"ok": 1})
+                for c in claimed
+                if c.work and c.lease
+            ]
+            assert [r.outcome for r in store.settle_many(done[1:])] == ["settled"] * 2
+            first = done[0]
+            assert store.settle(first.proposal_id, first.token, first.generation,
+                                "succeeded", {"ok": 1}).outcome == "settled"  # fmt: skip
+            assert store.claim_next("w-acme", 60_000).outcome == "none"
+    with owner.connect() as conn:
+        states = dict(
+            conn.execute(select(action_proposal.c.id, action_proposal.c.execution_state)).all()
+        )
+    assert [states[i] for i in ids["acme"]] == ["succeeded"] * 3
+    assert [states[i] for i in ids["globex"]] == ["queued"] * 3
