@@ -403,25 +403,23 @@ class ActionProposalStore:
 
     def settle_many(self, settlements: Sequence[Settlement]) -> builtins.list[SettleResult]:
         """Record many outcomes at once, each fenced as ``settle``: one result per item."""
-        try:
+
+        def settle(optimistic: bool) -> builtins.list[SettleResult]:
             return self._step(
                 self._steps,
                 settle_proposals,
                 lambda conn, results: _own_settles(conn, settlements, results),
                 settlements,
                 clock=self.clock,
-                optimistic=True,
+                optimistic=optimistic,
             )
+
+        try:
+            return settle(True)
         except BatchLost:
             # MySQL/MariaDB: the one fenced UPDATE changed fewer rows than the batch (a lease
             # was lost), and was rolled back: settle again, each lease checked on its own.
-            return self._step(
-                self._steps,
-                settle_proposals,
-                lambda conn, results: _own_settles(conn, settlements, results),
-                settlements,
-                clock=self.clock,
-            )
+            return settle(False)
 
     def settle_and_claim_next(
         self, settlement: Settlement, worker_id: str, lease_ms: int, limit: int = 1
