@@ -309,3 +309,40 @@ class Script:
 
     def cooked(self) -> Any:
         return contextlib.nullcontext()
+
+
+def end_other_sessions(dialect: str, url: str) -> int:
+    """End every other session on ``url``'s database, as a failover or an administrator does
+    (PostgreSQL: ``pg_terminate_backend``; MySQL/MariaDB: ``KILL``); how many."""
+    from agora_cli.store._engine import normalize_url, open_engine
+
+    name = normalize_url(url).database
+    if dialect == "postgresql":
+        admin = open_engine(PG_ADMIN_URL)
+        try:
+            with admin.begin() as conn:
+                found = conn.exec_driver_sql(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = %s AND pid <> pg_backend_pid()",
+                    (name,),
+                ).scalar()
+            return int(found or 0)
+        finally:
+            admin.dispose()
+    admin = open_engine(url)
+    try:
+        with admin.connect() as conn:
+            others = (
+                conn.exec_driver_sql(
+                    "SELECT id FROM information_schema.processlist "
+                    "WHERE db = %s AND id <> CONNECTION_ID()",
+                    (name,),
+                )
+                .scalars()
+                .all()
+            )
+            for pid in others:
+                conn.exec_driver_sql(f"KILL {int(pid)}")
+        return len(others)
+    finally:
+        admin.dispose()

@@ -63,6 +63,7 @@ __all__ = [
     "BudgetState",
     "BudgetStatus",
     "ScopeKind",
+    "add_sums",
     "evaluate_budget",
     "evaluate_budgets",
     "list_budgets",
@@ -301,6 +302,12 @@ def remove_budgets(
 Sums = tuple[int, float, int]  # tokens (input + output), known USD, unpriced rows
 
 
+def add_sums(into: dict[str, Sums], ref: str, sums: Sums) -> None:
+    """Add ``sums`` to ``into[ref]`` (tokens, USD, unpriced rows)."""
+    t, usd, n = into.get(ref, (0, 0.0, 0))
+    into[ref] = (t + sums[0], usd + sums[1], n + sums[2])
+
+
 def _sums(
     conn: Connection,
     *,
@@ -425,9 +432,8 @@ def _window_sums(
                     )
                 )
             for sums in found:
-                for ref, (tokens, usd, unpriced) in sums.items():
-                    t, p, n = total.get(ref, (0, 0.0, 0))
-                    total[ref] = (t + tokens, p + usd, n + unpriced)
+                for ref, value in sums.items():
+                    add_sums(total, ref, value)
             if window_parts(conn, from_ms, to_ms) == parts:
                 return total
     window = u.c.created_at.between(from_ms, to_ms)

@@ -734,12 +734,12 @@ def prepare_if_direct(conn: Connection) -> bool:
     """
     if not dialect_of(conn).has_pg_catalog or conn.get_execution_options().get(_PREPARE_GIVEN):
         return False
-    dbapi_conn: Any = conn.connection.driver_connection
-    startup = getattr(getattr(dbapi_conn, "info", None), "backend_pid", None)
-    server = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
-    conn.rollback()
+    from agora_cli.store._pooler import backend_pids  # lazy: PostgreSQL only
+
+    startup, server = backend_pids(conn)
     if startup is None or startup != server:
         return False
+    dbapi_conn: Any = conn.connection.driver_connection
     dbapi_conn.prepare_threshold = 0
     return True
 

@@ -48,6 +48,7 @@ from sqlalchemy import and_, case, func, inspect, literal_column, or_, select, t
 from agora_cli.store._budgets import (
     BudgetStatus,
     Sums,
+    add_sums,
     evaluate_budgets,
     list_budgets,
     status_from_sums,
@@ -372,7 +373,7 @@ def _raw_cells(
         cell = _cell(row[0], row[1], row)
         cells.append(cell)
         if by_actor is not None:
-            _add_sums(by_actor, str(row[2]), _sums_of(cell))
+            add_sums(by_actor, str(row[2]), _sums_of(cell))
     return cells
 
 
@@ -508,11 +509,6 @@ def _sums_of(cell: SpendCell) -> Sums:
     return (cell.input_tokens + cell.output_tokens, cell.cost_usd or 0.0, cell.unpriced_turns)
 
 
-def _add_sums(into: dict[str, Sums], ref: str, sums: Sums) -> None:
-    t, usd, n = into.get(ref, (0, 0.0, 0))
-    into[ref] = (t + sums[0], usd + sums[1], n + sums[2])
-
-
 @dataclass(frozen=True)
 class _SpendRead:
     """What the spend group read, handed to the budgets group: the figures and today's sums by
@@ -531,8 +527,8 @@ def _derived_sums(read: _SpendRead) -> dict[tuple[str, str], dict[str, Sums]]:
         platform: dict[str, Sums] = {}
         for cell in cells:
             if cell.tenant_ref is not None:
-                _add_sums(tenants, cell.tenant_ref, _sums_of(cell))
-            _add_sums(platform, "", _sums_of(cell))
+                add_sums(tenants, cell.tenant_ref, _sums_of(cell))
+            add_sums(platform, "", _sums_of(cell))
         out[("tenant", period)] = tenants
         out[("global", period)] = platform
     return out

@@ -12,11 +12,11 @@ import threading
 from typing import Any
 
 import pytest
-from helpers import PG_ADMIN_URL
+from helpers import end_other_sessions
 from sqlalchemy import event, select
 
 from agora_cli.store._clock import ManualClock
-from agora_cli.store._engine import normalize_url, open_engine
+from agora_cli.store._engine import open_engine
 from agora_cli.store._errors import InvalidInput
 from agora_cli.store._proposals import ActionProposalStore, NewProposal, Scope, Settlement
 from agora_cli.store._schema import action_proposal, thread
@@ -138,40 +138,6 @@ def test_another_threads_call_is_refused_before_any_sql(engine: Any, clock: Manu
     assert claimed == [ids[1]]  # w2 claimed nothing: the second job went to w3
 
 
-def _kill_others(dialect: str, url: str) -> int:
-    """End every other session on ``url``'s database, as a failover or an administrator does."""
-    name = normalize_url(url).database
-    if dialect == "postgresql":
-        admin = open_engine(PG_ADMIN_URL)
-        try:
-            with admin.begin() as conn:
-                found = conn.exec_driver_sql(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                    "WHERE datname = %s AND pid <> pg_backend_pid()",
-                    (name,),
-                ).scalar()
-            return int(found or 0)
-        finally:
-            admin.dispose()
-    admin = open_engine(url)
-    try:
-        with admin.connect() as conn:
-            others = (
-                conn.exec_driver_sql(
-                    "SELECT id FROM information_schema.processlist "
-                    "WHERE db = %s AND id <> CONNECTION_ID()",
-                    (name,),
-                )
-                .scalars()
-                .all()
-            )
-            for pid in others:
-                conn.exec_driver_sql(f"KILL {int(pid)}")
-        return len(others)
-    finally:
-        admin.dispose()
-
-
 def test_a_held_connection_lost_between_steps_is_reopened(
     dialect: str, db_url: str, clock: ManualClock
 ) -> None:
@@ -188,17 +154,17 @@ def test_a_held_connection_lost_between_steps_is_reopened(
         for _ in range(2):
             got = store.claim_next("w1", LEASE_MS)
             assert got.work and got.lease
-            assert _kill_others(dialect, db_url) >= 1
+            assert end_other_sessions(dialect, db_url) >= 1
             renewed = store.renew(got.work.id, got.lease.token, got.lease.generation, LEASE_MS)
             assert renewed.outcome == "renewed"
-            assert _kill_others(dialect, db_url) >= 1
+            assert end_other_sessions(dialect, db_url) >= 1
             settled = store.settle(
                 got.work.id, got.lease.token, got.lease.generation, "succeeded", {"ok": 1}
             )
             assert settled.outcome == "settled"
             done.append(got.work.id)
         batch = store.claim_next("w1", LEASE_MS, limit=5)
-        assert _kill_others(dialect, db_url) >= 1
+        assert end_other_sessions(dialect, db_url) >= 1
         items = [
             Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded")
             for c in batch

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from helpers import PG_ADMIN_URL, run_agora
+from helpers import PG_ADMIN_URL, end_other_sessions, run_agora
 from sqlalchemy import select
 
 from agora_cli.store import _engine
@@ -39,21 +39,6 @@ def queue(engine: Any, n: int) -> tuple[ActionProposalStore, list[str]]:
         assert store.decide(pid, ALICE, "approved", "bob").outcome == "applied"
         ids.append(pid)
     return store, ids
-
-
-def terminate_backends(url: str) -> int:
-    """End every other server process on ``url``'s database (as a failover does)."""
-    admin = open_engine(PG_ADMIN_URL)
-    try:
-        with admin.begin() as conn:
-            ended = conn.exec_driver_sql(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = %s AND pid <> pg_backend_pid()",
-                (normalize_url(url).database,),
-            ).scalar()
-    finally:
-        admin.dispose()
-    return int(ended or 0)
 
 
 # --- URLs -------------------------------------------------------------------------------------
@@ -125,14 +110,14 @@ def test_a_worker_carries_on_when_its_server_processes_are_terminated(
             claim = store.claim_next("w1", 60_000)
             assert claim.outcome == "claimed" and claim.lease and claim.work
             pid, lease = claim.work.id, claim.lease
-            assert terminate_backends(db_url) >= 1
+            assert end_other_sessions(dialect, db_url) >= 1
             assert store.renew(pid, lease.token, lease.generation, 60_000).outcome == "renewed"
-            terminate_backends(db_url)
+            end_other_sessions(dialect, db_url)
             settled = store.settle(pid, lease.token, lease.generation, "succeeded", {"s": step})
             assert settled.outcome == "settled"
             done.append(pid)
         batch = store.claim_next("w1", 60_000, limit=10)
-        terminate_backends(db_url)
+        end_other_sessions(dialect, db_url)
         results = store.settle_many(
             [Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded")
              for c in batch if c.lease and c.work]

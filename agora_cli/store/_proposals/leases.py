@@ -562,8 +562,8 @@ def _settle_fenced_mysql(
         list(results_text),
         [item.error for item in settlements],
     )
-    v_state, v_result, v_error = (any(v != values[0] for v in values) for values in columns)
-    varies = (v_state, v_result, v_error)
+    state, result, error = (any(v != values[0] for v in values) for values in columns)
+    varies = (state, result, error)  # each: a CASE by id, or one value for the whole batch
     args: list[Any] = []
     for values, vary in zip(columns, varies, strict=True):
         if vary:

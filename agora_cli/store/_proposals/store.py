@@ -120,9 +120,8 @@ class ActionProposalStore:
         # statement. Not on SQLite (its BEGIN is an event) nor under a PostgreSQL session
         # tenant (the tenant setting hangs on the begin event: ``install_tenant_hook``).
         d = dialect_of(engine)
-        self._on_driver = hold_connection and d.drives_worker_transactions
-        if d.has_row_level_security and session_tenant(engine) is not None:
-            self._on_driver = False
+        tenant_hook = d.has_row_level_security and session_tenant(engine) is not None
+        self._on_driver = hold_connection and d.drives_worker_transactions and not tenant_hook
 
     def close(self) -> None:
         """Give back the held connection (a store that holds none has nothing to do)."""

@@ -123,9 +123,9 @@ class WorkWaiter:
             return "listening"
         if not dialect_of(engine).listens:
             return "polling"
-        from agora_cli.store._pooler import pooler_status  # lazy: PostgreSQL only
+        from agora_cli.store._pooler import through_pooler  # lazy: PostgreSQL only
 
-        if pooler_status(engine) is not None:
+        if through_pooler(engine):
             self.notice = (
                 "the database URL goes through a connection pooler, and a transaction pooler "
                 f"cannot carry LISTEN: polling every {self.min_interval:g}-{self.poll_interval:g} "
