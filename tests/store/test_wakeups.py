@@ -89,6 +89,9 @@ def test_polling_backs_off_from_min_to_the_poll_interval_and_starts_again_after_
         assert polling.delay == 0.001
     with pytest.raises(InvalidInput):
         WorkWaiter(engine, poll_interval=0.001, min_interval=0.01)
+    for hostile in (float("nan"), float("inf"), 1e300, -1.0, 0.0):
+        with pytest.raises(InvalidInput):
+            WorkWaiter(engine, poll_interval=hostile, listen=False)
     with pytest.raises(InvalidInput, match="PostgreSQL"):  # LISTEN is PostgreSQL's
         WorkWaiter(engine, listen_url="sqlite://")
 

@@ -41,6 +41,7 @@ __all__ = ["WORK_CHANNEL", "WaitMode", "WorkWaiter", "notify_work"]
 WORK_CHANNEL = "agora_work"
 MIN_INTERVAL_S = 0.01  # adaptive polling's first wait after work was found
 DEFAULT_POLL_S = 5.0
+MAX_POLL_S = 3600.0  # an hour: a bound for every wait (and no infinite or NaN interval)
 WaitMode = Literal["listening", "polling"]
 
 log = logging.getLogger("agora.wakeups")
@@ -88,8 +89,11 @@ class WorkWaiter:
         min_interval: float = MIN_INTERVAL_S,
         listen: bool = True,
     ) -> None:
-        if not 0 < min_interval <= poll_interval:
-            raise InvalidInput("poll_interval must be at least min_interval, both above 0")
+        if not 0 < min_interval <= poll_interval <= MAX_POLL_S:
+            raise InvalidInput(
+                f"poll_interval must be at least min_interval, both above 0 and at most "
+                f"{MAX_POLL_S:g} s"
+            )
         self.poll_interval = float(poll_interval)
         self.min_interval = float(min_interval)
         self.delay = self.min_interval  # the next polling wait
