@@ -115,6 +115,10 @@ class Dialect:
     """A held worker connection's transactions are run on the driver itself, without
     SQLAlchemy's begin and commit (PostgreSQL without a session tenant, MySQL/MariaDB; not
     SQLite, whose BEGIN is an engine event)."""
+    merges_commits: ClassVar[bool] = False
+    """A held worker connection sends a step's COMMIT with its last statement, in one round
+    trip (MySQL/MariaDB over PyMySQL: two statements a packet, asked for on that connection
+    only; ``merge_commits``). PostgreSQL's worker steps are single statements in autocommit."""
     forces_discovery_index: ClassVar[bool] = False
     """A worker's discovery read names the discovery index (``FORCE INDEX``): MariaDB otherwise
     scans the whole table and sorts it when most rows are due (a backlog) and the read asks for
@@ -312,6 +316,7 @@ class MySQLDialect(Dialect):
     reads_due_as_json = True
     forces_discovery_index = True
     drives_worker_transactions = True
+    merges_commits = True
     may_be_galera = True
     named_locks = True
     transactional_ddl = False

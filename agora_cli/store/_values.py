@@ -156,10 +156,14 @@ def _no_constants(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
 
 
+# json.dumps with options builds an encoder on every call; a worker settles many results
+_STRICT_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
 def dump_json(name: str, value: Any) -> str:
     """``value`` as compact, strict JSON text; ``InvalidInput`` if it is not strict JSON."""
     try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return _STRICT_JSON(value)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"{name} is not strict JSON: {exc}", param=name) from None
     except RecursionError:

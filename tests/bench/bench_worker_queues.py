@@ -136,14 +136,18 @@ def agora_worker(url: str, name: str, k: int, mode: str) -> None:
 
 
 _QUEUED_ONLY = (
-    "SELECT id FROM agent_action_proposal WHERE discovery_state = 'queued' "
+    "SELECT {columns} FROM agent_action_proposal WHERE discovery_state = 'queued' "
     "AND discovery_at <= %s ORDER BY discovery_at LIMIT {k} FOR UPDATE SKIP LOCKED"
 )
+# What a hand-written worker reads to run a job: its id, which tool, and the tool's input (the
+# payload). ``bare loop … ids only`` reads the ids alone, as this loop did before issue 29.
+_JOB_COLUMNS = "id, tool_name, input"
 
 
-def bare_worker(url: str, name: str, k: int) -> None:
-    """The hand-written loop on the raw driver: a SKIP LOCKED read of up to k queued rows, their
-    claim UPDATE, commit; the no-op jobs; their settle UPDATE, commit."""
+def bare_worker(url: str, name: str, k: int, ids_only: bool = False) -> None:
+    """The hand-written loop on the raw driver: a SKIP LOCKED read of up to k queued jobs (each
+    one's id, tool and input; with ``ids_only`` the ids alone), their claim UPDATE, commit; the
+    no-op jobs; their settle UPDATE, commit. One token for the whole batch."""
     from sqlalchemy.engine import make_url
 
     parsed = make_url(url)
@@ -167,7 +171,7 @@ def bare_worker(url: str, name: str, k: int) -> None:
         )
         with conn.cursor() as cur:
             cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-    read = _QUEUED_ONLY.format(k=k)
+    read = _QUEUED_ONLY.format(columns="id" if ids_only else _JOB_COLUMNS, k=k)
     ran: list[str] = []
     clock = Clock()
     clock.ready()
@@ -325,7 +329,7 @@ def worker_main(argv: list[str]) -> None:
     if system == "agora":
         agora_worker(url, argv[4], int(argv[2]), argv[3])
     elif system == "bare":
-        bare_worker(url, argv[4], int(argv[2]))
+        bare_worker(url, argv[4], int(argv[2]), ids_only=argv[3] == "ids")
     elif system == "pgqueuer":
         asyncio.run(_pgqueuer_worker(url, int(argv[2])))
     elif system == "procrastinate":

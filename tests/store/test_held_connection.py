@@ -206,3 +206,55 @@ def test_prepared_statements_only_on_a_direct_connection_unless_the_url_says(
                 assert store.settle(got.work.id, lease.token, lease.generation, "succeeded")
         finally:
             engine.dispose()
+
+
+def test_mysql_a_steps_commit_travels_with_its_last_statement(
+    dialect: str, db_url: str, clock: ManualClock
+) -> None:
+    """MySQL/MariaDB: a held connection sends a step's COMMIT with its last statement — a settle
+    or a renew is one round trip, a claim two (the locking read, the UPDATE) — and each step is
+    committed when it returns (another connection sees it). Given back to the pool, the
+    connection takes one statement a packet again."""
+    if dialect != "mysql":
+        pytest.skip("MySQL/MariaDB's merged commits (PostgreSQL's steps run in autocommit)")
+    from sqlalchemy.exc import ProgrammingError
+
+    engine = open_engine(db_url, pool_size=1)
+    try:
+        ids = queue(engine, clock, 3)
+        other = open_engine(db_url)
+        sent: list[int] = []
+        with ActionProposalStore(engine, clock, hold_connection=True) as store:
+            first = store.claim_next("w1", LEASE_MS)
+            assert first.work and first.lease
+            dbapi: Any = store._held.connection.driver_connection  # type: ignore[union-attr]
+            command = dbapi._execute_command
+
+            def counted(cmd: int, sql: Any) -> Any:
+                sent.append(cmd)
+                return command(cmd, sql)
+
+            dbapi._execute_command = counted
+            lease = first.lease
+            assert store.renew(first.work.id, lease.token, lease.generation, LEASE_MS).outcome == (
+                "renewed"
+            )
+            assert len(sent) == 1
+            assert store.settle(first.work.id, lease.token, lease.generation, "succeeded", 1)
+            assert len(sent) == 2
+            assert states(other)[first.work.id] == "succeeded"  # committed as it returned
+            again = store.settle(first.work.id, lease.token, lease.generation, "failed", None, "x")
+            assert again.outcome == "lost" and len(sent) == 3
+            second = store.claim_next("w1", LEASE_MS)
+            assert second.work and second.work.id == ids[1] and len(sent) == 5
+            assert states(other)[ids[1]] == "running"
+            batch = store.claim_next("w1", LEASE_MS, limit=5)
+            assert [c.work.id for c in batch if c.work] == [ids[2]] and len(sent) == 7
+            dbapi._execute_command = command
+        other.dispose()
+        with engine.connect() as conn:
+            assert conn.connection.driver_connection is dbapi  # the pool's one connection
+            with pytest.raises(ProgrammingError):
+                conn.exec_driver_sql("SELECT 1; SELECT 2")
+    finally:
+        engine.dispose()

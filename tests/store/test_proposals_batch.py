@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy import func, select
 from sqlalchemy.exc import DBAPIError
 
@@ -18,6 +20,7 @@ from agora_cli.store._proposals import (
     Settlement,
     claim_next_proposals,
 )
+from agora_cli.store._proposals.queries import fence_mysql
 from agora_cli.store._schema import action_proposal, thread
 
 ALICE = Scope(None, "alice", "t1")
@@ -210,3 +213,48 @@ def test_pipelined_statements_answer_in_order_and_fail_together(
             select(action_proposal.c.version).where(action_proposal.c.id == pid)
         ).scalar()
     assert version is not None and version < 100
+
+
+def test_leases_crossed_inside_a_batch_are_lost(
+    store: ActionProposalStore, clock: ManualClock, engine: Any
+) -> None:
+    """Each settlement is fenced by its own proposal's token and generation: two leases'
+    tokens swapped, or one proposal given another's generation, settle nothing."""
+    queue(store, clock, 3)
+    a, b, c = store.claim_next("w1", 60_000, limit=3)
+    assert a.lease and a.work and b.lease and b.work and c.lease and c.work
+    results = store.settle_many(
+        [
+            Settlement(a.work.id, b.lease.token, b.lease.generation, "succeeded", {"r": 1}),
+            Settlement(b.work.id, a.lease.token, a.lease.generation, "succeeded", {"r": 1}),
+            Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded", {"r": 1}),
+        ]
+    )
+    assert [r.outcome for r in results] == ["lost", "lost", "settled"]
+    with engine.connect() as conn:
+        states = dict(
+            conn.execute(select(action_proposal.c.id, action_proposal.c.execution_state)).all()
+        )
+    assert [states[x.work.id] for x in (a, b, c)] == ["running", "running", "succeeded"]
+
+
+_HASHES = st.sampled_from(["0" * 64, "a" * 64, "0a" * 32])
+_GENERATIONS = st.integers(1, 2**63 - 1)
+_SHORT = st.text(alphabet=":ab0 ", min_size=1, max_size=6)
+# ids that hold what a fence's tail looks like (":<hash>:<generation>"), to try to collide
+_IDS = _SHORT | st.builds(lambda a, h, g: f"{a}:{h}:{g}", _SHORT, _HASHES, _GENERATIONS)
+
+
+@given(
+    st.lists(
+        st.tuples(_IDS, _HASHES, _GENERATIONS),
+        min_size=2,
+        max_size=2,
+        unique=True,
+    )
+)
+def test_a_fence_reads_back_one_way_only(leases: list[tuple[str, str, int]]) -> None:
+    """MySQL/MariaDB's batch settle compares ``id:hash:generation`` texts: two different
+    leases never make the same text, whatever their ids hold (colons included)."""
+    (one, other) = leases
+    assert fence_mysql(*one) != fence_mysql(*other)

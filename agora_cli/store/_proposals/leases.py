@@ -53,6 +53,7 @@ from agora_cli.store._proposals.queries import (
     Due,
     claim_many_pg,
     due_rows,
+    fence_mysql,
     holders_mysql,
     lock_by_id_mysql,
     next_due_many,
@@ -110,7 +111,7 @@ def _take_lease(
     expires = now + lease_ms
     sql = worker_sql(dialect_name(conn)).take_lease
     params = (worker_id, token_hash(token), expires, expires, now, row.id, row.version)
-    if run_on_driver(conn, sql, params).rowcount != 1:
+    if run_on_driver(conn, sql, params, commit=True).rowcount != 1:
         return None
     work = _work(row, row.attempts + 1)
     return open_claims(conn, [ClaimResult(kind, Lease(token, row.generation + 1, expires), work)])[
@@ -163,7 +164,7 @@ def renew_lease(
     expires = now + lease_ms
     sql = worker_sql(dialect_name(conn)).renew
     params = (expires, expires, now, proposal_id, token_hash(token), generation, now)
-    if run_on_driver(conn, sql, params).rowcount != 1:
+    if run_on_driver(conn, sql, params, commit=True).rowcount != 1:
         return RenewResult("lost", None)
     return RenewResult("renewed", expires)
 
@@ -189,14 +190,14 @@ def settle_proposal(
     hashed = token_hash(token)
     params = (outcome, result_text, error, now, now, proposal_id, hashed, generation, now)
     if result_text is None:
-        return _settled(run_on_driver(conn, statements.settle, params).rowcount == 1)
+        return _settled(run_on_driver(conn, statements.settle, params, commit=True).rowcount == 1)
     # A result is written as it is when the proposal's tenant never had a key — tested in the
     # UPDATE itself; when it changed nothing (a keyed tenant, or a lost lease), seal and settle.
-    if run_on_driver(conn, statements.settle_unkeyed, params).rowcount == 1:
+    if run_on_driver(conn, statements.settle_unkeyed, params, commit=True).rowcount == 1:
         return SettleResult("settled")
     sealed = seal_results(conn, [(proposal_id, result_text)])[0]
     params = (outcome, sealed, error, now, now, proposal_id, hashed, generation, now)
-    return _settled(run_on_driver(conn, statements.settle, params).rowcount == 1)
+    return _settled(run_on_driver(conn, statements.settle, params, commit=True).rowcount == 1)
 
 
 _SETTLED = SettleResult("settled")
@@ -393,7 +394,7 @@ def claim_next_proposals(
         ]
         args: tuple[Any, ...] = (worker_id, *pairs, expires, expires, now, *(r.id for r in rows))
         # These rows are locked by this transaction: the update cannot lose a fence.
-        run_on_driver(conn, take_leases_mysql(len(rows)), args)
+        run_on_driver(conn, take_leases_mysql(len(rows)), args, commit=True)
         taken = [
             ClaimResult(
                 "recovered" if row.discovery_state == "running" else "claimed",
@@ -458,13 +459,21 @@ def settle_proposals(
             param="settlements",
         )
     results_text: list[str | None] = []
+    dumped: dict[int, str] = {}  # a batch often settles one result object many times
     for item in settlements:
         if not isinstance(item, Settlement):
             raise InvalidInput("each settlement must be a Settlement", param="settlements")
         check_identity("id", item.proposal_id)
         check_lease(item.token, item.generation)
         check_settle(item.outcome, item.error)
-        results_text.append(None if item.result is None else dump_json("result", item.result))
+        result = item.result
+        if result is None:
+            results_text.append(None)
+            continue
+        text = dumped.get(id(result))
+        if text is None:
+            text = dumped[id(result)] = dump_json("result", result)
+        results_text.append(text)
     ids = [item.proposal_id for item in settlements]
     if len(set(ids)) != len(ids):
         raise InvalidInput("a proposal appears twice in one batch of settlements")
@@ -492,7 +501,7 @@ def settle_proposals(
                 for n in holding
                 for value in (ids[n], settlements[n].outcome, results_text[n], settlements[n].error)
             ]
-            run_on_driver(conn, settle_many_mysql(len(holding)), (*values, now, now))
+            run_on_driver(conn, settle_many_mysql(len(holding)), (*values, now, now), commit=True)
         settled = {ids[n] for n in holding}
     else:
         results_text = seal_results(conn, list(zip(ids, results_text, strict=True)))
@@ -572,8 +581,11 @@ def _settle_fenced_mysql(
         else:
             args.append(values[0])
     args += (now, now, now)
-    for item, hashed in zip(settlements, hashes, strict=True):
-        args += (item.proposal_id, hashed, item.generation)
+    args += [item.proposal_id for item in settlements]
+    args += [
+        fence_mysql(item.proposal_id, hashed, item.generation)
+        for item, hashed in zip(settlements, hashes, strict=True)
+    ]
     unkeyed = any(text is not None for text in results_text)
     sql = settle_fenced_mysql(len(settlements), varies, unkeyed)
     if run_on_driver(conn, sql, args).rowcount != len(settlements):

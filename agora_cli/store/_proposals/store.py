@@ -21,10 +21,12 @@ from agora_cli.store._dialects import dialect_of
 from agora_cli.store._engine import (
     DRIVER_TRANSACTION,
     end_on_driver,
+    merge_commits,
     prepare_if_direct,
     retry_transient,
     session_tenant,
     translate_error,
+    unmerge_commits,
 )
 from agora_cli.store._errors import AgoraError, InvalidInput
 from agora_cli.store._proposals.backfill import backfill_discovery_index
@@ -129,6 +131,7 @@ class ActionProposalStore:
         if held is not None:
             if not held.invalidated and not held.closed:
                 held.info.pop(DRIVER_TRANSACTION, None)
+                unmerge_commits(held)
             held.close()
 
     def __enter__(self) -> ActionProposalStore:
@@ -156,6 +159,7 @@ class ActionProposalStore:
             prepare_if_direct(held)
             if self._on_driver:
                 held.info[DRIVER_TRANSACTION] = True
+                merge_commits(held)
             self._held = held
         return held
 
