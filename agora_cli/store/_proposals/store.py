@@ -365,11 +365,15 @@ class ActionProposalStore:
         error: str | None = None,
     ) -> SettleResult:
         """Record the outcome under a live lease: ``settled`` or ``lost``."""
-        own = Settlement(proposal_id, token, generation, outcome, result, error)  # type: ignore[arg-type]
+
+        def own(conn: Connection, r: SettleResult) -> SettleResult:  # after a lost connection
+            mine = Settlement(proposal_id, token, generation, outcome, result, error)  # type: ignore[arg-type]
+            return _own_settle(conn, mine, r)
+
         return self._step(
             self._steps,
             settle_proposal,
-            lambda conn, r: _own_settle(conn, own, r),
+            own,
             proposal_id,
             token=token,
             generation=generation,
