@@ -81,6 +81,15 @@ def check_text(name: str, value: object) -> str:
 
 def check_identity(name: str, value: object) -> str:
     """Return ``value`` if it is a valid identity field, else raise ``InvalidInput``."""
+    if (
+        type(value) is str
+        and value.isascii()  # one UTF-16 unit a character, valid UTF-8: the usual id, fast
+        and len(value) <= MAX_IDENTITY_UNITS
+        and value
+        and not value.isspace()
+        and "\x00" not in value
+    ):
+        return value
     if not isinstance(value, str) or not value.strip():
         raise InvalidInput(f"{name} must be a non-empty string (not blank)", param=name)
     check_text(name, value)

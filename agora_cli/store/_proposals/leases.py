@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import secrets
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from agora_cli.store._clock import Clock
@@ -335,6 +336,9 @@ def _claims_from_rows(
     return open_claims(conn, claimed)
 
 
+_OLDEST_FIRST = attrgetter("discovery_at", "id")
+
+
 def _work(row: Proposal | Due, attempts: int) -> Work:
     return Work(
         id=row.id,
@@ -379,8 +383,7 @@ def claim_next_proposals(
     if locked:
         read = next_due_many(dialect, limit, locked=True)
         rows = sorted(
-            due_rows(dialect, run_on_driver(conn, read, (now, now)).rows),
-            key=lambda r: (r.discovery_at, r.id),
+            due_rows(dialect, run_on_driver(conn, read, (now, now)).rows), key=_OLDEST_FIRST
         )[:limit]
         if not rows:
             return []
@@ -409,7 +412,7 @@ def claim_next_proposals(
     for _ in range(FENCE_ROUNDS):
         candidates = sorted(
             due_rows(dialect, run_on_driver(conn, read, (now, now)).rows),
-            key=lambda r: (r.discovery_at, r.id),
+            key=_OLDEST_FIRST,
         )
         taken_before = len(results)
         for row in candidates:
