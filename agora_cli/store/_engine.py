@@ -41,7 +41,11 @@ from agora_cli.store._errors import (
     UnknownDialect,
 )
 from agora_cli.store._masking import mask_url, remember_url, scrub, url_password
-from agora_cli.store._tenant_setting import autocommit_tenant_statement, install_tenant_hook
+from agora_cli.store._tenant_setting import (
+    AUTOCOMMIT_TENANT,
+    autocommit_tenant_statement,
+    install_tenant_hook,
+)
 from agora_cli.store._values import check_identity
 
 if TYPE_CHECKING:
@@ -624,6 +628,7 @@ def retry_transient(
     base_delay: float = 0.01,
     reconnect: Engine | None = None,
     on_lost: Callable[[], None] | None = None,
+    first_error: Exception | None = None,
 ) -> T:
     """Call ``fn`` (one whole transaction), retrying deadlocks, serialization failures and
     Galera certification failures.
@@ -638,12 +643,19 @@ def retry_transient(
     connections are dropped (they reach the old server) and ``on_lost`` is called before the
     next try. Only for ``fn`` that is safe to run twice: the statement that was cut off may have
     committed.
+
+    ``first_error``: what a first try the caller made itself raised, taken as ``fn``'s first
+    try (a worker's step tries once without this function's frames).
     """
     tries = 0
     losses = 0
     deadline: float | None = None
+    pending = first_error
     while True:
         try:
+            if pending is not None:
+                raised, pending = pending, None
+                raise raised
             return fn()
         except Exception as exc:
             if reconnect is not None and is_connection_lost(exc):
@@ -707,58 +719,62 @@ def run_on_driver(
     COMMIT is sent with it, in the same round trip, and ``end_on_driver`` then has nothing to
     send; elsewhere the flag changes nothing.
     """
-    info = conn.info
+    fairy = conn.connection  # each of SQLAlchemy's properties costs; this path counts them
+    info = fairy.info
     if not conn.in_transaction():
         if info.get(_MERGES_COMMIT):
             if commit:
-                return _run_and_commit(conn, sql, params)
+                return _run_and_commit(conn, fairy.driver_connection, sql, params)
             info.pop(_COMMITTED, None)
         elif not info.get(DRIVER_TRANSACTION):
             conn.begin()
-    if autocommit_tenant_statement(conn) is not None or _PENDING_BEGIN in info:
+    if info.get(AUTOCOMMIT_TENANT) is not None or _PENDING_BEGIN in info:
         return _on_driver(conn, [(sql, params)], pipeline=False)[0]
     # The worker's usual case, without the general path's lists and context managers: a
     # statement's client CPU is what a worker pays per job.
     cursor: Any = None
     try:
-        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor = fairy.driver_connection.cursor()  # type: ignore[union-attr]
         cursor.execute(sql, params)
-        rows = cursor.fetchall() if cursor.description is not None else []
-        return DriverResult(cursor.rowcount, rows)
-    except conn.dialect.loaded_dbapi.Error as exc:
-        raise _driver_error(conn, exc, sql, params, cursor) from exc
-    except BaseException:
+        done = DriverResult(cursor.rowcount, cursor.fetchall() if cursor.description else [])
+    except BaseException as exc:
+        _close_quietly(cursor)
+        if isinstance(exc, conn.dialect.loaded_dbapi.Error):
+            raise _driver_error(conn, exc, sql, params, cursor) from exc
         conn.invalidate()  # interrupted mid-statement: the connection's state is unknown
         raise
-    finally:
-        if cursor is not None:
-            with contextlib.suppress(Exception):
-                cursor.close()
+    _close_quietly(cursor)
+    return done
 
 
-def _run_and_commit(conn: Connection, sql: str, params: Any) -> DriverResult:
+def _close_quietly(cursor: Any) -> None:
+    if cursor is not None:
+        try:
+            cursor.close()
+        except Exception:
+            pass
+
+
+def _run_and_commit(conn: Connection, dbapi_conn: Any, sql: str, params: Any) -> DriverResult:
     """``sql`` and its COMMIT in one round trip (``merge_commits``); the COMMIT's own answer is
     read before this returns, so a failed commit (a Galera certification conflict) is raised
     here as ``run_on_driver`` raises a statement's error, and the step is retried."""
     sent = sql + "; COMMIT"
     cursor: Any = None
     try:
-        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor = dbapi_conn.cursor()
         cursor.execute(sent, params)
-        rows = cursor.fetchall() if cursor.description is not None else []
-        done = DriverResult(cursor.rowcount, rows)
+        done = DriverResult(cursor.rowcount, cursor.fetchall() if cursor.description else [])
         cursor.nextset()  # the COMMIT's answer
-        conn.info[_COMMITTED] = True
-        return done
-    except conn.dialect.loaded_dbapi.Error as exc:
-        raise _driver_error(conn, exc, sent, params, cursor) from exc
-    except BaseException:
+    except BaseException as exc:
+        _close_quietly(cursor)
+        if isinstance(exc, conn.dialect.loaded_dbapi.Error):
+            raise _driver_error(conn, exc, sent, params, cursor) from exc
         conn.invalidate()
         raise
-    finally:
-        if cursor is not None:
-            with contextlib.suppress(Exception):
-                cursor.close()
+    _close_quietly(cursor)
+    conn.info[_COMMITTED] = True
+    return done
 
 
 _MERGES_COMMIT = "agora_merges_commit"

@@ -26,7 +26,7 @@ __all__ = [
 TENANT_SETTING = "agora.tenant"
 
 _TENANT_SQL = f"SELECT set_config('{TENANT_SETTING}', %s, true)"  # on the driver's cursor
-_AUTOCOMMIT_TENANT = "agora_autocommit_tenant"  # connection key: this autocommit block's tenant
+AUTOCOMMIT_TENANT = "agora_autocommit_tenant"  # connection key: this autocommit block's tenant
 _WRAPPED = "agora_tenant_wrapped"  # connection key: a statement sent inside BEGIN … COMMIT
 # Execution option: this autocommit connection's statements cannot run inside a transaction
 # block (VACUUM, CREATE INDEX CONCURRENTLY) and read no tenant's rows: sent as they are.
@@ -54,7 +54,7 @@ def install_tenant_hook(engine: Engine, tenant: str) -> None:
 
     def _on_begin(conn: Connection) -> None:
         if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
-            conn.info[_AUTOCOMMIT_TENANT] = tenant
+            conn.info[AUTOCOMMIT_TENANT] = tenant
             return
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
@@ -64,7 +64,7 @@ def install_tenant_hook(engine: Engine, tenant: str) -> None:
             cursor.close()
 
     def _before(conn: Connection, cursor: Any, *_args: Any) -> None:
-        scoped = conn.info.get(_AUTOCOMMIT_TENANT)
+        scoped = conn.info.get(AUTOCOMMIT_TENANT)
         if scoped is None or conn.get_execution_options().get(OUTSIDE_TRANSACTION):
             return
         # lazy: PostgreSQL only
@@ -86,11 +86,11 @@ def install_tenant_hook(engine: Engine, tenant: str) -> None:
                 conn.connection.dbapi_connection.rollback()
 
     def _on_end(conn: Connection) -> None:
-        conn.info.pop(_AUTOCOMMIT_TENANT, None)
+        conn.info.pop(AUTOCOMMIT_TENANT, None)
         conn.info.pop(_WRAPPED, None)
 
     def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
-        record.info.pop(_AUTOCOMMIT_TENANT, None)
+        record.info.pop(AUTOCOMMIT_TENANT, None)
         record.info.pop(_WRAPPED, None)
 
     event.listen(engine, "begin", _on_begin)
@@ -105,5 +105,5 @@ def install_tenant_hook(engine: Engine, tenant: str) -> None:
 def autocommit_tenant_statement(conn: Connection) -> tuple[str, tuple[str]] | None:
     """The statement that scopes what follows it in one pipeline to the tenant of ``conn``'s
     autocommit block (``install_tenant_hook``), or ``None`` when there is none to scope."""
-    scoped = conn.info.get(_AUTOCOMMIT_TENANT)
+    scoped = conn.info.get(AUTOCOMMIT_TENANT)
     return None if scoped is None else (_TENANT_SQL, (str(scoped),))

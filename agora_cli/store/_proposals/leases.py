@@ -16,7 +16,7 @@ import random
 import secrets
 from collections.abc import Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from agora_cli.store._clock import Clock
 from agora_cli.store._dialects import dialect_of
@@ -45,12 +45,15 @@ from agora_cli.store._proposals.model import (
     check_limit,
     check_settle,
     clock_or_system,
+    fast_maker,
+    new_tokens,
     raced_too_often,
     token_hash,
 )
 from agora_cli.store._proposals.queries import (
     SETTLE_MANY_PG,
     SETTLE_MANY_PG_SEALED,
+    WORK_COLUMNS,
     Due,
     claim_many_pg,
     due_rows,
@@ -64,7 +67,10 @@ from agora_cli.store._proposals.queries import (
     take_leases_mysql,
     worker_sql,
 )
-from agora_cli.store._proposals.sealed import open_claims, seal_results
+
+if TYPE_CHECKING:
+    from agora_cli.store._proposals.queries import WorkerSql
+from agora_cli.store._proposals.sealed import open_claim, open_claims, seal_results
 from agora_cli.store._values import MAX_CLAIM_BATCH, check_identity, check_lease_ms, dump_json
 
 if TYPE_CHECKING:
@@ -110,14 +116,12 @@ def _take_lease(
     """Take the lease of ``row`` (a proposal or a discovery row) if its version still holds."""
     token = secrets.token_urlsafe(32)
     expires = now + lease_ms
-    sql = worker_sql(dialect_name(conn)).take_lease
+    sql = _context(conn).statements.take_lease
     params = (worker_id, token_hash(token), expires, expires, now, row.id, row.version)
     if run_on_driver(conn, sql, params, commit=True).rowcount != 1:
         return None
     work = _work(row, row.attempts + 1)
-    return open_claims(conn, [ClaimResult(kind, Lease(token, row.generation + 1, expires), work)])[
-        0
-    ]
+    return open_claim(conn, ClaimResult(kind, Lease(token, row.generation + 1, expires), work))
 
 
 def claim_proposal(
@@ -163,7 +167,7 @@ def renew_lease(
     check_lease_ms(lease_ms)
     now = clock_or_system(clock).now_ms()
     expires = now + lease_ms
-    sql = worker_sql(dialect_name(conn)).renew
+    sql = _context(conn).statements.renew
     params = (expires, expires, now, proposal_id, token_hash(token), generation, now)
     if run_on_driver(conn, sql, params, commit=True).rowcount != 1:
         return RenewResult("lost", None)
@@ -187,7 +191,7 @@ def settle_proposal(
     check_settle(outcome, error)
     result_text = None if result is None else dump_json("result", result)
     now = clock_or_system(clock).now_ms()
-    statements = worker_sql(dialect_name(conn))
+    statements = _context(conn).statements
     hashed = token_hash(token)
     params = (outcome, result_text, error, now, now, proposal_id, hashed, generation, now)
     if result_text is None:
@@ -233,14 +237,37 @@ def find_own_settles(conn: Connection, settlements: Sequence[Settlement]) -> set
 # --- the privileged claim of the next due work ------------------------------------------------
 
 
+class _Context(NamedTuple):
+    """What a worker's statements depend on, for one connection (asked once per pooled
+    connection: a worker's step reads it with one lookup)."""
+
+    dialect: str
+    statements: WorkerSql
+    locked: bool  # the server has SKIP LOCKED
+    galera: bool  # a Galera cluster node (``is_galera``), with SKIP LOCKED
+    reads_json: bool  # discovery rows come as one JSON column (``due_rows``)
+
+
+_CONTEXT = "agora_worker_context"
+
+
+def _context(conn: Connection) -> _Context:
+    info = conn.info
+    found: _Context | None = info.get(_CONTEXT)
+    if found is None:
+        dialect = dialect_name(conn)
+        d = dialect_of(dialect)
+        locked = d.locks_rows and supports_skip_locked(conn)
+        galera = locked and is_galera(conn)
+        found = info[_CONTEXT] = _Context(
+            dialect, worker_sql(dialect), locked, galera, d.reads_due_as_json
+        )
+    return found
+
+
 def _skip_locked(conn: Connection) -> bool:
     """Whether this connection's server has SKIP LOCKED (asked once per pooled connection)."""
-    if not dialect_of(conn).locks_rows:
-        return False
-    info = conn.info
-    if "agora_skip_locked" not in info:
-        info["agora_skip_locked"] = supports_skip_locked(conn)
-    return bool(info["agora_skip_locked"])
+    return _context(conn).locked
 
 
 def claim_next_proposal(
@@ -259,9 +286,8 @@ def claim_next_proposal(
     check_identity("worker_id", worker_id)
     check_lease_ms(lease_ms)
     now = clock_or_system(clock).now_ms()
-    dialect = dialect_name(conn)
-    statements = worker_sql(dialect)
-    locked = _skip_locked(conn)
+    context = _context(conn)
+    dialect, statements, locked = context.dialect, context.statements, context.locked
     if locked and statements.claim_next is not None:
         claimed = _claim_next_in_one_statement(
             conn, statements.claim_next, worker_id, lease_ms, now
@@ -271,16 +297,14 @@ def claim_next_proposal(
         # Nothing was due, or (rarely) the fence lost a race: the loop below tells them apart.
     read = statements.next_due_locked if locked else statements.next_due_fenced
     args: tuple[Any, ...] = (now, now)
-    galera = locked and is_galera(conn)
+    galera = context.galera
     if galera:
         index, size = galera_slot(conn)
         read = statements.next_due_share if size > 1 else statements.next_due_fenced
         args = (now, size, index, now, size, index) if size > 1 else args
     for _ in range(FENCE_ROUNDS):
-        rows = sorted(
-            due_rows(dialect, run_on_driver(conn, read, args).rows),
-            key=lambda r: r.discovery_at,
-        )
+        found = run_on_driver(conn, read, args).rows
+        rows = sorted(due_rows(dialect, found, context.reads_json), key=_DISCOVERED)
         if not rows and read is statements.next_due_share:
             # Nothing due in this node's share: take from the others' (a node may be gone).
             read, args = statements.next_due_fenced, (now, now)
@@ -314,7 +338,7 @@ def _claim_next_in_one_statement(
         return None
     *work, generation, prior_state = rows[0]
     kind: ClaimOutcome = "recovered" if prior_state == "running" else "claimed"
-    return open_claims(conn, [ClaimResult(kind, Lease(token, generation, expires), Work(*work))])[0]
+    return open_claim(conn, ClaimResult(kind, Lease(token, generation, expires), Work(*work)))
 
 
 # --- batches: k leases in one claim, n outcomes in one settle -----------------------------------
@@ -332,11 +356,13 @@ def _claims_from_rows(
     claimed = []
     for *work, generation, prior_state, n in sorted(rows, key=lambda row: row[-1]):
         kind: ClaimOutcome = "recovered" if prior_state == "running" else "claimed"
-        claimed.append(ClaimResult(kind, Lease(tokens[n - 1], generation, expires), Work(*work)))
+        claimed.append(_claim(kind, _lease(tokens[n - 1], generation, expires), _make_work(*work)))
     return open_claims(conn, claimed)
 
 
 _OLDEST_FIRST = attrgetter("discovery_at", "id")
+_claim, _lease, _make_work = fast_maker(ClaimResult), fast_maker(Lease), fast_maker(Work)
+_DISCOVERED = attrgetter("discovery_at")
 
 
 def _work(row: Proposal | Due, attempts: int) -> Work:
@@ -374,7 +400,7 @@ def claim_next_proposals(
     expires = now + lease_ms
     dialect = dialect_name(conn)
     locked = _skip_locked(conn)
-    tokens = [secrets.token_urlsafe(32) for _ in range(limit)]
+    tokens = new_tokens(limit)
     if locked and dialect_of(dialect).binds_arrays:
         pg_args = _claim_many_args(worker_id, tokens, now, expires)
         return _claims_from_rows(
@@ -399,10 +425,10 @@ def claim_next_proposals(
         # These rows are locked by this transaction: the update cannot lose a fence.
         run_on_driver(conn, take_leases_mysql(len(rows)), args, commit=True)
         taken = [
-            ClaimResult(
+            _claim(
                 "recovered" if row.discovery_state == "running" else "claimed",
-                Lease(token, row.generation + 1, expires),
-                _work(row, row.attempts + 1),
+                _lease(token, row.generation + 1, expires),
+                _make_work(*row[:WORK_COLUMNS], row.attempts + 1),  # Due begins with Work's
             )
             for row, token in zip(rows, tokens, strict=False)
         ]
@@ -652,7 +678,7 @@ def _settle_and_claim_pg(
     result_text = seal_results(conn, [(item.proposal_id, result_text)])[0]
     now = clock_or_system(clock).now_ms()
     expires = now + lease_ms
-    tokens = [secrets.token_urlsafe(32) for _ in range(limit)]
+    tokens = new_tokens(limit)
     hashed = token_hash(item.token)
     lease = (item.proposal_id, hashed, item.generation, now)
     settle_args = (item.outcome, result_text, item.error, now, now, *lease)

@@ -389,6 +389,10 @@ class Due(NamedTuple):
     discovery_at: int
 
 
+WORK_COLUMNS = len(WORK_FIELDS) - 1
+"""A ``Due`` row's first columns are ``Work``'s but ``attempts`` (a claim counts one more)."""
+assert Due._fields[:WORK_COLUMNS] == WORK_FIELDS[:WORK_COLUMNS], "Due must begin with Work"
+
 _T = p.name
 _DUE_KEY = ("id", "version", "discovery_state", "discovery_at")
 
@@ -498,9 +502,10 @@ class WorkerSql:
     settle_unkeyed: str
 
 
-def due_rows(dialect: str, rows: Sequence[Sequence[Any]]) -> list[Due]:
-    """A discovery read's rows as ``Due`` (from one JSON column where the dialect reads so)."""
-    if dialect_of(dialect).reads_due_as_json:
+def due_rows(dialect: str, rows: Sequence[Sequence[Any]], as_json: bool | None = None) -> list[Due]:
+    """A discovery read's rows as ``Due`` (from one JSON column where the dialect reads so;
+    ``as_json``: that answer, known already)."""
+    if dialect_of(dialect).reads_due_as_json if as_json is None else as_json:
         return [Due(*json.loads(row[0])) for row in rows]
     return [Due(*row) for row in rows]
 

@@ -60,6 +60,13 @@ def open_claims(conn: Connection, claims: Sequence[ClaimResult]) -> list[ClaimRe
     return out
 
 
+def open_claim(conn: Connection, claim: ClaimResult) -> ClaimResult:
+    """``open_claims`` of one claim (a worker's usual case: its input is plaintext)."""
+    if claim.work is None or not is_sealed(claim.work.input):
+        return claim
+    return open_claims(conn, [claim])[0]
+
+
 def seal_results(conn: Connection, results: Sequence[tuple[str, str | None]]) -> list[str | None]:
     """Each ``(proposal id, result text)`` about to be settled, sealed when the proposal's tenant
     has a key (``KeyUnavailable`` without the KEK: a result is never written in plaintext for a

@@ -194,7 +194,32 @@ class ActionProposalStore:
     ) -> R:
         """``fn`` as a lease step (``_lease_step``) on ``engine`` (``self.engine`` for one of
         several statements, which must be one transaction everywhere); ``after_loss`` corrects
-        its result on a try after a lost connection."""
+        its result on a try after a lost connection.
+
+        On a held connection whose transactions are the driver's, the first try runs here
+        without the retry machinery's closures (a worker pays for them on every step); what it
+        raises is handed to ``retry_transient`` as the first try's error, so a retry, a
+        reconnect or the error raised is exactly what the machinery would have made of it."""
+        first: Exception | None = None
+        if self._on_driver and engine is self._steps:
+            conn = self._held
+            if (
+                conn is not None
+                and self._owner == threading.get_ident()
+                and not conn.invalidated
+                and not conn.closed
+            ):
+                try:
+                    try:
+                        result = fn(conn, *args, **kwargs)
+                    except BaseException:
+                        if not conn.invalidated:
+                            end_on_driver(conn, commit=False)
+                        raise
+                    end_on_driver(conn, commit=True)
+                    return result
+                except Exception as exc:
+                    first = exc
         lost = False
         held = self._hold and engine is self._steps
 
@@ -228,7 +253,7 @@ class ActionProposalStore:
             if held:
                 self.close()
 
-        return self._retried(attempt, reconnect=True, on_lost=on_lost)
+        return self._retried(attempt, reconnect=True, on_lost=on_lost, first_error=first)
 
     def _read(
         self, fn: Callable[Concatenate[Connection, P], R], *args: P.args, **kwargs: P.kwargs
@@ -246,12 +271,16 @@ class ActionProposalStore:
         *,
         reconnect: bool = False,
         on_lost: Callable[[], None] | None = None,
+        first_error: Exception | None = None,
     ) -> R:
         """``attempt`` under ``retry_transient``; what still fails is raised as agora's error
         (``DatabaseUnreachable`` for a connection that stayed lost), never the driver's."""
         try:
             return retry_transient(
-                attempt, reconnect=self.engine if reconnect else None, on_lost=on_lost
+                attempt,
+                reconnect=self.engine if reconnect else None,
+                on_lost=on_lost,
+                first_error=first_error,
             )
         except AgoraError:
             raise
