@@ -816,7 +816,7 @@ def _set_multi_statements(conn: Connection, option: int) -> bool:
 
     dbapi_conn: Any = conn.connection.driver_connection
     try:
-        from pymysql.constants import COMMAND
+        from pymysql.constants import COMMAND  # lazy: PyMySQL only
 
         dbapi_conn._execute_command(COMMAND.COM_SET_OPTION, struct.pack("<H", option))
         return bool(dbapi_conn._read_packet().is_eof_packet())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError, replace
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from agora_cli.store._proposals import (
     Settlement,
     claim_next_proposals,
 )
+from agora_cli.store._proposals.model import Lease, Work, fast_maker
 from agora_cli.store._proposals.queries import fence_mysql
 from agora_cli.store._schema import action_proposal, thread
 
@@ -258,3 +260,16 @@ def test_a_fence_reads_back_one_way_only(leases: list[tuple[str, str, int]]) -> 
     leases never make the same text, whatever their ids hold (colons included)."""
     (one, other) = leases
     assert fence_mysql(*one) != fence_mysql(*other)
+
+
+def test_a_claim_built_fast_is_the_claim_its_class_builds() -> None:
+    """``fast_maker`` (the batch claims' constructor) makes what the dataclass makes: equal,
+    hashed alike, frozen, and ``replace`` still works on it."""
+    values = ("p1", "k", None, "alice", "t1", "r", "c", "refund", "{}", 1)
+    made, built = fast_maker(Work)(*values), Work(*values)
+    assert made == built and hash(made) == hash(built) and repr(made) == repr(built)
+    with pytest.raises(FrozenInstanceError):
+        made.attempts = 2  # type: ignore[misc]
+    assert replace(made, attempts=2) == Work(*values[:-1], 2)
+    with pytest.raises(ValueError):
+        fast_maker(Lease)("token", 1)  # every field, in order

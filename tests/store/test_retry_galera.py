@@ -42,6 +42,26 @@ def test_retry_transient_counts_its_retries_and_gives_up_boundedly() -> None:
     assert (stats.retried, stats.gave_up, stats.by_code) == (0, 0, {})
 
 
+def test_a_first_try_made_by_the_caller_counts_as_the_first_try() -> None:
+    """``first_error`` (a worker's step tries once itself): a retryable error is retried within
+    the same bound, any other is raised without calling ``fn``."""
+    deadlock = pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock")
+    calls: list[int] = []
+
+    def deadlocks() -> str:
+        calls.append(1)
+        raise pymysql.err.OperationalError(1213, "Deadlock found when trying to get lock")
+
+    with pytest.raises(pymysql.err.OperationalError):
+        retry_transient(deadlocks, attempts=3, base_delay=0.0001, first_error=deadlock)
+    assert len(calls) == 2  # the caller's try, then two of fn's: three in all
+    calls.clear()
+    with pytest.raises(ValueError, match="not transient"):
+        retry_transient(deadlocks, first_error=ValueError("not transient"))
+    assert calls == []
+    assert retry_transient(lambda: "ok", base_delay=0.0001, first_error=deadlock) == "ok"
+
+
 def test_galera_not_ready_is_retryable_but_an_unknown_command_is_not() -> None:
     not_ready = pymysql.err.OperationalError(
         1047, "WSREP has not yet prepared node for application use"
