@@ -788,33 +788,40 @@ def merge_commits(conn: Connection) -> bool:
     one round trip fewer per step. Whether it now does.
 
     The server takes two statements in one packet only when the connection asks
-    (``COM_SET_OPTION``, this connection only, until ``unmerge_commits``); every statement a
-    worker sends is agora's own text, its values escaped by the driver. ``False`` (and nothing
-    changed) with another driver, or when the server refuses.
+    (``COM_SET_OPTION``, this connection only); every statement a worker sends is agora's own
+    text, its values escaped by the driver. The connection asks it off again as it goes back to
+    its pool, however it goes (``close()``, or a connection nobody closed): a pool ``checkin``
+    listener does, and drops the connection if the server does not answer. ``False`` (and
+    nothing changed) with another driver, or when the server refuses.
     """
     if not dialect_of(conn).merges_commits or conn.dialect.driver != "pymysql":
         return False
-    if _set_multi_statements(conn, _MULTI_STATEMENTS_ON):
-        conn.info[_MERGES_COMMIT] = True
-    return bool(conn.info.get(_MERGES_COMMIT))
+    from sqlalchemy import event  # lazy: start-up (see _driver_error)
+
+    pool = conn.engine.pool
+    if not event.contains(pool, "checkin", _unmerge_at_checkin):
+        event.listen(pool, "checkin", _unmerge_at_checkin)
+    fairy = conn.connection
+    if _set_multi_statements(fairy.driver_connection, _MULTI_STATEMENTS_ON):
+        fairy.info[_MERGES_COMMIT] = True
+    return bool(fairy.info.get(_MERGES_COMMIT))
 
 
-def unmerge_commits(conn: Connection) -> None:
-    """Undo ``merge_commits`` before ``conn`` goes back to its pool; a connection that cannot
-    say so is invalidated (never pooled with two statements a packet allowed)."""
-    if conn.info.pop(_MERGES_COMMIT, None) is None:
+def _unmerge_at_checkin(dbapi_conn: Any, record: Any) -> None:
+    """A pool's ``checkin``: a connection that merged commits takes one statement a packet
+    again before anyone else checks it out; one that cannot say so is dropped."""
+    if record is None or record.info.pop(_MERGES_COMMIT, None) is None:
         return
-    conn.info.pop(_COMMITTED, None)
-    if not _set_multi_statements(conn, _MULTI_STATEMENTS_OFF):
-        conn.invalidate()
+    record.info.pop(_COMMITTED, None)
+    if dbapi_conn is not None and not _set_multi_statements(dbapi_conn, _MULTI_STATEMENTS_OFF):
+        record.invalidate()
 
 
-def _set_multi_statements(conn: Connection, option: int) -> bool:
+def _set_multi_statements(dbapi_conn: Any, option: int) -> bool:
     """PyMySQL has no public call for ``COM_SET_OPTION``: send the command on its connection
     (the server answers with an EOF packet, or an error); ``False`` if anything fails."""
     import struct  # lazy: the worker's connection only
 
-    dbapi_conn: Any = conn.connection.driver_connection
     try:
         from pymysql.constants import COMMAND  # lazy: PyMySQL only
 

@@ -258,3 +258,36 @@ def test_mysql_a_steps_commit_travels_with_its_last_statement(
                 conn.exec_driver_sql("SELECT 1; SELECT 2")
     finally:
         engine.dispose()
+
+
+def test_mysql_a_store_nobody_closed_gives_its_connection_back_as_it_took_it(
+    dialect: str, db_url: str, clock: ManualClock
+) -> None:
+    """MySQL/MariaDB: the held connection's two-statements-a-packet is asked off as the
+    connection goes back to its pool however it goes — here without ``close()``, the store
+    dropped mid-queue."""
+    if dialect != "mysql":
+        pytest.skip("MySQL/MariaDB's merged commits")
+    import gc
+    import warnings
+
+    from sqlalchemy.exc import ProgrammingError
+
+    engine = open_engine(db_url, pool_size=1)
+    try:
+        queue(engine, clock, 2)
+        store = ActionProposalStore(engine, clock, hold_connection=True)
+        got = store.claim_next("w1", LEASE_MS)
+        assert got.work and got.lease
+        dbapi: Any = store._held.connection.driver_connection  # type: ignore[union-attr]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SQLAlchemy says a connection was left unclosed
+            del store
+            gc.collect()
+        with engine.connect() as conn:
+            assert conn.connection.driver_connection is dbapi
+            with pytest.raises(ProgrammingError):
+                conn.exec_driver_sql("SELECT 1; SELECT 2")
+            assert conn.exec_driver_sql("SELECT 1").scalar() == 1
+    finally:
+        engine.dispose()

@@ -26,7 +26,6 @@ from agora_cli.store._engine import (
     retry_transient,
     session_tenant,
     translate_error,
-    unmerge_commits,
 )
 from agora_cli.store._errors import AgoraError, InvalidInput
 from agora_cli.store._proposals.backfill import backfill_discovery_index
@@ -131,7 +130,6 @@ class ActionProposalStore:
         if held is not None:
             if not held.invalidated and not held.closed:
                 held.info.pop(DRIVER_TRANSACTION, None)
-                unmerge_commits(held)
             held.close()
 
     def __enter__(self) -> ActionProposalStore:
