@@ -421,7 +421,7 @@ def claim_next_proposals(
             for row, token in zip(rows, tokens, strict=False)
             for value in (row.id, token_hash(token))
         ]
-        args: tuple[Any, ...] = (worker_id, *pairs, expires, expires, now, *(r.id for r in rows))
+        args: tuple[Any, ...] = (worker_id, *pairs, expires, expires, now, *[r.id for r in rows])
         # These rows are locked by this transaction: the update cannot lose a fence.
         run_on_driver(conn, take_leases_mysql(len(rows)), args, commit=True)
         taken = [
@@ -600,7 +600,8 @@ def _settle_fenced_mysql(
         list(results_text),
         [item.error for item in settlements],
     )
-    state, result, error = (any(v != values[0] for v in values) for values in columns)
+    # a column varies unless every value is its first (``count`` compares in C, no generator)
+    state, result, error = (values.count(values[0]) != len(values) for values in columns)
     varies = (state, result, error)  # each: a CASE by id, or one value for the whole batch
     args: list[Any] = []
     for values, vary in zip(columns, varies, strict=True):
