@@ -700,7 +700,7 @@ class DriverResult(NamedTuple):
 def run_on_driver(
     conn: Connection,
     sql: str,
-    params: Sequence[Any] | Mapping[str, Any],
+    params: Sequence[Any] | Mapping[str, Any] | None,
     *,
     commit: bool = False,
 ) -> DriverResult:
@@ -713,6 +713,9 @@ def run_on_driver(
     SQLAlchemy itself would raise — so ``retry_transient`` and ``translate_error`` see the same
     thing — invalidating the connection when the driver reports it lost. These statements fire
     no engine events and are not echoed.
+
+    ``params`` is ``None`` for text rendered with its values (``driver_quote``): the driver
+    then reads no placeholder in it.
 
     ``commit``: the statement may end the transaction (a step's last statement, or one after
     which a commit is harmless). On a connection that merges commits (``merge_commits``) its
@@ -745,6 +748,21 @@ def run_on_driver(
         raise
     _close_quietly(cursor)
     return done
+
+
+def driver_quote(conn: Connection) -> Callable[[Any], str] | None:
+    """PyMySQL's own quoting of one value as an SQL literal — what its cursor does to each
+    parameter, under the connection's ``sql_mode`` — or ``None`` with another driver.
+
+    For a batch statement that names one value many times (a lease's id in its ``CASE`` and in
+    the ``IN`` list): quoted once and rendered into the text, sent with no parameters
+    (``run_on_driver(conn, rendered, None)``), where the driver would quote each of the
+    hundreds of parameters a batch of 100 binds.
+    """
+    if conn.dialect.driver != "pymysql":
+        return None
+    quote: Callable[[Any], str] = conn.connection.driver_connection.escape  # type: ignore[union-attr]
+    return quote
 
 
 def _close_quietly(cursor: Any) -> None:
@@ -874,7 +892,7 @@ connection on MySQL/MariaDB: SQLAlchemy's begin and commit cost a fifth of a ste
 
 def _on_driver(
     conn: Connection,
-    statements: Sequence[tuple[str, Sequence[Any] | Mapping[str, Any]]],
+    statements: Sequence[tuple[str, Sequence[Any] | Mapping[str, Any] | None]],
     *,
     pipeline: bool,
 ) -> list[DriverResult]:

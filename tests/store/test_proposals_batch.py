@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import FrozenInstanceError, replace
 from typing import Any
 
@@ -271,5 +272,133 @@ def test_a_claim_built_fast_is_the_claim_its_class_builds() -> None:
     with pytest.raises(FrozenInstanceError):
         made.attempts = 2  # type: ignore[misc]
     assert replace(made, attempts=2) == Work(*values[:-1], 2)
-    with pytest.raises(ValueError):
-        fast_maker(Lease)("token", 1)  # every field, in order
+    for make in (fast_maker(Lease), Lease):  # every field, in order: refused as the class does
+        with pytest.raises(TypeError):
+            make("token", 1)
+        with pytest.raises(TypeError):
+            make("token", 1, 2, 3)
+
+
+# ids a runtime's own rows may hold (the store decides the ids it creates; a row written by
+# another writer is read as it is): what a driver must quote, and what a ``%`` format reads.
+_HOSTILE_IDS = [
+    "it's",
+    'say "hi"',
+    "back\\slash",
+    "trail\\",
+    "%s",
+    "%(x)s 100%",
+    "semi; DROP TABLE agent_action_proposal; --",
+    "tab\there",
+    "zh-中文-é",
+    "end'",
+]
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["pooled", "held"])
+@pytest.mark.parametrize("sql_mode", ["", "NO_BACKSLASH_ESCAPES"], ids=["default", "no-bs"])
+def test_ids_and_results_a_driver_must_quote_are_claimed_and_settled_exactly(
+    db_url: str, dialect: str, clock: ManualClock, held: bool, sql_mode: str
+) -> None:
+    """A batch's statements quote every id and value (MySQL/MariaDB: rendered with the driver's
+    own quoting, each id once): ids and results with quotes, backslashes, ``%`` and SQL are
+    claimed with their own leases and settled to exactly what was given, the other rows
+    untouched — also under ``NO_BACKSLASH_ESCAPES``, where a backslash is no escape."""
+    from sqlalchemy import event
+
+    from agora_cli.store._engine import open_engine
+
+    if sql_mode and dialect != "mysql":
+        pytest.skip("sql_mode is MySQL/MariaDB's")
+    engine = open_engine(db_url)
+    if sql_mode:
+
+        @event.listens_for(engine, "connect")
+        def _mode(dbapi_conn: Any, _record: Any) -> None:
+            with dbapi_conn.cursor() as cur:
+                cur.execute(f"SET SESSION sql_mode = CONCAT(@@sql_mode, ',{sql_mode}')")
+
+    try:
+        ids = [f"{n:02d}-{text}" for n, text in enumerate(_HOSTILE_IDS)]
+        with engine.begin() as conn:
+            conn.execute(
+                thread.insert().values(
+                    id="t1", actor_ref="alice", title="t", created_at=0, updated_at=0
+                )
+            )
+            conn.execute(
+                action_proposal.insert(),
+                [
+                    {
+                        "id": pid,
+                        "idempotency_key": f"k{n}",
+                        "actor_ref": "alice",
+                        "thread_id": "t1",
+                        "tool_name": "refund",
+                        "input": '{"n": %d}' % n,
+                        "decision": "approved",
+                        "decided_by": "bob",
+                        "decided_at": 1,
+                        "execution_state": "queued",
+                        "generation": 0,
+                        "attempts": 0,
+                        "version": 1,
+                        "created_at": 1,
+                        "updated_at": 1,
+                        "discovery_state": "queued",
+                        "discovery_at": 1 + n,
+                    }
+                    for n, pid in enumerate(ids)
+                ],
+            )
+            # a bystander whose id a broken quoting could match: never claimed, never changed
+            conn.execute(
+                action_proposal.insert().values(
+                    id="it", idempotency_key="kb", actor_ref="alice", thread_id="t1",
+                    tool_name="refund", input="{}", decision="pending", execution_state="none",
+                    generation=0, attempts=0, version=1, created_at=1, updated_at=1,
+                )
+            )
+        store = ActionProposalStore(engine, clock, hold_connection=held)
+        batch = store.claim_next("w'1\\", 60_000, limit=len(ids) + 5)
+        assert [c.work.id for c in batch if c.work] == ids
+        assert len({c.lease.token for c in batch if c.lease}) == len(ids)
+        results = [{"it's": "a \\ b", "pct": "100% %s"}, None, {"sql": "'; --"}]
+        outcomes = ["succeeded", "failed"]
+        done = [
+            Settlement(
+                c.work.id,
+                c.lease.token,
+                c.lease.generation,
+                outcomes[n % 2],
+                results[n % 3] if n % 2 == 0 else None,
+                None if n % 2 == 0 else f"broke: it's \\ 50% at {c.work.id}",
+            )
+            for n, c in enumerate(batch)
+            if c.work and c.lease
+        ]
+        assert [r.outcome for r in store.settle_many(done)] == ["settled"] * len(ids)
+        assert [r.outcome for r in store.settle_many(done)] == ["lost"] * len(ids)
+        store.close()
+        with engine.connect() as conn:
+            rows = {
+                row.id: row
+                for row in conn.execute(
+                    select(
+                        action_proposal.c.id,
+                        action_proposal.c.execution_state,
+                        action_proposal.c.result,
+                        action_proposal.c.error,
+                        action_proposal.c.lease_owner,
+                        action_proposal.c.version,
+                    )
+                )
+            }
+        assert rows["it"].execution_state == "none" and rows["it"].version == 1
+        for item in done:
+            row = rows[item.proposal_id]
+            assert row.execution_state == item.outcome and row.error == item.error
+            stored = None if row.result is None else json.loads(row.result)
+            assert stored == item.result and row.lease_owner == "w'1\\"
+    finally:
+        engine.dispose()

@@ -22,6 +22,7 @@ from agora_cli.store._clock import Clock
 from agora_cli.store._dialects import dialect_of
 from agora_cli.store._engine import (
     dialect_name,
+    driver_quote,
     galera_slot,
     is_galera,
     run_on_driver,
@@ -416,14 +417,9 @@ def claim_next_proposals(
         rows = _lock_recoveries_mysql(conn, rows)
         if not rows:
             return []
-        pairs = [
-            value
-            for row, token in zip(rows, tokens, strict=False)
-            for value in (row.id, token_hash(token))
-        ]
-        args: tuple[Any, ...] = (worker_id, *pairs, expires, expires, now, *[r.id for r in rows])
         # These rows are locked by this transaction: the update cannot lose a fence.
-        run_on_driver(conn, take_leases_mysql(len(rows)), args, commit=True)
+        sql, args = _take_leases_mysql(conn, worker_id, rows, tokens, expires, now)
+        run_on_driver(conn, sql, args, commit=True)
         taken = [
             _claim(
                 "recovered" if row.discovery_state == "running" else "claimed",
@@ -451,6 +447,38 @@ def claim_next_proposals(
         if len(results) == limit or len(results) == taken_before or len(candidates) < limit:
             break
     return results
+
+
+def _take_leases_mysql(
+    conn: Connection, worker_id: str, rows: list[Due], tokens: list[str], expires: int, now: int
+) -> tuple[str, tuple[Any, ...] | None]:
+    """``take_leases_mysql``'s statement and parameters for ``rows`` (row ``n`` takes
+    ``tokens[n]``): rendered with its values where the driver quotes them
+    (``driver_quote``: each id quoted once, though named twice), else bound."""
+    quote = driver_quote(conn)
+    sql = take_leases_mysql(len(rows))
+    if quote is None:
+        ids: list[Any] = [row.id for row in rows]
+        hashes = [token_hash(token) for token in tokens[: len(rows)]]
+        owner: Any = worker_id
+    else:
+        ids = [quote(row.id) for row in rows]
+        hashes = [_hex_literal(token_hash(token)) for token in tokens[: len(rows)]]
+        owner = quote(worker_id)
+    pairs = [value for pair in zip(ids, hashes, strict=True) for value in pair]
+    args = (owner, *pairs, expires, expires, now, *ids)
+    if quote is None:
+        return sql, args
+    return sql % args, None  # every value is a literal now: the ints as their digits
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def _hex_literal(hashed: str) -> str:
+    """A token hash (``token_hash``: 64 hex digits, nothing to escape) as an SQL literal."""
+    return f"'{hashed}'"
 
 
 def _lock_recoveries_mysql(conn: Connection, rows: list[Due]) -> list[Due]:
@@ -603,21 +631,37 @@ def _settle_fenced_mysql(
     # a column varies unless every value is its first (``count`` compares in C, no generator)
     state, result, error = (values.count(values[0]) != len(values) for values in columns)
     varies = (state, result, error)  # each: a CASE by id, or one value for the whole batch
+    quote = driver_quote(conn)
+    ids: list[Any]
+    if quote is None:
+        ids = [item.proposal_id for item in settlements]
+        fences = [
+            fence_mysql(item.proposal_id, hashed, item.generation)
+            for item, hashed in zip(settlements, hashes, strict=True)
+        ]
+    else:
+        # Each id quoted once; its fence is the same literal with ``:hash:generation`` before
+        # the closing quote (hex digits, digits and colons: nothing a quoting changes).
+        ids = [quote(item.proposal_id) for item in settlements]
+        fences = [
+            f"{quoted[:-1]}:{hashed}:{int(item.generation)}'"
+            for quoted, item, hashed in zip(ids, settlements, hashes, strict=True)
+        ]
+    value = _as_is if quote is None else quote
     args: list[Any] = []
     for values, vary in zip(columns, varies, strict=True):
         if vary:
-            for item, value in zip(settlements, values, strict=True):
-                args += (item.proposal_id, value)
+            for proposal_id, one in zip(ids, values, strict=True):
+                args += (proposal_id, value(one))
         else:
-            args.append(values[0])
+            args.append(value(values[0]))
     args += (now, now, now)
-    args += [item.proposal_id for item in settlements]
-    args += [
-        fence_mysql(item.proposal_id, hashed, item.generation)
-        for item, hashed in zip(settlements, hashes, strict=True)
-    ]
+    args += ids
+    args += fences
     unkeyed = any(text is not None for text in results_text)
     sql = settle_fenced_mysql(len(settlements), varies, unkeyed)
+    if quote is not None:
+        sql, args = sql % tuple(args), None  # type: ignore[assignment]
     if run_on_driver(conn, sql, args).rowcount != len(settlements):
         raise BatchLost
 

@@ -226,15 +226,27 @@ _D = TypeVar("_D")
 def fast_maker(cls: type[_D]) -> Callable[..., _D]:
     """A constructor of the frozen dataclass ``cls`` for a worker's hot path: the object
     ``cls(*values)`` makes (every field given, in order), without ``__init__``'s
-    ``object.__setattr__`` for each field — a batch of claims builds three objects a job."""
+    ``object.__setattr__`` for each field — a batch of claims builds three objects a job.
+
+    Generated as ``dataclasses`` generates ``__init__`` (one function with the fields as its
+    parameters, filling the instance's ``__dict__`` with one dict display): a third of the cost
+    of filling it from ``zip``. The source is built from the field names alone.
+    """
     names = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
-    new = object.__new__
-
-    def make(*values: Any) -> _D:
-        made = new(cls)
-        made.__dict__.update(zip(names, values, strict=True))
-        return made
-
+    if not all(name.isidentifier() and not name.startswith("_") for name in names):
+        raise TypeError(f"fast_maker: {cls.__name__} has a field that is not a plain name")
+    params = ", ".join(names)
+    entries = ", ".join(f"{name!r}: {name}" for name in names)
+    source = (
+        f"def make({params}):\n"
+        "    made = new(cls)\n"
+        f"    made.__dict__.update({{{entries}}})\n"
+        "    return made\n"
+    )
+    scope: dict[str, Any] = {"new": object.__new__, "cls": cls}
+    exec(source, scope)  # the source holds field names checked as identifiers
+    make: Callable[..., _D] = scope["make"]
+    make.__qualname__ = f"fast_maker({cls.__name__})"
     return make
 
 
