@@ -335,7 +335,7 @@ def test_ids_and_results_a_driver_must_quote_are_claimed_and_settled_exactly(
                         "actor_ref": "alice",
                         "thread_id": "t1",
                         "tool_name": "refund",
-                        "input": '{"n": %d}' % n,
+                        "input": json.dumps({"n": n}),
                         "decision": "approved",
                         "decided_by": "bob",
                         "decided_at": 1,
@@ -354,9 +354,19 @@ def test_ids_and_results_a_driver_must_quote_are_claimed_and_settled_exactly(
             # a bystander whose id a broken quoting could match: never claimed, never changed
             conn.execute(
                 action_proposal.insert().values(
-                    id="it", idempotency_key="kb", actor_ref="alice", thread_id="t1",
-                    tool_name="refund", input="{}", decision="pending", execution_state="none",
-                    generation=0, attempts=0, version=1, created_at=1, updated_at=1,
+                    id="it",
+                    idempotency_key="kb",
+                    actor_ref="alice",
+                    thread_id="t1",
+                    tool_name="refund",
+                    input="{}",
+                    decision="pending",
+                    execution_state="none",
+                    generation=0,
+                    attempts=0,
+                    version=1,
+                    created_at=1,
+                    updated_at=1,
                 )
             )
         store = ActionProposalStore(engine, clock, hold_connection=held)
