@@ -795,6 +795,53 @@ def _run_and_commit(conn: Connection, dbapi_conn: Any, sql: str, params: Any) ->
     return done
 
 
+def run_committing_if(conn: Connection, sql: str, params: Any, rows: int) -> int:
+    """Run ``sql`` (a write) on the driver as ``run_on_driver`` does, and let it end the
+    step's transaction only if it changed exactly ``rows`` rows; its row count.
+
+    For a step that is all or nothing by its count (``settle_proposals``' one fenced UPDATE of
+    a batch): a count that differs leaves the transaction open for the caller to roll back, as
+    a plain ``run_on_driver`` would. On MariaDB, over a connection that merges commits
+    (``merge_commits``), the test and the COMMIT go with the statement in one round trip: the
+    server runs ``IF ROW_COUNT() <> rows THEN SIGNAL …; END IF`` after it and, only if that
+    passed, the COMMIT (a failed statement ends the packet: nothing after it runs). Elsewhere
+    (MySQL has no ``IF`` outside a stored program) the step's end sends the COMMIT.
+    """
+    fairy = conn.connection
+    if conn.in_transaction() or not fairy.info.get(_GUARDS_COMMIT):
+        return run_on_driver(conn, sql, params).rowcount
+    sent = (
+        f"{sql}; IF ROW_COUNT() <> {int(rows)} THEN SIGNAL SQLSTATE '45000' "
+        f"SET MESSAGE_TEXT = '{_NOT_ALL}'; END IF; COMMIT"
+    )
+    dbapi = conn.dialect.loaded_dbapi
+    cursor: Any = None
+    try:
+        cursor = fairy.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor.execute(sent, params)
+        count = int(cursor.rowcount)
+        try:
+            cursor.nextset()  # the test's answer: the SIGNAL raised here
+        except dbapi.Error as exc:
+            if exc.args[:2] != (_SIGNALLED, _NOT_ALL):
+                raise
+            _close_quietly(cursor)  # not committed: the caller rolls back
+            return count
+        cursor.nextset()  # the COMMIT's
+    except BaseException as exc:
+        _close_quietly(cursor)
+        if isinstance(exc, dbapi.Error):
+            raise _driver_error(conn, exc, sent, params, cursor) from exc
+        conn.invalidate()
+        raise
+    _close_quietly(cursor)
+    fairy.info[_COMMITTED] = True
+    return count
+
+
+_NOT_ALL = "agora: not every row changed; not committed"
+_SIGNALLED = 1644  # ER_SIGNAL_EXCEPTION: a SIGNAL's own error
+_GUARDS_COMMIT = "agora_guards_commit"
 _MERGES_COMMIT = "agora_merges_commit"
 _COMMITTED = "agora_committed"
 _MULTI_STATEMENTS_ON, _MULTI_STATEMENTS_OFF = 0, 1  # COM_SET_OPTION's two options
@@ -822,6 +869,8 @@ def merge_commits(conn: Connection) -> bool:
     fairy = conn.connection
     if _set_multi_statements(fairy.driver_connection, _MULTI_STATEMENTS_ON):
         fairy.info[_MERGES_COMMIT] = True
+        # MariaDB runs ``IF`` outside a stored program (``run_committing_if``); MySQL does not
+        fairy.info[_GUARDS_COMMIT] = bool(getattr(conn.dialect, "is_mariadb", False))
     return bool(fairy.info.get(_MERGES_COMMIT))
 
 
@@ -831,6 +880,7 @@ def _unmerge_at_checkin(dbapi_conn: Any, record: Any) -> None:
     if record is None or record.info.pop(_MERGES_COMMIT, None) is None:
         return
     record.info.pop(_COMMITTED, None)
+    record.info.pop(_GUARDS_COMMIT, None)
     if dbapi_conn is not None and not _set_multi_statements(dbapi_conn, _MULTI_STATEMENTS_OFF):
         record.invalidate()
 

@@ -413,6 +413,38 @@ def drained_at(url: str, system: str, procs: list[Any]) -> float:
 class Measured(NamedTuple):
     rate: float  # jobs/s from the system's first job to the last job done
     cpu_ms: float  # client CPU per job, summed over the workers (ms)
+    server_ms: float | None  # the database server's CPU per job (ms), where it can be read
+
+
+_SERVERS = ("mariadbd", "mysqld", "postgres")
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def server_cpu() -> float | None:
+    """The CPU seconds of the database servers on this machine (Linux ``/proc``): user + system
+    of every ``mariadbd``/``postgres`` process, with the children each has reaped (PostgreSQL's
+    postmaster collects its exited backends'). ``None`` where ``/proc`` cannot be read."""
+    total = 0
+    seen = False
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        if name not in _SERVERS:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        seen = True
+    return total / _TICK if seen else None
 
 
 def run_system(
@@ -443,11 +475,13 @@ def run_system(
             )
         procs.append(proc)
     go = time.time()
+    server0 = server_cpu()
     for proc in procs:
         assert proc.stdin is not None
         proc.stdin.write("go\n")
         proc.stdin.flush()
     end = drained_at(url, system, procs)
+    server1 = server_cpu()
     ran: list[Any] = []
     firsts: list[float] = []
     cpu = 0.0
@@ -467,15 +501,19 @@ def run_system(
     missing = n - len(counts)
     rate = len(ran) / elapsed
     cpu_ms = cpu * 1000 / max(1, len(ran))
+    server_ms = None
+    if server0 is not None and server1 is not None:
+        server_ms = (server1 - server0) * 1000 / max(1, len(ran))
+    served = "" if server_ms is None else f"; server {server_ms:.3f} ms/job"
     print(
         f"  {label:<34} {workers}w: {len(ran)} jobs in {elapsed:6.2f} s from the first job "
-        f"(+{start - go:.2f} s to it) = {rate:7,.0f} jobs/s; CPU {cpu_ms:.3f} ms/job; "
+        f"(+{start - go:.2f} s to it) = {rate:7,.0f} jobs/s; CPU {cpu_ms:.3f} ms/job{served}; "
         f"ran twice {doubles}; never ran {missing}",
         flush=True,
     )
     if doubles or missing:
         raise SystemExit(f"{label}: {doubles} jobs ran twice, {missing} never ran")
-    return Measured(rate, cpu_ms)
+    return Measured(rate, cpu_ms, server_ms)
 
 
 def contenders(dialect: str) -> list[tuple[str, tuple[str, int, str]]]:
@@ -580,8 +618,11 @@ def summary(dialect: str, workers: int, rounds: list[dict[str, Measured]]) -> No
     for label in labels:
         rates = [r[label].rate for r in rounds if label in r]
         cpus = [r[label].cpu_ms for r in rounds if label in r]
+        servers = [s for r in rounds if label in r and (s := r[label].server_ms) is not None]
+        served = f"; server {_spread(servers, '.3f')} ms/job" if servers else ""
         print(
-            f"  {label:<34} {_spread(rates, ',.0f')} jobs/s; CPU {_spread(cpus, '.3f')} ms/job",
+            f"  {label:<34} {_spread(rates, ',.0f')} jobs/s; CPU {_spread(cpus, '.3f')} ms/job"
+            f"{served}",
             flush=True,
         )
     for what, pairs in (("jobs/s", RATE_PAIRS), ("CPU/job", CPU_PAIRS)):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import FrozenInstanceError, replace
 from typing import Any
 
@@ -29,15 +30,19 @@ from agora_cli.store._schema import action_proposal, thread
 ALICE = Scope(None, "alice", "t1")
 
 
-@pytest.fixture
-def store(engine: Any, clock: ManualClock) -> ActionProposalStore:
+@pytest.fixture(params=[False, True], ids=["pooled", "held"])
+def store(engine: Any, clock: ManualClock, request: Any) -> Iterator[ActionProposalStore]:
+    """Each test twice: a store that checks a connection out per step, and a worker's store
+    that holds one (on MariaDB its batch settle then commits in the UPDATE's round trip, under
+    the server's own test of the rows changed)."""
     with engine.begin() as conn:
         conn.execute(
             thread.insert().values(
                 id="t1", actor_ref="alice", title="t", created_at=0, updated_at=0
             )
         )
-    return ActionProposalStore(engine, clock)
+    with ActionProposalStore(engine, clock, hold_connection=request.param) as store:
+        yield store
 
 
 def queue(store: ActionProposalStore, clock: ManualClock, n: int) -> list[str]:

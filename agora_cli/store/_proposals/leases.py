@@ -25,6 +25,7 @@ from agora_cli.store._engine import (
     driver_quote,
     galera_slot,
     is_galera,
+    run_committing_if,
     run_on_driver,
     run_pipelined,
     supports_skip_locked,
@@ -662,7 +663,9 @@ def _settle_fenced_mysql(
     sql = settle_fenced_mysql(len(settlements), varies, unkeyed)
     if quote is not None:
         sql, args = sql % tuple(args), None  # type: ignore[assignment]
-    if run_on_driver(conn, sql, args).rowcount != len(settlements):
+    # all or nothing: committed with the step only if every lease held (on MariaDB, the COMMIT
+    # sent with the UPDATE under the server's own test of its count: one round trip)
+    if run_committing_if(conn, sql, args, len(settlements)) != len(settlements):
         raise BatchLost
 
 
