@@ -803,16 +803,16 @@ def run_committing_if(conn: Connection, sql: str, params: Any, rows: int) -> int
     a batch): a count that differs leaves the transaction open for the caller to roll back, as
     a plain ``run_on_driver`` would. On MariaDB, over a connection that merges commits
     (``merge_commits``), the test and the COMMIT go with the statement in one round trip: the
-    server runs ``IF ROW_COUNT() <> rows THEN SIGNAL …; END IF`` after it and, only if that
-    passed, the COMMIT (a failed statement ends the packet: nothing after it runs). Elsewhere
-    (MySQL has no ``IF`` outside a stored program) the step's end sends the COMMIT.
+    server runs ``IF ROW_COUNT() = rows THEN COMMIT; ELSE SIGNAL …; END IF`` after it (one
+    answer more to read, not two). Elsewhere (MySQL has no ``IF`` outside a stored program)
+    the step's end sends the COMMIT.
     """
     fairy = conn.connection
     if conn.in_transaction() or not fairy.info.get(_GUARDS_COMMIT):
         return run_on_driver(conn, sql, params).rowcount
     sent = (
-        f"{sql}; IF ROW_COUNT() <> {int(rows)} THEN SIGNAL SQLSTATE '45000' "
-        f"SET MESSAGE_TEXT = '{_NOT_ALL}'; END IF; COMMIT"
+        f"{sql}; IF ROW_COUNT() = {int(rows)} THEN COMMIT; "
+        f"ELSE SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{_NOT_ALL}'; END IF"
     )
     dbapi = conn.dialect.loaded_dbapi
     cursor: Any = None
@@ -821,13 +821,12 @@ def run_committing_if(conn: Connection, sql: str, params: Any, rows: int) -> int
         cursor.execute(sent, params)
         count = int(cursor.rowcount)
         try:
-            cursor.nextset()  # the test's answer: the SIGNAL raised here
+            cursor.nextset()  # the test's answer (its COMMIT's): the SIGNAL raised here
         except dbapi.Error as exc:
             if exc.args[:2] != (_SIGNALLED, _NOT_ALL):
                 raise
             _close_quietly(cursor)  # not committed: the caller rolls back
             return count
-        cursor.nextset()  # the COMMIT's
     except BaseException as exc:
         _close_quietly(cursor)
         if isinstance(exc, dbapi.Error):
