@@ -750,6 +750,35 @@ def run_on_driver(
     return done
 
 
+def takes_statements_together(conn: Connection) -> bool:
+    """Whether ``conn`` takes several statements in one packet (``merge_commits``): a held
+    worker connection on MySQL/MariaDB over PyMySQL."""
+    return bool(conn.connection.info.get(_MERGES_COMMIT)) and not conn.in_transaction()
+
+
+def run_reads_on_driver(conn: Connection, sql: str, params: Any) -> list[tuple[Any, ...]]:
+    """The rows of every result of ``sql``, several reads in one text, sent in one round trip
+    on a connection that ``takes_statements_together``; inside the step's transaction, raised
+    as ``run_on_driver`` raises (a failed read ends the packet: nothing after it runs)."""
+    fairy = conn.connection
+    fairy.info.pop(_COMMITTED, None)
+    cursor: Any = None
+    try:
+        cursor = fairy.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor.execute(sql, params)
+        rows = list(cursor.fetchall())
+        while cursor.nextset():
+            rows += cursor.fetchall()
+    except BaseException as exc:
+        _close_quietly(cursor)
+        if isinstance(exc, conn.dialect.loaded_dbapi.Error):
+            raise _driver_error(conn, exc, sql, params, cursor) from exc
+        conn.invalidate()
+        raise
+    _close_quietly(cursor)
+    return rows
+
+
 def driver_quote(conn: Connection) -> Callable[[Any], str] | None:
     """PyMySQL's own quoting of one value as an SQL literal — what its cursor does to each
     parameter, under the connection's ``sql_mode`` — or ``None`` with another driver.

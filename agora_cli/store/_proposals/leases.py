@@ -28,7 +28,9 @@ from agora_cli.store._engine import (
     run_committing_if,
     run_on_driver,
     run_pipelined,
+    run_reads_on_driver,
     supports_skip_locked,
+    takes_statements_together,
 )
 from agora_cli.store._errors import InvalidInput
 from agora_cli.store._proposals.decisions import find_proposal
@@ -409,10 +411,13 @@ def claim_next_proposals(
             conn, run_on_driver(conn, claim_many_pg(limit), pg_args).rows, tokens, expires
         )
     if locked:
-        read = next_due_many(dialect, limit, locked=True)
-        rows = sorted(
-            due_rows(dialect, run_on_driver(conn, read, (now, now)).rows), key=_OLDEST_FIRST
-        )[:limit]
+        if takes_statements_together(conn):  # each state's read its own statement, one trip
+            read = next_due_many(dialect, limit, locked=True, separate=True)
+            found = run_reads_on_driver(conn, read, (now, now))
+        else:
+            read = next_due_many(dialect, limit, locked=True)
+            found = run_on_driver(conn, read, (now, now)).rows
+        rows = sorted(due_rows(dialect, found), key=_OLDEST_FIRST)[:limit]
         if not rows:
             return []
         rows = _lock_recoveries_mysql(conn, rows)
