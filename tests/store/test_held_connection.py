@@ -291,3 +291,54 @@ def test_mysql_a_store_nobody_closed_gives_its_connection_back_as_it_took_it(
             assert conn.exec_driver_sql("SELECT 1").scalar() == 1
     finally:
         engine.dispose()
+
+
+def test_mariadb_a_batch_settle_commits_in_its_round_trip_only_if_every_lease_holds(
+    dialect: str, db_url: str, clock: ManualClock
+) -> None:
+    """MariaDB: a held connection's batch claim is two round trips (both states' reads in one,
+    the UPDATE and its COMMIT in the other) and its batch settle one — the fenced UPDATE, the
+    server's own test that it changed every row, and the COMMIT. When a lease in the batch is
+    lost nothing of that UPDATE is committed: the exact path then settles the leases that hold
+    (were the others committed already, it would find them settled and call them lost)."""
+    if dialect != "mysql":
+        pytest.skip("MariaDB's guarded commit")
+    engine = open_engine(db_url, pool_size=1)
+    if not getattr(engine.dialect, "is_mariadb", False):
+        engine.dispose()
+        pytest.skip("MySQL has no IF outside a stored program: its batch settle commits apart")
+    try:
+        ids = queue(engine, clock, 4)
+        other = open_engine(db_url)
+        sent: list[int] = []
+        with ActionProposalStore(engine, clock, hold_connection=True) as store:
+            store.claim_next("w0", LEASE_MS, limit=1)  # the held connection, its context
+            dbapi: Any = store._held.connection.driver_connection  # type: ignore[union-attr]
+            command = dbapi._execute_command
+
+            def counted(cmd: int, sql: Any) -> Any:
+                sent.append(cmd)
+                return command(cmd, sql)
+
+            dbapi._execute_command = counted
+            a, b, c = store.claim_next("w1", LEASE_MS, limit=3)
+            assert [x.work.id for x in (a, b, c) if x.work] == ids[1:] and len(sent) == 2
+            done = [
+                Settlement(x.work.id, x.lease.token, x.lease.generation, "succeeded", {"n": 1})
+                for x in (a, b)
+                if x.work and x.lease
+            ]
+            assert [r.outcome for r in store.settle_many(done)] == ["settled", "settled"]
+            assert len(sent) == 3  # one round trip, committed as it returned:
+            assert [states(other)[pid] for pid in ids[1:3]] == ["succeeded", "succeeded"]
+            assert c.work and c.lease
+            mixed = [
+                Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded", {"n": 2}),
+                done[0],  # settled already: its lease is gone
+            ]
+            assert [r.outcome for r in store.settle_many(mixed)] == ["settled", "lost"]
+            assert states(other)[ids[3]] == "succeeded"
+            dbapi._execute_command = command
+        other.dispose()
+    finally:
+        engine.dispose()

@@ -411,6 +411,8 @@ def claim_next_proposals(
             conn, run_on_driver(conn, claim_many_pg(limit), pg_args).rows, tokens, expires
         )
     if locked:
+        # The leases' hashes before the read: the rows it locks wait for less Python
+        hashes = [token_hash(token) for token in tokens]
         if takes_statements_together(conn):  # each state's read its own statement, one trip
             read = next_due_many(dialect, limit, locked=True, separate=True)
             found = run_reads_on_driver(conn, read, (now, now))
@@ -424,7 +426,7 @@ def claim_next_proposals(
         if not rows:
             return []
         # These rows are locked by this transaction: the update cannot lose a fence.
-        sql, args = _take_leases_mysql(conn, worker_id, rows, tokens, expires, now)
+        sql, args = _take_leases_mysql(conn, worker_id, rows, hashes, expires, now)
         run_on_driver(conn, sql, args, commit=True)
         taken = [
             _claim(
@@ -456,22 +458,22 @@ def claim_next_proposals(
 
 
 def _take_leases_mysql(
-    conn: Connection, worker_id: str, rows: list[Due], tokens: list[str], expires: int, now: int
+    conn: Connection, worker_id: str, rows: list[Due], hashes: list[str], expires: int, now: int
 ) -> tuple[str, tuple[Any, ...] | None]:
-    """``take_leases_mysql``'s statement and parameters for ``rows`` (row ``n`` takes
-    ``tokens[n]``): rendered with its values where the driver quotes them
+    """``take_leases_mysql``'s statement and parameters for ``rows`` (row ``n`` takes the token
+    whose hash is ``hashes[n]``): rendered with its values where the driver quotes them
     (``driver_quote``: each id quoted once, though named twice), else bound."""
     quote = driver_quote(conn)
     sql = take_leases_mysql(len(rows))
+    taken = hashes[: len(rows)]
     if quote is None:
         ids: list[Any] = [row.id for row in rows]
-        hashes = [token_hash(token) for token in tokens[: len(rows)]]
         owner: Any = worker_id
     else:
         ids = [quote(row.id) for row in rows]
-        hashes = [_hex_literal(token_hash(token)) for token in tokens[: len(rows)]]
+        taken = [_hex_literal(hashed) for hashed in taken]
         owner = quote(worker_id)
-    pairs = [value for pair in zip(ids, hashes, strict=True) for value in pair]
+    pairs = [value for pair in zip(ids, taken, strict=True) for value in pair]
     args = (owner, *pairs, expires, expires, now, *ids)
     if quote is None:
         return sql, args
