@@ -306,14 +306,8 @@ def claim_next_proposal(
         index, size = galera_slot(conn)
         read = statements.next_due_share if size > 1 else statements.next_due_fenced
         args = (now, size, index, now, size, index) if size > 1 else args
-    apart = statements.next_due_apart
-    if locked and not galera and apart is not None and takes_statements_together(conn):
-        read = apart  # each state's read its own statement, one round trip (no UNION)
     for _ in range(FENCE_ROUNDS):
-        if read is apart:
-            found = run_reads_on_driver(conn, read, args)
-        else:
-            found = run_on_driver(conn, read, args).rows
+        found = run_on_driver(conn, read, args).rows
         rows = sorted(due_rows(dialect, found, context.reads_json), key=_DISCOVERED)
         if not rows and read is statements.next_due_share:
             # Nothing due in this node's share: take from the others' (a node may be gone).

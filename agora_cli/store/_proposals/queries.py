@@ -486,8 +486,6 @@ class WorkerSql:
     Parameters, in order:
 
     - ``next_due_locked`` / ``next_due_fenced``: now, now
-    - ``next_due_apart`` (MySQL/MariaDB): ``next_due_locked`` as two statements, one a state,
-      for a connection that takes them in one packet (``run_reads_on_driver``): now, now
     - ``next_due_share`` (MySQL/MariaDB, for Galera): now, cluster size, node index, twice
     - ``take_lease``: owner, token hash, lease expiry, lease expiry, now, id, version
     - ``claim_next`` (PostgreSQL only): owner, token hash, expiry, expiry, now, now, now
@@ -505,7 +503,6 @@ class WorkerSql:
     renew: str
     settle: str
     settle_unkeyed: str
-    next_due_apart: str | None = None
 
 
 def due_rows(dialect: str, rows: Sequence[Sequence[Any]], as_json: bool | None = None) -> list[Due]:
@@ -604,21 +601,6 @@ def worker_sql(dialect: str) -> WorkerSql:
         renew=_render(dialect, renew),
         settle=_render(dialect, settle),
         settle_unkeyed=_render(dialect, f"{settle} AND {_unkeyed(_T)}"),
-        next_due_apart=(
-            None
-            if d.unions_derived_tables or not d.reads_due_as_json
-            else _render(
-                dialect,
-                _union_of_due_reads(
-                    due_columns,
-                    derived=False,
-                    lock_running=not d.locks_next_key,
-                    as_json=True,
-                    force_index=d.forces_discovery_index,
-                    separate=True,
-                ),
-            )
-        ),
     )
 
 
