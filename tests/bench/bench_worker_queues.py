@@ -430,7 +430,9 @@ _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 def server_cpu() -> float | None:
     """The CPU seconds of the database servers on this machine (Linux ``/proc``): user + system
     of every ``mariadbd``/``postgres`` process, with the children each has reaped (PostgreSQL's
-    postmaster collects its exited backends'). ``None`` where ``/proc`` cannot be read."""
+    postmaster collects its exited backends'). Every such process on the machine counts: run the
+    benchmark with no other database server busy (the test clusters down). ``None`` where
+    ``/proc`` cannot be read."""
     total = 0
     seen = False
     try:

@@ -636,8 +636,8 @@ def claim_many_pg(k: int) -> str:
 def next_due_many(dialect: str, k: int, *, locked: bool, separate: bool = False) -> str:
     """Up to ``k`` due rows of each state (``Due`` columns): locking, or candidates to fence.
     ``separate`` (MySQL/MariaDB, locking): the two states' reads as two statements, each its
-    own result (``run_reads_on_driver``) — the server skips the ``UNION``'s work, a sixth of
-    the read at k = 10.
+    own result (``run_reads_on_driver``): the server skips the ``UNION``'s work (the read of
+    10 took 372 µs against 400, one connection, client included).
 
     Parameters: now, now.
     """
