@@ -843,6 +843,7 @@ def run_committing_if(conn: Connection, sql: str, params: Any, rows: int) -> int
         f"{sql}; IF ROW_COUNT() = {int(rows)} THEN COMMIT; "
         f"ELSE SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{_NOT_ALL}'; END IF"
     )
+    fairy.info.pop(_COMMITTED, None)  # until this COMMIT is in
     dbapi = conn.dialect.loaded_dbapi
     cursor: Any = None
     try:
