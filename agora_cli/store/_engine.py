@@ -28,7 +28,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar, cast
 from urllib.parse import unquote
 
 from agora_cli.store._dialects import dialect_of
@@ -741,11 +741,7 @@ def run_on_driver(
         cursor.execute(sql, params)
         done = DriverResult(cursor.rowcount, cursor.fetchall() if cursor.description else [])
     except BaseException as exc:
-        _close_quietly(cursor)
-        if isinstance(exc, conn.dialect.loaded_dbapi.Error):
-            raise _driver_error(conn, exc, sql, params, cursor) from exc
-        conn.invalidate()  # interrupted mid-statement: the connection's state is unknown
-        raise
+        _raise_failed(conn, exc, sql, params, cursor)
     _close_quietly(cursor)
     return done
 
@@ -770,11 +766,7 @@ def run_reads_on_driver(conn: Connection, sql: str, params: Any) -> list[tuple[A
         while cursor.nextset():
             rows += cursor.fetchall()
     except BaseException as exc:
-        _close_quietly(cursor)
-        if isinstance(exc, conn.dialect.loaded_dbapi.Error):
-            raise _driver_error(conn, exc, sql, params, cursor) from exc
-        conn.invalidate()
-        raise
+        _raise_failed(conn, exc, sql, params, cursor)
     _close_quietly(cursor)
     return rows
 
@@ -792,6 +784,19 @@ def driver_quote(conn: Connection) -> Callable[[Any], str] | None:
         return None
     quote: Callable[[Any], str] = conn.connection.driver_connection.escape  # type: ignore[union-attr]
     return quote
+
+
+def _raise_failed(
+    conn: Connection, exc: BaseException, sql: str, params: Any, cursor: Any
+) -> NoReturn:
+    """A statement run on the driver's cursor failed: close the cursor and raise a driver error
+    as SQLAlchemy would (``_driver_error``); anything else (an interrupt mid-statement) leaves
+    the connection's state unknown: it is invalidated and ``exc`` raised as it is."""
+    _close_quietly(cursor)
+    if isinstance(exc, conn.dialect.loaded_dbapi.Error):
+        raise _driver_error(conn, exc, sql, params, cursor) from exc
+    conn.invalidate()
+    raise exc
 
 
 def _close_quietly(cursor: Any) -> None:
@@ -814,11 +819,7 @@ def _run_and_commit(conn: Connection, dbapi_conn: Any, sql: str, params: Any) ->
         done = DriverResult(cursor.rowcount, cursor.fetchall() if cursor.description else [])
         cursor.nextset()  # the COMMIT's answer
     except BaseException as exc:
-        _close_quietly(cursor)
-        if isinstance(exc, conn.dialect.loaded_dbapi.Error):
-            raise _driver_error(conn, exc, sent, params, cursor) from exc
-        conn.invalidate()
-        raise
+        _raise_failed(conn, exc, sent, params, cursor)
     _close_quietly(cursor)
     conn.info[_COMMITTED] = True
     return done
@@ -858,11 +859,7 @@ def run_committing_if(conn: Connection, sql: str, params: Any, rows: int) -> int
             _close_quietly(cursor)  # not committed: the caller rolls back
             return count
     except BaseException as exc:
-        _close_quietly(cursor)
-        if isinstance(exc, dbapi.Error):
-            raise _driver_error(conn, exc, sent, params, cursor) from exc
-        conn.invalidate()
-        raise
+        _raise_failed(conn, exc, sent, params, cursor)
     _close_quietly(cursor)
     fairy.info[_COMMITTED] = True
     return count

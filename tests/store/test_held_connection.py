@@ -9,6 +9,7 @@ step (a lost connection reconnects and the work goes on, each job settles once),
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -46,6 +47,23 @@ def states(engine: Any) -> dict[str, str]:
     with engine.connect() as conn:
         rows = conn.execute(select(action_proposal.c.id, action_proposal.c.execution_state))
         return {pid: state for pid, state in rows}
+
+
+def count_commands(dbapi: Any, sent: list[int]) -> Callable[[], None]:
+    """Record each command PyMySQL's connection ``dbapi`` sends (a round trip each) in ``sent``;
+    the call that stops recording."""
+    command = dbapi._execute_command
+
+    def counted(cmd: int, sql: Any) -> Any:
+        sent.append(cmd)
+        return command(cmd, sql)
+
+    dbapi._execute_command = counted
+
+    def restore() -> None:
+        dbapi._execute_command = command
+
+    return restore
 
 
 def checkouts(engine: Any) -> list[int]:
@@ -228,13 +246,7 @@ def test_mysql_a_steps_commit_travels_with_its_last_statement(
             first = store.claim_next("w1", LEASE_MS)
             assert first.work and first.lease
             dbapi: Any = store._held.connection.driver_connection  # type: ignore[union-attr]
-            command = dbapi._execute_command
-
-            def counted(cmd: int, sql: Any) -> Any:
-                sent.append(cmd)
-                return command(cmd, sql)
-
-            dbapi._execute_command = counted
+            restore = count_commands(dbapi, sent)
             lease = first.lease
             assert store.renew(first.work.id, lease.token, lease.generation, LEASE_MS).outcome == (
                 "renewed"
@@ -250,7 +262,7 @@ def test_mysql_a_steps_commit_travels_with_its_last_statement(
             assert states(other)[ids[1]] == "running"
             batch = store.claim_next("w1", LEASE_MS, limit=5)
             assert [c.work.id for c in batch if c.work] == [ids[2]] and len(sent) == 7
-            dbapi._execute_command = command
+            restore()
         other.dispose()
         with engine.connect() as conn:
             assert conn.connection.driver_connection is dbapi  # the pool's one connection
@@ -314,13 +326,7 @@ def test_mariadb_a_batch_settle_commits_in_its_round_trip_only_if_every_lease_ho
         with ActionProposalStore(engine, clock, hold_connection=True) as store:
             store.claim_next("w0", LEASE_MS, limit=1)  # the held connection, its context
             dbapi: Any = store._held.connection.driver_connection  # type: ignore[union-attr]
-            command = dbapi._execute_command
-
-            def counted(cmd: int, sql: Any) -> Any:
-                sent.append(cmd)
-                return command(cmd, sql)
-
-            dbapi._execute_command = counted
+            restore = count_commands(dbapi, sent)
             a, b, c = store.claim_next("w1", LEASE_MS, limit=3)
             assert [x.work.id for x in (a, b, c) if x.work] == ids[1:] and len(sent) == 2
             done = [
@@ -338,7 +344,7 @@ def test_mariadb_a_batch_settle_commits_in_its_round_trip_only_if_every_lease_ho
             ]
             assert [r.outcome for r in store.settle_many(mixed)] == ["settled", "lost"]
             assert states(other)[ids[3]] == "succeeded"
-            dbapi._execute_command = command
+            restore()
         other.dispose()
     finally:
         engine.dispose()
