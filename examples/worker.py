@@ -6,7 +6,7 @@ key twice is a no-op. Here the "domain" is a table of refunds with a unique key 
 system it is the payment provider's idempotency key.
 
     python examples/worker.py --db sqlite:///agora.db --max-idle 2
-    python examples/worker.py --db postgresql://... --batch 10   # claim 10, run, settle_many
+    python examples/worker.py --db postgresql://... --batch 10   # claim 10, run, settle, repeat
     python examples/worker.py --db postgresql://...@pgbouncer:6432/app \
         --listen-db postgresql://...@db:5432/app --poll 30 --max-idle 0   # run until stopped
 
@@ -19,8 +19,9 @@ work, doubling while idle up to ``--poll``.
 
 With ``--batch K`` the loop claims up to K proposals at once (each with its own lease), runs them
 one after the other, renewing the leases still waiting whenever half of their time is spent (long
-work must not let a lease run out under it), and records all their outcomes with one
-``settle_many``. An item whose lease was lost meanwhile is ``lost`` there and blocks no other.
+work must not let a lease run out under it), and records all their outcomes and claims the next
+batch in one step (``settle_many_and_claim_next``: on PostgreSQL one round trip, on MariaDB/MySQL
+two and one commit). An item whose lease was lost meanwhile is ``lost`` there and blocks no other.
 
 A tenant with a data key has its proposals' input and result sealed: the worker then needs the
 key-encryption key (``AGORA_KEK_FILE`` or ``AGORA_KEK``) to read the input and to settle. Without
@@ -130,11 +131,14 @@ def still_waiting(idle_since: float, max_idle: float) -> bool:
 def batched_loop(
     engine: Engine, store: ActionProposalStore, waiter: WorkWaiter, args: argparse.Namespace
 ) -> int:
-    """Claim up to ``--batch`` proposals, run each, settle them all at once; until idle."""
+    """Claim up to ``--batch`` proposals, run each, settle them all at once and claim the next
+    batch in the same step (``settle_many_and_claim_next``); until idle."""
     idle_since = time.monotonic()
     settled = 0
+    waiting: list[ClaimResult] = []
     while still_waiting(idle_since, args.max_idle):
-        waiting = store.claim_next(args.worker, args.lease_ms, limit=args.batch)
+        if not waiting:
+            waiting = store.claim_next(args.worker, args.lease_ms, limit=args.batch)
         if not waiting:
             idle_wait(waiter, idle_since, args.max_idle)
             continue
@@ -150,7 +154,10 @@ def batched_loop(
                 done.append(run_one(engine, waiting.pop(0), args.work_seconds))
         if not done:
             continue
-        for item, outcome in zip(done, store.settle_many(done), strict=True):
+        outcomes, waiting = store.settle_many_and_claim_next(
+            done, args.worker, args.lease_ms, args.batch
+        )
+        for item, outcome in zip(done, outcomes, strict=True):
             print(f"{item.proposal_id} ({kinds[item.proposal_id]}) -> {outcome.outcome}")
             settled += outcome.outcome == "settled"
     print(f"settled {settled} proposal(s) on {engine.dialect.name}; idle, stopping")

@@ -771,6 +771,27 @@ def run_reads_on_driver(conn: Connection, sql: str, params: Any) -> list[tuple[A
     return rows
 
 
+def run_write_then_reads(conn: Connection, sql: str) -> tuple[int, list[tuple[Any, ...]]]:
+    """A write followed by reads in one text, rendered with its values, sent in one round trip
+    on a connection that ``takes_statements_together``: the rows the write changed, and the
+    rows of every read after it. Inside the step's transaction (nothing commits), raised as
+    ``run_on_driver`` raises: a failed statement ends the packet, nothing after it runs."""
+    fairy = conn.connection
+    fairy.info.pop(_COMMITTED, None)
+    cursor: Any = None
+    try:
+        cursor = fairy.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor.execute(sql, None)
+        changed = int(cursor.rowcount)
+        rows: list[tuple[Any, ...]] = []
+        while cursor.nextset():
+            rows += cursor.fetchall()
+    except BaseException as exc:
+        _raise_failed(conn, exc, sql, None, cursor)
+    _close_quietly(cursor)
+    return changed, rows
+
+
 def driver_quote(conn: Connection) -> Callable[[Any], str] | None:
     """PyMySQL's own quoting of one value as an SQL literal — what its cursor does to each
     parameter, under the connection's ``sql_mode`` — or ``None`` with another driver.

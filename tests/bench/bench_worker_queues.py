@@ -102,7 +102,20 @@ def agora_worker(url: str, name: str, k: int, mode: str) -> None:
     ok = {"ok": True}
     clock = Clock()
     clock.ready()
-    if mode == "step":  # settle one and claim the next in one step
+    if mode == "batch-step":  # settle a batch and claim the next in one step
+        batch = store.claim_next(name, LEASE_MS, limit=k)
+        while batch:
+            clock.job()
+            items = []
+            for c in batch:
+                assert c.work is not None and c.lease is not None
+                ran.append(c.work.id)
+                items.append(
+                    Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded", ok)
+                )
+            settled_many, batch = store.settle_many_and_claim_next(items, name, LEASE_MS, k)
+            assert all(r.outcome == "settled" for r in settled_many)
+    elif mode == "step":  # settle one and claim the next in one step
         batch = store.claim_next(name, LEASE_MS, limit=k)
         while batch:
             clock.job()
@@ -532,6 +545,8 @@ def contenders(dialect: str) -> list[tuple[str, tuple[str, int, str]]]:
         ("agora k=1 settle_and_claim_next", ("agora", 1, "step")),
         ("agora k=10", ("agora", 10, "batch")),
         ("agora k=100", ("agora", 100, "batch")),
+        ("agora k=10 settle_many_and_claim_next", ("agora", 10, "batch-step")),
+        ("agora k=100 settle_many_and_claim_next", ("agora", 100, "batch-step")),
         ("bare loop k=1", ("bare", 1, "")),
         ("bare loop k=10", ("bare", 10, "")),
         ("bare loop k=100", ("bare", 100, "")),
@@ -602,6 +617,10 @@ RATE_PAIRS = [
     ("agora k=100", "bare loop k=100", ">= 0.9 (MariaDB)"),
     ("agora k=10", "pgqueuer defaults", ">= 1.3"),
     ("agora k=100", "pgqueuer batch 100", ">= 1.2"),
+    ("agora k=10 settle_many_and_claim_next", "bare loop k=10", ">= 0.9 (MariaDB)"),
+    ("agora k=100 settle_many_and_claim_next", "bare loop k=100", ">= 0.9 (MariaDB)"),
+    ("agora k=10 settle_many_and_claim_next", "pgqueuer defaults", ">= 1.3"),
+    ("agora k=100 settle_many_and_claim_next", "pgqueuer batch 100", ">= 1.2"),
     ("agora k=1 settle_and_claim_next", "bare loop k=1", ""),
     ("agora k=1 settle_and_claim_next", "agora k=1", ""),
     ("agora k=1", "procrastinate", ""),
@@ -612,6 +631,8 @@ CPU_PAIRS = [
     ("agora k=1", "bare loop k=1", "<= 1.3"),
     ("agora k=10", "bare loop k=10", ""),
     ("agora k=100", "bare loop k=100", ""),
+    ("agora k=10 settle_many_and_claim_next", "bare loop k=10", ""),
+    ("agora k=100 settle_many_and_claim_next", "bare loop k=100", ""),
 ]
 
 

@@ -348,3 +348,72 @@ def test_mariadb_a_batch_settle_commits_in_its_round_trip_only_if_every_lease_ho
         other.dispose()
     finally:
         engine.dispose()
+
+
+def test_mysql_a_batch_step_settles_and_claims_in_two_round_trips_and_one_commit(
+    dialect: str, db_url: str, clock: ManualClock
+) -> None:
+    """MySQL/MariaDB: ``settle_many_and_claim_next`` on a held connection sends the batch's
+    fenced UPDATE with the next claim's reads, then the claim's UPDATE with the COMMIT of both —
+    two round trips, where a ``settle_many`` and a ``claim_next`` take three. Nothing of the
+    settle is visible before that COMMIT; a lost lease in the batch commits nothing of the
+    optimistic UPDATE (the step runs again, each lease settled on its own)."""
+    if dialect != "mysql":
+        pytest.skip("MySQL/MariaDB's statements in one packet")
+    engine = open_engine(db_url, pool_size=1)
+    try:
+        ids = queue(engine, clock, 7)
+        other = open_engine(db_url)
+        sent: list[int] = []
+        with ActionProposalStore(engine, clock, hold_connection=True) as store:
+            store.claim_next("w0", LEASE_MS, limit=1)  # the held connection, its context
+            dbapi: Any = store._held.connection.driver_connection  # type: ignore[union-attr]
+            restore = count_commands(dbapi, sent)
+            a, b = store.claim_next("w1", LEASE_MS, limit=2)
+            assert len(sent) == 2
+
+            def done(*claims: Any) -> list[Settlement]:
+                return [
+                    Settlement(x.work.id, x.lease.token, x.lease.generation, "succeeded", {"n": 1})
+                    for x in claims
+                ]
+
+            # what another connection sees as the step's second packet goes: a and b unsettled
+            midway: list[dict[str, str]] = []
+            send = dbapi._execute_command
+
+            def look(cmd: int, sql: Any) -> Any:
+                if len(sent) == 3:  # the first packet is in; the second about to go
+                    midway.append(states(other))
+                return send(cmd, sql)
+
+            dbapi._execute_command = look
+            settled, following = store.settle_many_and_claim_next(done(a, b), "w1", LEASE_MS, 2)
+            dbapi._execute_command = send
+            assert [midway[0][pid] for pid in ids[1:5]] == ["running"] * 2 + ["queued"] * 2
+            assert [r.outcome for r in settled] == ["settled", "settled"]
+            assert [x.work.id for x in following if x.work] == ids[3:5]
+            assert len(sent) == 4  # two round trips for the step
+            seen = states(other)
+            assert [seen[pid] for pid in ids[1:5]] == ["succeeded"] * 2 + ["running"] * 2
+            c, d = following
+            # d's lease lost (settled apart with its own token): the batch's UPDATE changes one
+            # row of two, is rolled back, and the exact path settles c and calls d lost
+            assert store.settle(d.work.id, d.lease.token, d.lease.generation, "failed", None, "x")
+            settled, following = store.settle_many_and_claim_next(done(c, d), "w1", LEASE_MS, 5)
+            assert [r.outcome for r in settled] == ["settled", "lost"]
+            assert [x.work.id for x in following if x.work] == ids[5:]
+            seen = states(other)
+            assert [seen[pid] for pid in ids[3:]] == ["succeeded", "failed", "running", "running"]
+            sent.clear()
+            settled, following = store.settle_many_and_claim_next(
+                done(*following), "w1", LEASE_MS, 5
+            )
+            assert [r.outcome for r in settled] == ["settled"] * 2 and following == []
+            assert len(sent) == 2  # nothing more to claim: the settle and reads, then COMMIT
+            assert set(states(other).values()) == {"running", "succeeded", "failed"}
+            assert [states(other)[pid] for pid in ids[5:]] == ["succeeded", "succeeded"]
+            restore()
+        other.dispose()
+    finally:
+        engine.dispose()

@@ -198,6 +198,91 @@ def test_settle_and_claim_next_with_a_lost_lease_still_claims(
     assert store.settle(one.work.id, one.lease.token, one.lease.generation, "failed", None, "x")
 
 
+def test_settle_many_and_claim_next_drains_a_queue_exactly_once(
+    store: ActionProposalStore, clock: ManualClock, engine: Any
+) -> None:
+    """A batch worker's loop: each step settles the batch it ran and claims the next; every job
+    is claimed once, in discovery order, and settled to its own result."""
+    ids = queue(store, clock, 7)
+    batch = store.claim_next("w1", 60_000, limit=3)
+    seen = [c.work.id for c in batch if c.work]
+    steps = 0
+    while batch:
+        done = [
+            Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded", {"id": c.work.id})
+            for c in batch
+            if c.work and c.lease
+        ]
+        settled, batch = store.settle_many_and_claim_next(done, "w1", 60_000, 3)
+        assert [r.outcome for r in settled] == ["settled"] * len(done)
+        assert all(c.outcome == "claimed" and c.lease and c.lease.generation == 1 for c in batch)
+        seen += [c.work.id for c in batch if c.work]
+        steps += 1
+    assert seen == ids and steps == 3
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(
+                action_proposal.c.id, action_proposal.c.execution_state, action_proposal.c.result
+            )
+        ).all()
+    assert {row.id: (row.execution_state, json.loads(row.result)) for row in rows} == {
+        pid: ("succeeded", {"id": pid}) for pid in ids
+    }
+
+
+def test_settle_many_and_claim_next_with_lost_leases_settles_the_rest_and_still_claims(
+    store: ActionProposalStore, clock: ManualClock, engine: Any
+) -> None:
+    """A lost lease in the batch is ``lost`` and blocks neither the others' settles nor the
+    claim (MySQL/MariaDB: the one fenced UPDATE changed fewer rows, nothing of it was committed,
+    and the step ran again settling each lease on its own)."""
+    ids = queue(store, clock, 5)
+    a, b, c = store.claim_next("w1", 60_000, limit=3)
+    assert a.lease and a.work and b.lease and b.work and c.lease and c.work
+    settled, following = store.settle_many_and_claim_next(
+        [
+            Settlement(a.work.id, a.lease.token, a.lease.generation, "succeeded", {"a": 1}),
+            Settlement(b.work.id, "not-the-token", b.lease.generation, "succeeded", {"b": 1}),
+            Settlement(c.work.id, c.lease.token, c.lease.generation, "failed", None, "boom"),
+        ],
+        "w1",
+        60_000,
+        5,
+    )
+    assert [r.outcome for r in settled] == ["settled", "lost", "settled"]
+    assert [x.work.id for x in following if x.work] == ids[3:]
+    with engine.connect() as conn:
+        states = dict(
+            conn.execute(select(action_proposal.c.id, action_proposal.c.execution_state)).all()
+        )
+    assert [states[pid] for pid in ids] == ["succeeded", "running", "failed", "running", "running"]
+    # the lost one is still b's own lease: settled with it, once
+    assert store.settle(b.work.id, b.lease.token, b.lease.generation, "succeeded")
+
+
+def test_settle_many_and_claim_next_refuses_bad_input_before_any_sql(
+    store: ActionProposalStore, clock: ManualClock, engine: Any
+) -> None:
+    queue(store, clock, 2)
+    (one,) = store.claim_next("w1", 60_000, limit=1)
+    assert one.work and one.lease
+    ok = Settlement(one.work.id, one.lease.token, one.lease.generation, "succeeded")
+    bad_calls: list[tuple[Any, Any, Any]] = [
+        ([], 60_000, 1),
+        ([ok, ok], 60_000, 1),
+        ([ok], 60_000, 0),
+        ([ok], 60_000, 1001),
+        ([ok], 0, 1),
+        ([replace(ok, result={"x": float("inf")})], 60_000, 1),
+    ]
+    for settlements, lease_ms, limit in bad_calls:
+        with pytest.raises(InvalidInput):
+            store.settle_many_and_claim_next(settlements, "w1", lease_ms, limit)
+    with engine.connect() as conn:
+        states = conn.execute(select(action_proposal.c.execution_state)).scalars().all()
+    assert sorted(states) == ["queued", "running"]  # nothing settled, nothing claimed
+
+
 def test_pipelined_statements_answer_in_order_and_fail_together(
     store: ActionProposalStore, clock: ManualClock, engine: Any
 ) -> None:
@@ -300,10 +385,11 @@ _HOSTILE_IDS = [
 ]
 
 
+@pytest.mark.parametrize("via", ["settle_many", "step"])
 @pytest.mark.parametrize("held", [False, True], ids=["pooled", "held"])
 @pytest.mark.parametrize("sql_mode", ["", "NO_BACKSLASH_ESCAPES"], ids=["default", "no-bs"])
 def test_ids_and_results_a_driver_must_quote_are_claimed_and_settled_exactly(
-    db_url: str, dialect: str, clock: ManualClock, held: bool, sql_mode: str
+    db_url: str, dialect: str, clock: ManualClock, held: bool, sql_mode: str, via: str
 ) -> None:
     """A batch's statements quote every id and value (MySQL/MariaDB: rendered with the driver's
     own quoting, each id once): ids and results with quotes, backslashes, ``%`` and SQL are
@@ -392,7 +478,11 @@ def test_ids_and_results_a_driver_must_quote_are_claimed_and_settled_exactly(
             for n, c in enumerate(batch)
             if c.work and c.lease
         ]
-        assert [r.outcome for r in store.settle_many(done)] == ["settled"] * len(ids)
+        if via == "step":  # settled with the next claim's reads (nothing left to claim)
+            settled, following = store.settle_many_and_claim_next(done, "w'1\\", 60_000, 5)
+            assert [r.outcome for r in settled] == ["settled"] * len(ids) and following == []
+        else:
+            assert [r.outcome for r in store.settle_many(done)] == ["settled"] * len(ids)
         assert [r.outcome for r in store.settle_many(done)] == ["lost"] * len(ids)
         store.close()
         with engine.connect() as conn:

@@ -334,26 +334,38 @@ BATCH_WORKER = (
     + r"""
 from agora_cli.store._proposals import Settlement
 claimed, recovered, lost = [], [], 0
-batch = store.claim_next(sys.argv[2], 600_000, limit=int(sys.argv[3]))
+k = int(sys.argv[3])
+step = len(sys.argv) > 4 and sys.argv[4] == "step"
+if step:  # a worker's store: its connection held, the settle and the next claim one step
+    store = ActionProposalStore(engine, hold_connection=True)
+batch = store.claim_next(sys.argv[2], 600_000, limit=k)
 while batch:
     claimed += [c.work.id for c in batch]
     recovered += [c.work.id for c in batch if c.outcome == "recovered"]
     done = [Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded", {"ok": True})
             for c in batch]
-    lost += sum(r.outcome == "lost" for r in store.settle_many(done))
-    batch = store.claim_next(sys.argv[2], 600_000, limit=int(sys.argv[3]))
+    if step:
+        settled, batch = store.settle_many_and_claim_next(done, sys.argv[2], 600_000, k)
+    else:
+        settled = store.settle_many(done)
+        batch = store.claim_next(sys.argv[2], 600_000, limit=k)
+    lost += sum(r.outcome == "lost" for r in settled)
 print(json.dumps({"claimed": claimed, "recovered": recovered, "lost": lost}), flush=True)
 """
 )
 
 
+@pytest.mark.parametrize("loop", ["claim-settle", "step"])
 def test_eight_workers_claiming_batches_of_seven_run_each_proposal_once(
-    engine: Any, db_url: str
+    engine: Any, db_url: str, loop: str
 ) -> None:
+    """``claim-settle``: ``claim_next(limit=7)`` then ``settle_many``, a store per step;
+    ``step``: held connections, each batch settled with the next claim
+    (``settle_many_and_claim_next``)."""
     add_thread(engine)
     with engine.begin() as conn:
         conn.execute(action_proposal.insert(), queued_rows(2000))
-    workers = [start(BATCH_WORKER, db_url, f"w{i}", "7") for i in range(8)]
+    workers = [start(BATCH_WORKER, db_url, f"w{i}", "7", loop) for i in range(8)]
     go(workers)
     results = [finish(w) for w in workers]
     counts = Counter(pid for r in results for pid in r["claimed"])

@@ -55,6 +55,7 @@ from agora_cli.store._proposals.leases import (
     settle_and_claim_next,
     settle_proposal,
     settle_proposals,
+    settle_proposals_and_claim_next,
 )
 from agora_cli.store._proposals.model import (
     DECISIONS,
@@ -195,5 +196,6 @@ __all__ = [
     "settle_and_claim_next",
     "settle_proposal",
     "settle_proposals",
+    "settle_proposals_and_claim_next",
     "utf16_units",
 ]

@@ -29,6 +29,7 @@ from agora_cli.store._engine import (
     run_on_driver,
     run_pipelined,
     run_reads_on_driver,
+    run_write_then_reads,
     supports_skip_locked,
     takes_statements_together,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "settle_and_claim_next",
     "settle_proposal",
     "settle_proposals",
+    "settle_proposals_and_claim_next",
 ]
 
 
@@ -419,24 +421,7 @@ def claim_next_proposals(
         else:
             read = next_due_many(dialect, limit, locked=True)
             found = run_on_driver(conn, read, (now, now)).rows
-        rows = sorted(due_rows(dialect, found), key=_OLDEST_FIRST)[:limit]
-        if not rows:
-            return []
-        rows = _lock_recoveries_mysql(conn, rows)
-        if not rows:
-            return []
-        # These rows are locked by this transaction: the update cannot lose a fence.
-        sql, args = _take_leases_mysql(conn, worker_id, rows, hashes, expires, now)
-        run_on_driver(conn, sql, args, commit=True)
-        taken = [
-            _claim(
-                "recovered" if row.discovery_state == "running" else "claimed",
-                _lease(token, row.generation + 1, expires),
-                _make_work(*row[:WORK_COLUMNS], row.attempts + 1),  # Due begins with Work's
-            )
-            for row, token in zip(rows, tokens, strict=False)
-        ]
-        return open_claims(conn, taken)
+        return _take_found_mysql(conn, found, worker_id, tokens, hashes, expires, now, limit)
     results: list[ClaimResult] = []
     read = next_due_many(dialect, limit, locked=False)
     for _ in range(FENCE_ROUNDS):
@@ -455,6 +440,40 @@ def claim_next_proposals(
         if len(results) == limit or len(results) == taken_before or len(candidates) < limit:
             break
     return results
+
+
+def _take_found_mysql(
+    conn: Connection,
+    found: list[tuple[Any, ...]],
+    worker_id: str,
+    tokens: list[str],
+    hashes: list[str],
+    expires: int,
+    now: int,
+    limit: int,
+) -> list[ClaimResult]:
+    """MySQL/MariaDB with SKIP LOCKED: take the leases of the oldest ``limit`` rows a locking
+    discovery read (``next_due_many``) ``found``, in one UPDATE sent with the step's COMMIT;
+    row ``n`` takes ``tokens[n]`` (whose hash is ``hashes[n]``)."""
+    dialect = dialect_name(conn)
+    rows = sorted(due_rows(dialect, found), key=_OLDEST_FIRST)[:limit]
+    if not rows:
+        return []
+    rows = _lock_recoveries_mysql(conn, rows)
+    if not rows:
+        return []
+    # These rows are locked by this transaction: the update cannot lose a fence.
+    sql, args = _take_leases_mysql(conn, worker_id, rows, hashes, expires, now)
+    run_on_driver(conn, sql, args, commit=True)
+    taken = [
+        _claim(
+            "recovered" if row.discovery_state == "running" else "claimed",
+            _lease(token, row.generation + 1, expires),
+            _make_work(*row[:WORK_COLUMNS], row.attempts + 1),  # Due begins with Work's
+        )
+        for row, token in zip(rows, tokens, strict=False)
+    ]
+    return open_claims(conn, taken)
 
 
 def _take_leases_mysql(
@@ -518,6 +537,48 @@ def settle_proposals(
     than the batch (the caller rolls back and calls again without). SQLite: one fenced UPDATE
     each, in the caller's transaction. At most 1,000 settlements, distinct proposals.
     """
+    ids, results_text = _checked_settlements(settlements)
+    now = clock_or_system(clock).now_ms()
+    hashes = [token_hash(item.token) for item in settlements]
+    dialect = dialect_name(conn)
+    d = dialect_of(dialect)
+    if d.binds_arrays:
+        settled = _settle_many_pg(conn, settlements, ids, hashes, results_text, now)
+    elif d.updates_through_joins and optimistic:
+        fenced, fenced_args = _settle_fenced_mysql(conn, settlements, hashes, results_text, now)
+        # all or nothing: committed with the step only if every lease held (on MariaDB, the
+        # COMMIT sent with the UPDATE under the server's own test of its count: one round trip)
+        if run_committing_if(conn, fenced, fenced_args, len(settlements)) != len(settlements):
+            raise BatchLost
+        settled = set(ids)
+    elif d.updates_through_joins:
+        settled = _settle_exactly_mysql(conn, settlements, ids, hashes, results_text, now)
+    else:
+        results_text = seal_results(conn, list(zip(ids, results_text, strict=True)))
+        sql = worker_sql(dialect).settle
+        settled = set()
+        for n, item in enumerate(settlements):
+            args = (
+                item.outcome,
+                results_text[n],
+                item.error,
+                now,
+                now,
+                ids[n],
+                hashes[n],
+                item.generation,
+                now,
+            )
+            if run_on_driver(conn, sql, args).rowcount == 1:
+                settled.add(ids[n])
+    return [_settled(pid in settled) for pid in ids]
+
+
+def _checked_settlements(
+    settlements: Sequence[Settlement],
+) -> tuple[list[str], list[str | None]]:
+    """A batch of settlements checked (1–1,000, distinct proposals, each as ``settle``
+    checks it): their ids, and their results as JSON text."""
     if not 1 <= len(settlements) <= MAX_CLAIM_BATCH:
         raise InvalidInput(
             f"settle between 1 and {MAX_CLAIM_BATCH} outcomes at once, not {len(settlements)}",
@@ -542,51 +603,35 @@ def settle_proposals(
     ids = [item.proposal_id for item in settlements]
     if len(set(ids)) != len(ids):
         raise InvalidInput("a proposal appears twice in one batch of settlements")
-    now = clock_or_system(clock).now_ms()
-    hashes = [token_hash(item.token) for item in settlements]
-    dialect = dialect_name(conn)
-    d = dialect_of(dialect)
-    if d.binds_arrays:
-        settled = _settle_many_pg(conn, settlements, ids, hashes, results_text, now)
-    elif d.updates_through_joins and optimistic:
-        _settle_fenced_mysql(conn, settlements, hashes, results_text, now)
-        settled = set(ids)
-    elif d.updates_through_joins:
-        results_text = seal_results(conn, list(zip(ids, results_text, strict=True)))
-        live = run_on_driver(conn, holders_mysql(len(ids)), (*ids, now)).rows
-        held = {(pid, hashed, int(gen)) for pid, hashed, gen in live}
-        holding = [
-            n
-            for n, item in enumerate(settlements)
-            if (item.proposal_id, hashes[n], item.generation) in held
+    return ids, results_text
+
+
+def _settle_exactly_mysql(
+    conn: Connection,
+    settlements: Sequence[Settlement],
+    ids: list[str],
+    hashes: list[str],
+    results_text: list[str | None],
+    now: int,
+) -> set[str]:
+    """MySQL/MariaDB: one locking read of the batch's live leases, one UPDATE of those that
+    hold (results sealed for keyed tenants); the ids settled."""
+    results_text = seal_results(conn, list(zip(ids, results_text, strict=True)))
+    live = run_on_driver(conn, holders_mysql(len(ids)), (*ids, now)).rows
+    held = {(pid, hashed, int(gen)) for pid, hashed, gen in live}
+    holding = [
+        n
+        for n, item in enumerate(settlements)
+        if (item.proposal_id, hashes[n], item.generation) in held
+    ]
+    if holding:
+        values = [
+            value
+            for n in holding
+            for value in (ids[n], settlements[n].outcome, results_text[n], settlements[n].error)
         ]
-        if holding:
-            values = [
-                value
-                for n in holding
-                for value in (ids[n], settlements[n].outcome, results_text[n], settlements[n].error)
-            ]
-            run_on_driver(conn, settle_many_mysql(len(holding)), (*values, now, now), commit=True)
-        settled = {ids[n] for n in holding}
-    else:
-        results_text = seal_results(conn, list(zip(ids, results_text, strict=True)))
-        sql = worker_sql(dialect).settle
-        settled = set()
-        for n, item in enumerate(settlements):
-            args = (
-                item.outcome,
-                results_text[n],
-                item.error,
-                now,
-                now,
-                ids[n],
-                hashes[n],
-                item.generation,
-                now,
-            )
-            if run_on_driver(conn, sql, args).rowcount == 1:
-                settled.add(ids[n])
-    return [_settled(pid in settled) for pid in ids]
+        run_on_driver(conn, settle_many_mysql(len(holding)), (*values, now, now), commit=True)
+    return {ids[n] for n in holding}
 
 
 def _settle_many_pg(
@@ -600,25 +645,49 @@ def _settle_many_pg(
     """PostgreSQL: one UPDATE over the batch's arrays, results written as they are for tenants
     that never had a key; the rest (keyed tenants, or lost leases) sealed and tried once more."""
 
-    def run(sql: str, rows: list[int], texts: Sequence[str | None]) -> set[str]:
-        args = (
-            now,
-            now,
-            [ids[n] for n in rows],
-            [hashes[n] for n in rows],
-            [settlements[n].generation for n in rows],
-            [settlements[n].outcome for n in rows],
-            list(texts),
-            [settlements[n].error for n in rows],
-            now,
-        )
-        return {row[0] for row in run_on_driver(conn, sql, args).rows}
+    args = _settle_many_pg_args(settlements, ids, hashes, range(len(ids)), results_text, now)
+    settled = {row[0] for row in run_on_driver(conn, SETTLE_MANY_PG, args).rows}
+    return _settle_sealed_pg(conn, settlements, ids, hashes, results_text, now, settled)
 
-    settled = run(SETTLE_MANY_PG, list(range(len(ids))), results_text)
+
+def _settle_many_pg_args(
+    settlements: Sequence[Settlement],
+    ids: list[str],
+    hashes: list[str],
+    rows: Sequence[int],
+    texts: Sequence[str | None],
+    now: int,
+) -> tuple[Any, ...]:
+    """``SETTLE_MANY_PG``'s parameters for the settlements at ``rows``, results ``texts``."""
+    return (
+        now,
+        now,
+        [ids[n] for n in rows],
+        [hashes[n] for n in rows],
+        [settlements[n].generation for n in rows],
+        [settlements[n].outcome for n in rows],
+        list(texts),
+        [settlements[n].error for n in rows],
+        now,
+    )
+
+
+def _settle_sealed_pg(
+    conn: Connection,
+    settlements: Sequence[Settlement],
+    ids: list[str],
+    hashes: list[str],
+    results_text: list[str | None],
+    now: int,
+    settled: set[str],
+) -> set[str]:
+    """After ``SETTLE_MANY_PG`` settled ``settled``: the rest that carry a result (a keyed
+    tenant's, or a lost lease) sealed and tried once more; every id settled."""
     rest = [n for n in range(len(ids)) if ids[n] not in settled and results_text[n] is not None]
     if rest:
         sealed = seal_results(conn, [(ids[n], results_text[n]) for n in rest])
-        settled |= run(SETTLE_MANY_PG_SEALED, rest, sealed)
+        args = _settle_many_pg_args(settlements, ids, hashes, rest, sealed, now)
+        settled |= {row[0] for row in run_on_driver(conn, SETTLE_MANY_PG_SEALED, args).rows}
     return settled
 
 
@@ -628,9 +697,10 @@ def _settle_fenced_mysql(
     hashes: list[str],
     results_text: list[str | None],
     now: int,
-) -> None:
-    """MySQL/MariaDB: the whole batch in one fenced UPDATE (``settle_fenced_mysql``); raises
-    ``BatchLost`` when it changed fewer rows than the batch."""
+) -> tuple[str, list[Any] | None]:
+    """MySQL/MariaDB: the whole batch's one fenced UPDATE (``settle_fenced_mysql``) and its
+    parameters (``None``: rendered with its values, where the driver quotes them); the batch
+    holds when it changes as many rows as the batch has."""
     columns: tuple[list[Any], list[Any], list[Any]] = (
         [item.outcome for item in settlements],
         list(results_text),
@@ -669,11 +739,8 @@ def _settle_fenced_mysql(
     unkeyed = any(text is not None for text in results_text)
     sql = settle_fenced_mysql(len(settlements), varies, unkeyed)
     if quote is not None:
-        sql, args = sql % tuple(args), None  # type: ignore[assignment]
-    # all or nothing: committed with the step only if every lease held (on MariaDB, the COMMIT
-    # sent with the UPDATE under the server's own test of its count: one round trip)
-    if run_committing_if(conn, sql, args, len(settlements)) != len(settlements):
-        raise BatchLost
+        return sql % tuple(args), None
+    return sql, args
 
 
 def settle_and_claim_next(
@@ -746,3 +813,101 @@ def _settle_and_claim_pg(
     )
     outcome = SettleResult("settled" if settled.rowcount == 1 else "lost")
     return outcome, _claims_from_rows(conn, claimed.rows, tokens, expires)
+
+
+def settle_proposals_and_claim_next(
+    conn: Connection,
+    settlements: Sequence[Settlement],
+    *,
+    worker_id: str,
+    lease_ms: int,
+    limit: int,
+    clock: Clock | None = None,
+    optimistic: bool = False,
+) -> tuple[list[SettleResult], list[ClaimResult]]:
+    """Settle a batch (``settle_proposals``) and claim the next ``limit`` (``claim_next_proposals``)
+    in one step: a batch worker's loop, one result per settlement and the new claims.
+
+    PostgreSQL (with SKIP LOCKED): the batch's UPDATE and the claim sent together in one round
+    trip (psycopg's pipeline mode: one implicit transaction). MySQL/MariaDB with ``optimistic``
+    (the store's), on a held connection that takes statements together (``merge_commits``):
+    the batch's one fenced UPDATE and the two discovery reads in one round trip, then the claim's
+    UPDATE with the COMMIT of both — two round trips and one commit for the step, where a
+    settle and a claim take three and two; ``BatchLost`` (nothing committed: the caller rolls
+    back and calls again without ``optimistic``) when the UPDATE changed fewer rows than the
+    batch. Elsewhere the settle, then the claim, in the caller's transaction (on a connection
+    that commits with its statements, the settle's commit may come first).
+    """
+    check_identity("worker_id", worker_id)
+    check_lease_ms(lease_ms)
+    check_limit(limit, MAX_CLAIM_BATCH)
+    context = _context(conn)
+    d = dialect_of(context.dialect)
+    if d.pipelines and context.locked:
+        return _settle_many_and_claim_pg(conn, settlements, worker_id, lease_ms, limit, clock)
+    if optimistic and context.locked and d.updates_through_joins:
+        if takes_statements_together(conn) and driver_quote(conn) is not None:
+            return _settle_many_and_claim_mysql(
+                conn, settlements, worker_id, lease_ms, limit, clock
+            )
+    settled = settle_proposals(conn, settlements, clock=clock, optimistic=optimistic)
+    claimed = claim_next_proposals(
+        conn, worker_id=worker_id, lease_ms=lease_ms, limit=limit, clock=clock
+    )
+    return settled, claimed
+
+
+def _settle_many_and_claim_pg(
+    conn: Connection,
+    settlements: Sequence[Settlement],
+    worker_id: str,
+    lease_ms: int,
+    limit: int,
+    clock: Clock | None,
+) -> tuple[list[SettleResult], list[ClaimResult]]:
+    ids, results_text = _checked_settlements(settlements)
+    now = clock_or_system(clock).now_ms()
+    expires = now + lease_ms
+    hashes = [token_hash(item.token) for item in settlements]
+    tokens = new_tokens(limit)
+    settle_args = _settle_many_pg_args(settlements, ids, hashes, range(len(ids)), results_text, now)
+    settled_rows, claimed = run_pipelined(
+        conn,
+        [
+            (SETTLE_MANY_PG, settle_args),
+            (claim_many_pg(limit), _claim_many_args(worker_id, tokens, now, expires)),
+        ],
+    )
+    settled = {row[0] for row in settled_rows.rows}
+    settled = _settle_sealed_pg(conn, settlements, ids, hashes, results_text, now, settled)
+    return [_settled(pid in settled) for pid in ids], _claims_from_rows(
+        conn, claimed.rows, tokens, expires
+    )
+
+
+def _settle_many_and_claim_mysql(
+    conn: Connection,
+    settlements: Sequence[Settlement],
+    worker_id: str,
+    lease_ms: int,
+    limit: int,
+    clock: Clock | None,
+) -> tuple[list[SettleResult], list[ClaimResult]]:
+    """The batch's fenced UPDATE and the locking discovery reads in one text (one round trip),
+    their rows' leases taken with the COMMIT of both (``_take_found_mysql``)."""
+    ids, results_text = _checked_settlements(settlements)
+    now = clock_or_system(clock).now_ms()
+    expires = now + lease_ms
+    hashes = [token_hash(item.token) for item in settlements]
+    tokens = new_tokens(limit)
+    claim_hashes = [token_hash(token) for token in tokens]
+    settle, args = _settle_fenced_mysql(conn, settlements, hashes, results_text, now)
+    if args is not None:  # rendered only where the driver quotes (``driver_quote``)
+        raise AssertionError("the settle was not rendered with its values")
+    # the reads rendered too (their parameters two integers): the text goes with no parameters
+    read = next_due_many(dialect_name(conn), limit, locked=True, separate=True) % (now, now)
+    changed, found = run_write_then_reads(conn, f"{settle}; {read}")
+    if changed != len(settlements):
+        raise BatchLost  # the reads' locks go with the caller's rollback
+    taken = _take_found_mysql(conn, found, worker_id, tokens, claim_hashes, expires, now, limit)
+    return [_SETTLED] * len(ids), taken

@@ -50,6 +50,7 @@ from agora_cli.store._proposals.leases import (
     settle_and_claim_next,
     settle_proposal,
     settle_proposals,
+    settle_proposals_and_claim_next,
 )
 from agora_cli.store._proposals.model import (
     BackfillResult,
@@ -470,6 +471,40 @@ class ActionProposalStore:
             limit=limit,
             clock=self.clock,
         )
+
+    def settle_many_and_claim_next(
+        self,
+        settlements: Sequence[Settlement],
+        worker_id: str,
+        lease_ms: int,
+        limit: int,
+    ) -> tuple[builtins.list[SettleResult], builtins.list[ClaimResult]]:
+        """Record a batch of outcomes (each fenced as ``settle``) and claim the next ``limit``
+        (1–1000) in one step: a batch worker's loop. On PostgreSQL both go in one round trip; on
+        MySQL/MariaDB, with a held connection, in two round trips and one commit (where a
+        ``settle_many`` and a ``claim_next`` take three and two)."""
+
+        Step = tuple[builtins.list[SettleResult], builtins.list[ClaimResult]]
+
+        def step(optimistic: bool) -> Step:
+            return self._step(
+                self._steps,
+                settle_proposals_and_claim_next,
+                lambda conn, r: (_own_settles(conn, settlements, r[0]), r[1]),
+                settlements,
+                worker_id=worker_id,
+                lease_ms=lease_ms,
+                limit=limit,
+                clock=self.clock,
+                optimistic=optimistic,
+            )
+
+        try:
+            return step(True)
+        except BatchLost:
+            # MySQL/MariaDB: the batch's one fenced UPDATE changed fewer rows than the batch (a
+            # lease was lost); nothing was committed: settle each lease on its own, then claim.
+            return step(False)
 
     def expire(self, limit: int = 100) -> int:
         """Expire a bounded batch (1–1000) of pending proposals past ``expires_at``."""
