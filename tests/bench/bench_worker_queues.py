@@ -14,11 +14,13 @@ rotate the order of the systems by one each round; each ratio is taken within a 
 median over the rounds is printed with the range. The load average is printed per round.
 
 PostgreSQL: agora with k = 1 (``claim_next`` + ``settle``), k = 1 as one step
-(``settle_and_claim_next``), k = 10 and k = 100 (``claim_next(limit=k)`` + ``settle_many``);
+(``settle_and_claim_next``), k = 10 and k = 100 (``claim_next(limit=k)`` + ``settle_many``),
+and k = 10 and 100 as one step a batch (``settle_many_and_claim_next``: the batch settled with
+the next claim);
 pgqueuer (its defaults: batches of 10; and batch 100); procrastinate; pg-boss (``fetch`` +
 ``complete``, one job at a time); bare ``FOR UPDATE SKIP LOCKED`` loops on psycopg taking 1, 10
 or 100 jobs at a time (the like-for-like baseline for agora's batches).
-MariaDB: agora k = 1, 10, 100 against the same bare loops on PyMySQL.
+MariaDB: agora k = 1, 10, 100 (and the steps) against the same bare loops on PyMySQL.
 
 The peers are never agora's dependencies; they live in the benchmark's own environments:
 

@@ -417,3 +417,38 @@ def test_mysql_a_batch_step_settles_and_claims_in_two_round_trips_and_one_commit
         other.dispose()
     finally:
         engine.dispose()
+
+
+def test_mysql_a_large_batch_step_settles_before_it_claims(
+    dialect: str, db_url: str, clock: ManualClock
+) -> None:
+    """Past ``STEP_IN_ONE_TRANSACTION_MAX`` the step settles the batch (on MariaDB committed in
+    the UPDATE's round trip), then claims: three round trips, the same outcomes."""
+    from agora_cli.store._proposals.leases import STEP_IN_ONE_TRANSACTION_MAX
+
+    if dialect != "mysql":
+        pytest.skip("MySQL/MariaDB's statements in one packet")
+    k = STEP_IN_ONE_TRANSACTION_MAX + 1
+    engine = open_engine(db_url, pool_size=1)
+    try:
+        ids = queue(engine, clock, k + 2)
+        other = open_engine(db_url)
+        sent: list[int] = []
+        with ActionProposalStore(engine, clock, hold_connection=True) as store:
+            batch = store.claim_next("w1", LEASE_MS, limit=k)
+            dbapi: Any = store._held.connection.driver_connection  # type: ignore[union-attr]
+            restore = count_commands(dbapi, sent)
+            done = [
+                Settlement(x.work.id, x.lease.token, x.lease.generation, "succeeded", {"n": 1})
+                for x in batch
+            ]
+            settled, following = store.settle_many_and_claim_next(done, "w1", LEASE_MS, k)
+            restore()
+            assert [r.outcome for r in settled] == ["settled"] * k
+            assert [x.work.id for x in following if x.work] == ids[k:]
+            assert len(sent) == 3
+            seen = states(other)
+            assert [seen[pid] for pid in ids] == ["succeeded"] * k + ["running"] * 2
+        other.dispose()
+    finally:
+        engine.dispose()

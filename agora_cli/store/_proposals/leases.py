@@ -815,6 +815,14 @@ def _settle_and_claim_pg(
     return outcome, _claims_from_rows(conn, claimed.rows, tokens, expires)
 
 
+STEP_IN_ONE_TRANSACTION_MAX = 32
+"""MySQL/MariaDB: the largest batch whose settle ``settle_proposals_and_claim_next`` keeps open
+until the claim's COMMIT. A larger one is settled (and on MariaDB committed) before the claim:
+with 100 settled rows held through the reads, the parse and the claim, four workers' steps ran
+0.8x as many jobs a second as a settle and a claim apart (server CPU 0.080 against 0.070 ms a
+job), where at 10 the one transaction ran 1.2x as many."""
+
+
 def settle_proposals_and_claim_next(
     conn: Connection,
     settlements: Sequence[Settlement],
@@ -830,13 +838,14 @@ def settle_proposals_and_claim_next(
 
     PostgreSQL (with SKIP LOCKED): the batch's UPDATE and the claim sent together in one round
     trip (psycopg's pipeline mode: one implicit transaction). MySQL/MariaDB with ``optimistic``
-    (the store's), on a held connection that takes statements together (``merge_commits``):
-    the batch's one fenced UPDATE and the two discovery reads in one round trip, then the claim's
-    UPDATE with the COMMIT of both — two round trips and one commit for the step, where a
-    settle and a claim take three and two; ``BatchLost`` (nothing committed: the caller rolls
-    back and calls again without ``optimistic``) when the UPDATE changed fewer rows than the
-    batch. Elsewhere the settle, then the claim, in the caller's transaction (on a connection
-    that commits with its statements, the settle's commit may come first).
+    (the store's), on a held connection that takes statements together (``merge_commits``), a
+    batch of up to ``STEP_IN_ONE_TRANSACTION_MAX``: the batch's one fenced UPDATE and the two
+    discovery reads in one round trip, then the claim's UPDATE with the COMMIT of both — two
+    round trips and one commit for the step, where a settle and a claim take three and two;
+    ``BatchLost`` (nothing committed: the caller rolls back and calls again without
+    ``optimistic``) when the UPDATE changed fewer rows than the batch. Elsewhere the settle,
+    then the claim, in the caller's transaction (on a connection that commits with its
+    statements, the settle's commit comes first: a larger batch on MariaDB).
     """
     check_identity("worker_id", worker_id)
     check_lease_ms(lease_ms)
@@ -846,7 +855,8 @@ def settle_proposals_and_claim_next(
     if d.pipelines and context.locked:
         return _settle_many_and_claim_pg(conn, settlements, worker_id, lease_ms, limit, clock)
     if optimistic and context.locked and d.updates_through_joins:
-        if takes_statements_together(conn) and driver_quote(conn) is not None:
+        small = len(settlements) <= STEP_IN_ONE_TRANSACTION_MAX
+        if small and takes_statements_together(conn) and driver_quote(conn) is not None:
             return _settle_many_and_claim_mysql(
                 conn, settlements, worker_id, lease_ms, limit, clock
             )
