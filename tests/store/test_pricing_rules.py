@@ -158,6 +158,11 @@ def test_tier_rates_scale_the_base_cache_rates() -> None:
     assert tier_rates(free, tier).cache_read_per_1m is None  # no ratio from a zero input rate
     tiny = price("m", 1e-300, 0.0, cache_read_per_1m=1.0)
     assert tier_rates(tiny, tier).cache_read_per_1m == MAX_PRICE_PER_1M  # bounded like any rate
+    # a subnormal base input rate: the ratio overflows to inf; a free cache rate stays free
+    # (0 × inf was NaN, and every row of the model went unpriced), a paid one is bounded
+    subnormal = price("m", 2.2250738585e-313, 0.0, cache_read_per_1m=0.0, cache_write_per_1m=2.0)
+    scaled = tier_rates(subnormal, PriceTier(0, 1.0, 0.0))
+    assert (scaled.cache_read_per_1m, scaled.cache_write_per_1m) == (0.0, MAX_PRICE_PER_1M)
     tiered = price("m", 2.5, 15.0, cache_read_per_1m=0.25, tiers=(tier,))
     assert applicable_rates(tiered, 272_000) == PriceTier(0, 2.5, 15.0, 0.25, None)
     assert applicable_rates(tiered, 272_001) == PriceTier(272_000, 5.0, 22.5, 0.5, None)

@@ -382,9 +382,12 @@ def tier_rates(price: ModelPrice, tier: PriceTier) -> PriceTier:
             return own
         if base is None or price.input_per_1m == 0:
             return None
+        if base == 0:  # free stays free: 0 × an overflowed ratio (inf) would be NaN
+            return 0.0
         # Bounded like any stored rate, so no estimate can overflow (a tiny base input rate
-        # would otherwise make the ratio, and the rate, astronomical).
-        return min(base * (tier.input_per_1m / price.input_per_1m), MAX_PRICE_PER_1M)
+        # would otherwise make the ratio, and the rate, astronomical or infinite).
+        rate = base * (tier.input_per_1m / price.input_per_1m)
+        return rate if rate <= MAX_PRICE_PER_1M else MAX_PRICE_PER_1M
 
     return PriceTier(
         tier.size,
