@@ -172,8 +172,11 @@ def test_purge_racing_a_writer_in_another_process_keeps_its_new_rows(
     while proc.poll() is None:
         purged += purge_expired(engine, 3600, batch=5).runs_purged
     purged += purge_expired(engine, 3600, batch=5).runs_purged
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
+    # read through the buffer ``readline`` filled: ``communicate`` reads the pipe's descriptor
+    # and would miss the lines that arrived with "ready" (the first run's, now and then)
+    out = proc.stdout.read()
+    err = proc.stderr.read() if proc.stderr else ""
+    assert proc.wait(timeout=60) == 0, err
     written = [json.loads(line) for line in out.splitlines()]
     assert len(written) == 3 * len(parked)
     with engine.connect() as conn:
