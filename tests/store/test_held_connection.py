@@ -452,3 +452,34 @@ def test_mysql_a_large_batch_step_settles_before_it_claims(
         other.dispose()
     finally:
         engine.dispose()
+
+
+def test_mysql_a_single_step_settles_and_claims_in_two_round_trips(
+    dialect: str, db_url: str, clock: ManualClock
+) -> None:
+    """MySQL/MariaDB: ``settle_and_claim_next`` on a held connection is a batch step of one —
+    the settle with the next claim's reads, then the claim with the COMMIT of both; a lost
+    lease rolls it back and the exact path calls it ``lost`` and still claims."""
+    if dialect != "mysql":
+        pytest.skip("MySQL/MariaDB's statements in one packet")
+    engine = open_engine(db_url, pool_size=1)
+    try:
+        ids = queue(engine, clock, 4)
+        other = open_engine(db_url)
+        sent: list[int] = []
+        with ActionProposalStore(engine, clock, hold_connection=True) as store:
+            (a,) = store.claim_next("w1", LEASE_MS, limit=1)
+            dbapi: Any = store._held.connection.driver_connection  # type: ignore[union-attr]
+            restore = count_commands(dbapi, sent)
+            done = Settlement(a.work.id, a.lease.token, a.lease.generation, "succeeded", {"n": 1})
+            settled, (b,) = store.settle_and_claim_next(done, "w1", LEASE_MS)
+            assert settled.outcome == "settled" and b.work.id == ids[1] and len(sent) == 2
+            restore()
+            assert [states(other)[pid] for pid in ids[:2]] == ["succeeded", "running"]
+            stale = Settlement(b.work.id, "not-the-token", b.lease.generation, "succeeded")
+            settled, (c,) = store.settle_and_claim_next(stale, "w1", LEASE_MS)
+            assert settled.outcome == "lost" and c.work.id == ids[2]
+            assert [states(other)[pid] for pid in ids[1:3]] == ["running", "running"]
+        other.dispose()
+    finally:
+        engine.dispose()

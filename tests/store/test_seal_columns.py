@@ -210,6 +210,37 @@ def test_proposals_input_card_and_result_are_sealed_and_the_worker_opens_them(
     assert json.loads(str(got.outcome))["result"] == {"refund_id": SECRET}
 
 
+@pytest.mark.parametrize("step", ["one", "many"])
+@pytest.mark.parametrize("hold", [False, True], ids=["per-step", "held"])
+def test_a_keyed_tenants_results_are_sealed_when_settled_with_the_next_claim(
+    engine: Any, kek: Kek, hold: bool, step: str
+) -> None:
+    """``settle_and_claim_next`` and ``settle_many_and_claim_next``: a keyed tenant's result is
+    never written as it is (on MySQL/MariaDB, held, the one-packet settle changes no row: the
+    step is rolled back and settles the sealed result), and the next job is still claimed."""
+    _acme(engine)
+    store = _store(engine, hold)
+    pids = [_propose(store, "c1"), _propose(store, "c2", 1.0), _propose(store, "c3", 2.0)]
+    for pid in pids:
+        assert store.decide(pid, ACME, "approved", "bob").outcome == "applied"
+    first = store.claim_next("w1", 60_000)
+    assert first.work is not None and first.lease is not None
+    done = Settlement(
+        first.work.id, first.lease.token, first.lease.generation, "succeeded", {"r": SECRET}
+    )
+    if step == "one":
+        settled, following = store.settle_and_claim_next(done, "w1", 60_000, 2)
+        outcomes = [settled.outcome]
+    else:
+        results, following = store.settle_many_and_claim_next([done], "w1", 60_000, 2)
+        outcomes = [r.outcome for r in results]
+    assert outcomes == ["settled"]
+    assert {c.work.id for c in following if c.work} == set(pids) - {first.work.id}
+    _no_plaintext(_raw(engine, action_proposal, "result"))
+    assert store.get(first.work.id, ACME).result_value == {"r": SECRET}
+    store.close()
+
+
 @pytest.mark.parametrize("hold", [False, True], ids=["per-step", "held"])
 def test_a_worker_without_the_kek_gets_the_marker_and_cannot_settle_in_plaintext(
     engine: Any, hold: bool

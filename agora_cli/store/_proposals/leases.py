@@ -751,11 +751,17 @@ def settle_and_claim_next(
     lease_ms: int,
     limit: int = 1,
     clock: Clock | None = None,
+    optimistic: bool = False,
 ) -> tuple[SettleResult, list[ClaimResult]]:
     """Settle one job and claim the next ``limit`` in the caller's transaction (a worker's step).
 
     PostgreSQL (with SKIP LOCKED): the settle and the claim are sent together in one round trip
     (psycopg's pipeline mode), which PostgreSQL runs as one transaction even in autocommit.
+    MySQL/MariaDB with ``optimistic`` (the store's), on a held connection: as
+    ``settle_proposals_and_claim_next`` does a batch of one — the fenced settle and the discovery
+    reads in one round trip, the claim's UPDATE with the COMMIT of both; ``BatchLost`` (nothing
+    committed) when the lease was lost or the result must be sealed (a keyed tenant): the
+    caller rolls back and calls again without ``optimistic``.
     """
     if dialect_of(conn).pipelines and _skip_locked(conn):
         return _settle_and_claim_pg(conn, settlement, worker_id, lease_ms, limit, clock)
@@ -764,6 +770,11 @@ def settle_and_claim_next(
     check_identity("worker_id", worker_id)
     check_lease_ms(lease_ms)
     check_limit(limit, MAX_CLAIM_BATCH)
+    if optimistic and _settles_with_the_reads(conn, 1):
+        outcomes, taken = _settle_many_and_claim_mysql(
+            conn, [settlement], worker_id, lease_ms, limit, clock
+        )
+        return outcomes[0], taken
     settled = settle_proposal(
         conn,
         settlement.proposal_id,
@@ -854,17 +865,27 @@ def settle_proposals_and_claim_next(
     d = dialect_of(context.dialect)
     if d.pipelines and context.locked:
         return _settle_many_and_claim_pg(conn, settlements, worker_id, lease_ms, limit, clock)
-    if optimistic and context.locked and d.updates_through_joins:
-        small = len(settlements) <= STEP_IN_ONE_TRANSACTION_MAX
-        if small and takes_statements_together(conn) and driver_quote(conn) is not None:
-            return _settle_many_and_claim_mysql(
-                conn, settlements, worker_id, lease_ms, limit, clock
-            )
+    if optimistic and _settles_with_the_reads(conn, len(settlements)):
+        return _settle_many_and_claim_mysql(conn, settlements, worker_id, lease_ms, limit, clock)
     settled = settle_proposals(conn, settlements, clock=clock, optimistic=optimistic)
     claimed = claim_next_proposals(
         conn, worker_id=worker_id, lease_ms=lease_ms, limit=limit, clock=clock
     )
     return settled, claimed
+
+
+def _settles_with_the_reads(conn: Connection, n: int) -> bool:
+    """Whether a step's settle of ``n`` leases goes with the next claim's reads in one packet
+    (``_settle_many_and_claim_mysql``): MySQL/MariaDB with SKIP LOCKED, on a held connection
+    that takes statements together, ``n`` up to ``STEP_IN_ONE_TRANSACTION_MAX``."""
+    context = _context(conn)
+    return (
+        context.locked
+        and dialect_of(context.dialect).updates_through_joins
+        and n <= STEP_IN_ONE_TRANSACTION_MAX
+        and takes_statements_together(conn)
+        and driver_quote(conn) is not None
+    )
 
 
 def _settle_many_and_claim_pg(

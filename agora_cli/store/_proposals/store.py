@@ -460,17 +460,28 @@ class ActionProposalStore:
         self, settlement: Settlement, worker_id: str, lease_ms: int, limit: int = 1
     ) -> tuple[SettleResult, builtins.list[ClaimResult]]:
         """Settle one job and claim the next ``limit`` in one short transaction (on PostgreSQL
-        both statements in one round trip, run by the server as one implicit transaction)."""
-        return self._step(
-            self._steps,
-            settle_and_claim_next,
-            lambda conn, r: (_own_settle(conn, settlement, r[0]), r[1]),
-            settlement,
-            worker_id=worker_id,
-            lease_ms=lease_ms,
-            limit=limit,
-            clock=self.clock,
-        )
+        both statements in one round trip, run by the server as one implicit transaction; on
+        MySQL/MariaDB, with a held connection, two round trips and one commit)."""
+
+        def step(optimistic: bool) -> tuple[SettleResult, builtins.list[ClaimResult]]:
+            return self._step(
+                self._steps,
+                settle_and_claim_next,
+                lambda conn, r: (_own_settle(conn, settlement, r[0]), r[1]),
+                settlement,
+                worker_id=worker_id,
+                lease_ms=lease_ms,
+                limit=limit,
+                clock=self.clock,
+                optimistic=optimistic,
+            )
+
+        try:
+            return step(True)
+        except BatchLost:
+            # MySQL/MariaDB: the lease was lost, or the result must be sealed (a keyed tenant);
+            # nothing was committed: settle it on its own, then claim.
+            return step(False)
 
     def settle_many_and_claim_next(
         self,
