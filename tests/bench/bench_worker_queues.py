@@ -623,7 +623,7 @@ RATE_PAIRS = [
     ("agora k=100 settle_many_and_claim_next", "bare loop k=100", ">= 0.9 (MariaDB)"),
     ("agora k=10 settle_many_and_claim_next", "pgqueuer defaults", ">= 1.3"),
     ("agora k=100 settle_many_and_claim_next", "pgqueuer batch 100", ">= 1.2"),
-    ("agora k=1 settle_and_claim_next", "bare loop k=1", ""),
+    ("agora k=1 settle_and_claim_next", "bare loop k=1", ">= 0.9"),
     ("agora k=1 settle_and_claim_next", "agora k=1", ""),
     ("agora k=1", "procrastinate", ""),
     ("agora k=1", "pg-boss", ""),
@@ -633,6 +633,7 @@ CPU_PAIRS = [
     ("agora k=1", "bare loop k=1", "<= 1.3"),
     ("agora k=10", "bare loop k=10", ""),
     ("agora k=100", "bare loop k=100", ""),
+    ("agora k=1 settle_and_claim_next", "bare loop k=1", "<= 1.3"),
     ("agora k=10 settle_many_and_claim_next", "bare loop k=10", ""),
     ("agora k=100 settle_many_and_claim_next", "bare loop k=100", ""),
 ]
