@@ -7,11 +7,14 @@ client CPU per job, and the ratios of agora to the others.
 
 Each system's clock starts at its first job (the earliest first job of its workers: a peer's
 own start-up — pgqueuer spends 0.2-0.4 s before its first job — is not counted) and stops when
-the system's own tables say every job is done. Client CPU is each worker process's user + system
-time (``resource.getrusage``; Node's ``process.cpuUsage``) from "go" to its last job, summed over
-the workers, per job. Rounds interleave the servers (a round runs PostgreSQL, then MariaDB) and
-rotate the order of the systems by one each round; each ratio is taken within a round, and its
-median over the rounds is printed with the range. The load average is printed per round.
+the system's own tables say every job is done; it starts once the database servers are idle
+(``quiet_server``: the previous system's dropped database and this one's load leave InnoDB's
+purge and PostgreSQL's autovacuum busy for seconds). Client CPU is each worker process's user +
+system time (``resource.getrusage``; Node's ``process.cpuUsage``) from "go" to its last job,
+summed over the workers, per job. Rounds interleave the servers (a round runs PostgreSQL, then
+MariaDB) and rotate the order of the systems by one each round; each ratio is taken within a
+round, and its median over the rounds is printed with the range. The load average is printed
+per round.
 
 PostgreSQL: agora with k = 1 (``claim_next`` + ``settle``), k = 1 as one step
 (``settle_and_claim_next``), k = 10 and k = 100 (``claim_next(limit=k)`` + ``settle_many``),
@@ -471,6 +474,25 @@ def server_cpu() -> float | None:
     return total / _TICK if seen else None
 
 
+def quiet_server(limit_s: float = 15.0) -> float:
+    """Wait until the database servers are idle — under 5 % of a core over 250 ms, or
+    ``limit_s`` — and return the seconds waited. The previous system's database was just
+    dropped and this one's just loaded: InnoDB's purge and PostgreSQL's autovacuum then work
+    for seconds, and a system timed during that work pays for another's (one system's rounds
+    swung from 0.7x to 1.2x of the same code)."""
+    start = time.time()
+    before = server_cpu()
+    if before is None:
+        return 0.0
+    while time.time() - start < limit_s:
+        time.sleep(0.25)
+        now = server_cpu()
+        if now is None or now - before < 0.25 * 0.05:
+            break
+        before = now
+    return time.time() - start
+
+
 def run_system(
     label: str,
     system: str,
@@ -498,6 +520,7 @@ def run_system(
                 f"{label}: worker did not start: {line}{proc.stderr.read() if proc.stderr else ''}"
             )
         procs.append(proc)
+    waited = quiet_server()
     go = time.time()
     server0 = server_cpu()
     for proc in procs:
@@ -532,7 +555,7 @@ def run_system(
     print(
         f"  {label:<34} {workers}w: {len(ran)} jobs in {elapsed:6.2f} s from the first job "
         f"(+{start - go:.2f} s to it) = {rate:7,.0f} jobs/s; CPU {cpu_ms:.3f} ms/job{served}; "
-        f"ran twice {doubles}; never ran {missing}",
+        f"ran twice {doubles}; never ran {missing}; server quiet after {waited:.1f} s",
         flush=True,
     )
     if doubles or missing:
