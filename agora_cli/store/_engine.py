@@ -703,6 +703,7 @@ def run_on_driver(
     params: Sequence[Any] | Mapping[str, Any] | None,
     *,
     commit: bool = False,
+    rendered: bool = False,
 ) -> DriverResult:
     """Run ``sql`` on the DBAPI cursor inside ``conn``'s transaction; the cursor is closed.
 
@@ -715,7 +716,8 @@ def run_on_driver(
     no engine events and are not echoed.
 
     ``params`` is ``None`` for text rendered with its values (``driver_quote``): the driver
-    then reads no placeholder in it.
+    then reads no placeholder in it. Say so with ``rendered``: an error then names no statement
+    (its text holds the values, a result among them; ``hide_parameters`` cannot hide them).
 
     ``commit``: the statement may end the transaction (a step's last statement, or one after
     which a commit is harmless). On a connection that merges commits (``merge_commits``) its
@@ -727,11 +729,11 @@ def run_on_driver(
     if not conn.in_transaction():
         if info.get(_MERGES_COMMIT):
             if commit:
-                return _run_and_commit(conn, fairy.driver_connection, sql, params)
+                return _run_and_commit(conn, fairy.driver_connection, sql, params, rendered)
             info.pop(_COMMITTED, None)
             if type(params) is tuple:
-                rendered = _render_pymysql(fairy.driver_connection, sql, params)
-                return _run_rendered(conn, fairy.driver_connection, rendered, sql, params)
+                text = _render_pymysql(fairy.driver_connection, sql, params)
+                return _run_rendered(conn, fairy.driver_connection, text, sql, params)
         elif not info.get(DRIVER_TRANSACTION):
             conn.begin()
     if info.get(AUTOCOMMIT_TENANT) is not None or _PENDING_BEGIN in info:
@@ -744,9 +746,17 @@ def run_on_driver(
         cursor.execute(sql, params)
         done = DriverResult(cursor.rowcount, cursor.fetchall() if cursor.description else [])
     except BaseException as exc:
-        _raise_failed(conn, exc, sql, params, cursor)
+        _raise_failed(conn, exc, _shown(sql, rendered), params, cursor)
     _close_quietly(cursor)
     return done
+
+
+_NOT_SHOWN = "(a statement rendered with its values: not shown)"
+
+
+def _shown(sql: str, rendered: bool) -> str:
+    """The statement an error names: ``sql``, unless it was rendered with its values."""
+    return _NOT_SHOWN if rendered else sql
 
 
 def takes_statements_together(conn: Connection) -> bool:
@@ -790,7 +800,7 @@ def run_write_then_reads(conn: Connection, sql: str) -> tuple[int, list[tuple[An
         while cursor.nextset():
             rows += cursor.fetchall()
     except BaseException as exc:
-        _raise_failed(conn, exc, sql, None, cursor)
+        _raise_failed(conn, exc, _NOT_SHOWN, None, cursor)
     _close_quietly(cursor)
     return changed, rows
 
@@ -869,29 +879,33 @@ def _run_rendered(
     return done
 
 
-def _run_and_commit(conn: Connection, dbapi_conn: Any, sql: str, params: Any) -> DriverResult:
+def _run_and_commit(
+    conn: Connection, dbapi_conn: Any, sql: str, params: Any, rendered: bool = False
+) -> DriverResult:
     """``sql`` and its COMMIT in one round trip (``merge_commits``); the COMMIT's own answer is
     read before this returns, so a failed commit (a Galera certification conflict) is raised
     here as ``run_on_driver`` raises a statement's error, and the step is retried."""
     sent = sql + "; COMMIT"
-    rendered = _render_pymysql(dbapi_conn, sent, params) if type(params) is tuple else None
+    text = _render_pymysql(dbapi_conn, sent, params) if type(params) is tuple else None
     cursor: Any = None
     try:
         cursor = dbapi_conn.cursor()
-        if rendered is None:
+        if text is None:
             cursor.execute(sent, params)
         else:
-            cursor.execute(rendered, None)
+            cursor.execute(text, None)
         done = DriverResult(cursor.rowcount, cursor.fetchall() if cursor.description else [])
         cursor.nextset()  # the COMMIT's answer
     except BaseException as exc:
-        _raise_failed(conn, exc, sent, params, cursor)
+        _raise_failed(conn, exc, _shown(sent, rendered), params, cursor)
     _close_quietly(cursor)
     conn.info[_COMMITTED] = True
     return done
 
 
-def run_committing_if(conn: Connection, sql: str, params: Any, rows: int) -> int:
+def run_committing_if(
+    conn: Connection, sql: str, params: Any, rows: int, *, rendered: bool = False
+) -> int:
     """Run ``sql`` (a write) on the driver as ``run_on_driver`` does, and let it end the
     step's transaction only if it changed exactly ``rows`` rows; its row count.
 
@@ -905,7 +919,7 @@ def run_committing_if(conn: Connection, sql: str, params: Any, rows: int) -> int
     """
     fairy = conn.connection
     if conn.in_transaction() or not fairy.info.get(_GUARDS_COMMIT):
-        return run_on_driver(conn, sql, params).rowcount
+        return run_on_driver(conn, sql, params, rendered=rendered).rowcount
     sent = (
         f"{sql}; IF ROW_COUNT() = {int(rows)} THEN COMMIT; "
         f"ELSE SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{_NOT_ALL}'; END IF"
@@ -925,7 +939,7 @@ def run_committing_if(conn: Connection, sql: str, params: Any, rows: int) -> int
             _close_quietly(cursor)  # not committed: the caller rolls back
             return count
     except BaseException as exc:
-        _raise_failed(conn, exc, sent, params, cursor)
+        _raise_failed(conn, exc, _shown(sent, rendered), params, cursor)
     _close_quietly(cursor)
     fairy.info[_COMMITTED] = True
     return count

@@ -483,3 +483,43 @@ def test_mysql_a_single_step_settles_and_claims_in_two_round_trips(
         other.dispose()
     finally:
         engine.dispose()
+
+
+def test_a_failed_statement_rendered_with_its_values_names_none_of_them(
+    dialect: str, db_url: str, clock: ManualClock
+) -> None:
+    """MySQL/MariaDB: a batch's statements go with their values rendered into their text (ids,
+    token hashes, a result). When one fails, the error names no statement: what a worker's log
+    shows of it never holds a result (``hide_parameters`` hides bound values only)."""
+    from sqlalchemy.exc import DBAPIError
+
+    from agora_cli.store._engine import run_on_driver, run_write_then_reads
+
+    if dialect != "mysql":
+        pytest.skip("statements rendered with their values are MySQL/MariaDB's")
+    secret = "result-text-4242"
+    bad = f"UPDATE agent_no_such_table SET result = '{secret}'"
+    engine = open_engine(db_url, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            with pytest.raises(DBAPIError) as named:
+                run_on_driver(conn, bad, None)
+            assert secret in str(named.value)  # the plain path names its text: the test can fail
+            conn.rollback()
+            with pytest.raises(DBAPIError) as hidden:
+                run_on_driver(conn, bad, None, rendered=True)
+            assert secret not in str(hidden.value) and "not shown" in str(hidden.value)
+            conn.rollback()
+        queue(engine, clock, 1)
+        with ActionProposalStore(engine, clock, hold_connection=True) as store:
+            store.claim_next("w0", LEASE_MS, limit=1)  # the held connection, merging statements
+            held: Any = store._held
+            with pytest.raises(DBAPIError) as packet:
+                run_write_then_reads(held, f"{bad}; SELECT 1")
+            assert secret not in str(packet.value)
+            for sql in (bad, f"{bad}; SELECT 1"):
+                with pytest.raises(DBAPIError) as committed:
+                    run_on_driver(held, sql, None, commit=True, rendered=True)
+                assert secret not in str(committed.value)
+    finally:
+        engine.dispose()

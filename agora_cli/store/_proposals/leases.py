@@ -464,7 +464,7 @@ def _take_found_mysql(
         return []
     # These rows are locked by this transaction: the update cannot lose a fence.
     sql, args = _take_leases_mysql(conn, worker_id, rows, hashes, expires, now)
-    run_on_driver(conn, sql, args, commit=True)
+    run_on_driver(conn, sql, args, commit=True, rendered=args is None)
     taken = [
         _claim(
             "recovered" if row.discovery_state == "running" else "claimed",
@@ -548,7 +548,8 @@ def settle_proposals(
         fenced, fenced_args = _settle_fenced_mysql(conn, settlements, hashes, results_text, now)
         # all or nothing: committed with the step only if every lease held (on MariaDB, the
         # COMMIT sent with the UPDATE under the server's own test of its count: one round trip)
-        if run_committing_if(conn, fenced, fenced_args, len(settlements)) != len(settlements):
+        m = len(settlements)
+        if run_committing_if(conn, fenced, fenced_args, m, rendered=fenced_args is None) != m:
             raise BatchLost
         settled = set(ids)
     elif d.updates_through_joins:
