@@ -731,19 +731,20 @@ def run_on_driver(
             if commit:
                 return _run_and_commit(conn, fairy.driver_connection, sql, params, rendered)
             info.pop(_COMMITTED, None)
-            if type(params) is tuple:
-                text = _render_pymysql(fairy.driver_connection, sql, params)
-                return _run_rendered(conn, fairy.driver_connection, text, sql, params)
         elif not info.get(DRIVER_TRANSACTION):
             conn.begin()
     if info.get(AUTOCOMMIT_TENANT) is not None or _PENDING_BEGIN in info:
         return _on_driver(conn, [(sql, params)], pipeline=False)[0]
     # The worker's usual case, without the general path's lists and context managers: a
     # statement's client CPU is what a worker pays per job.
+    dbapi_conn: Any = fairy.driver_connection
     cursor: Any = None
     try:
-        cursor = fairy.driver_connection.cursor()  # type: ignore[union-attr]
-        cursor.execute(sql, params)
+        cursor = dbapi_conn.cursor()
+        if type(params) is tuple and info.get(_MERGES_COMMIT):  # PyMySQL: rendered here
+            cursor.execute(_render_pymysql(dbapi_conn, sql, params), None)
+        else:
+            cursor.execute(sql, params)
         done = DriverResult(cursor.rowcount, cursor.fetchall() if cursor.description else [])
     except BaseException as exc:
         _raise_failed(conn, exc, _shown(sql, rendered), params, cursor)
@@ -769,38 +770,35 @@ def run_reads_on_driver(conn: Connection, sql: str, params: Any) -> list[tuple[A
     """The rows of every result of ``sql``, several reads in one text, sent in one round trip
     on a connection that ``takes_statements_together``; inside the step's transaction, raised
     as ``run_on_driver`` raises (a failed read ends the packet: nothing after it runs)."""
-    fairy = conn.connection
-    fairy.info.pop(_COMMITTED, None)
-    cursor: Any = None
-    try:
-        cursor = fairy.driver_connection.cursor()  # type: ignore[union-attr]
-        cursor.execute(sql, params)
-        rows = list(cursor.fetchall())
-        while cursor.nextset():
-            rows += cursor.fetchall()
-    except BaseException as exc:
-        _raise_failed(conn, exc, sql, params, cursor)
-    _close_quietly(cursor)
-    return rows
+    return _every_result(conn, sql, params, sql)[1]
 
 
 def run_write_then_reads(conn: Connection, sql: str) -> tuple[int, list[tuple[Any, ...]]]:
     """A write followed by reads in one text, rendered with its values, sent in one round trip
     on a connection that ``takes_statements_together``: the rows the write changed, and the
     rows of every read after it. Inside the step's transaction (nothing commits), raised as
-    ``run_on_driver`` raises: a failed statement ends the packet, nothing after it runs."""
+    ``run_on_driver`` raises, naming no statement (``rendered``): a failed statement ends the
+    packet, nothing after it runs."""
+    return _every_result(conn, sql, None, _NOT_SHOWN)
+
+
+def _every_result(
+    conn: Connection, sql: str, params: Any, shown: str
+) -> tuple[int, list[tuple[Any, ...]]]:
+    """``sql``'s statements sent in one packet: the first one's row count, and the rows of
+    them all (a write returns none); a failure names ``shown`` as the statement."""
     fairy = conn.connection
     fairy.info.pop(_COMMITTED, None)
     cursor: Any = None
     try:
         cursor = fairy.driver_connection.cursor()  # type: ignore[union-attr]
-        cursor.execute(sql, None)
+        cursor.execute(sql, params)
         changed = int(cursor.rowcount)
-        rows: list[tuple[Any, ...]] = []
+        rows = list(cursor.fetchall())
         while cursor.nextset():
             rows += cursor.fetchall()
     except BaseException as exc:
-        _raise_failed(conn, exc, _NOT_SHOWN, None, cursor)
+        _raise_failed(conn, exc, shown, params, cursor)
     _close_quietly(cursor)
     return changed, rows
 
@@ -861,22 +859,6 @@ def _render_pymysql(dbapi_conn: Any, sql: str, params: tuple[Any, ...]) -> str:
         else:
             values.append(literal(value))
     return sql % tuple(values)
-
-
-def _run_rendered(
-    conn: Connection, dbapi_conn: Any, rendered: str, sql: str, params: Any
-) -> DriverResult:
-    """``rendered`` (``sql`` with ``params``) run on the driver's cursor; a failure raised as
-    ``run_on_driver`` raises it, naming ``sql`` and ``params`` (never the rendered values)."""
-    cursor: Any = None
-    try:
-        cursor = dbapi_conn.cursor()
-        cursor.execute(rendered, None)
-        done = DriverResult(cursor.rowcount, cursor.fetchall() if cursor.description else [])
-    except BaseException as exc:
-        _raise_failed(conn, exc, sql, params, cursor)
-    _close_quietly(cursor)
-    return done
 
 
 def _run_and_commit(

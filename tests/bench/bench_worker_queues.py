@@ -106,18 +106,22 @@ def agora_worker(url: str, name: str, k: int, mode: str) -> None:
     ran: list[str] = []
     ok = {"ok": True}
     clock = Clock()
+
+    def ran_ok(batch: list[Any]) -> list[Any]:
+        """The no-op jobs of ``batch`` run (recorded in ``ran``): their settlements."""
+        items = []
+        for c in batch:
+            assert c.work is not None and c.lease is not None
+            ran.append(c.work.id)
+            items.append(Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded", ok))
+        return items
+
     clock.ready()
     if mode == "batch-step":  # settle a batch and claim the next in one step
         batch = store.claim_next(name, LEASE_MS, limit=k)
         while batch:
             clock.job()
-            items = []
-            for c in batch:
-                assert c.work is not None and c.lease is not None
-                ran.append(c.work.id)
-                items.append(
-                    Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded", ok)
-                )
+            items = ran_ok(batch)
             settled_many, batch = store.settle_many_and_claim_next(items, name, LEASE_MS, k)
             assert all(r.outcome == "settled" for r in settled_many)
     elif mode == "step":  # settle one and claim the next in one step
@@ -142,13 +146,7 @@ def agora_worker(url: str, name: str, k: int, mode: str) -> None:
     else:
         while batch := store.claim_next(name, LEASE_MS, limit=k):
             clock.job()
-            items = []
-            for c in batch:
-                assert c.work is not None and c.lease is not None
-                ran.append(c.work.id)
-                items.append(
-                    Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded", ok)
-                )
+            items = ran_ok(batch)
             assert all(r.outcome == "settled" for r in store.settle_many(items))
     clock.report(ran)
 

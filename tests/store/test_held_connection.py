@@ -66,6 +66,15 @@ def count_commands(dbapi: Any, sent: list[int]) -> Callable[[], None]:
     return restore
 
 
+def succeeded(claims: Any, result: Any = None) -> list[Settlement]:
+    """``claims`` settled ``succeeded`` with ``result`` (``{"n": 1}`` when not given)."""
+    result = {"n": 1} if result is None else result
+    return [
+        Settlement(c.work.id, c.lease.token, c.lease.generation, "succeeded", result)
+        for c in claims
+    ]
+
+
 def checkouts(engine: Any) -> list[int]:
     counted = [0]
 
@@ -372,12 +381,6 @@ def test_mysql_a_batch_step_settles_and_claims_in_two_round_trips_and_one_commit
             a, b = store.claim_next("w1", LEASE_MS, limit=2)
             assert len(sent) == 2
 
-            def done(*claims: Any) -> list[Settlement]:
-                return [
-                    Settlement(x.work.id, x.lease.token, x.lease.generation, "succeeded", {"n": 1})
-                    for x in claims
-                ]
-
             # what another connection sees as the step's second packet goes: a and b unsettled
             midway: list[dict[str, str]] = []
             send = dbapi._execute_command
@@ -388,7 +391,9 @@ def test_mysql_a_batch_step_settles_and_claims_in_two_round_trips_and_one_commit
                 return send(cmd, sql)
 
             dbapi._execute_command = look
-            settled, following = store.settle_many_and_claim_next(done(a, b), "w1", LEASE_MS, 2)
+            settled, following = store.settle_many_and_claim_next(
+                succeeded((a, b)), "w1", LEASE_MS, 2
+            )
             dbapi._execute_command = send
             assert [midway[0][pid] for pid in ids[1:5]] == ["running"] * 2 + ["queued"] * 2
             assert [r.outcome for r in settled] == ["settled", "settled"]
@@ -400,14 +405,16 @@ def test_mysql_a_batch_step_settles_and_claims_in_two_round_trips_and_one_commit
             # d's lease lost (settled apart with its own token): the batch's UPDATE changes one
             # row of two, is rolled back, and the exact path settles c and calls d lost
             assert store.settle(d.work.id, d.lease.token, d.lease.generation, "failed", None, "x")
-            settled, following = store.settle_many_and_claim_next(done(c, d), "w1", LEASE_MS, 5)
+            settled, following = store.settle_many_and_claim_next(
+                succeeded((c, d)), "w1", LEASE_MS, 5
+            )
             assert [r.outcome for r in settled] == ["settled", "lost"]
             assert [x.work.id for x in following if x.work] == ids[5:]
             seen = states(other)
             assert [seen[pid] for pid in ids[3:]] == ["succeeded", "failed", "running", "running"]
             sent.clear()
             settled, following = store.settle_many_and_claim_next(
-                done(*following), "w1", LEASE_MS, 5
+                succeeded(following), "w1", LEASE_MS, 5
             )
             assert [r.outcome for r in settled] == ["settled"] * 2 and following == []
             assert len(sent) == 2  # nothing more to claim: the settle and reads, then COMMIT
@@ -438,11 +445,9 @@ def test_mysql_a_large_batch_step_settles_before_it_claims(
             batch = store.claim_next("w1", LEASE_MS, limit=k)
             dbapi: Any = store._held.connection.driver_connection  # type: ignore[union-attr]
             restore = count_commands(dbapi, sent)
-            done = [
-                Settlement(x.work.id, x.lease.token, x.lease.generation, "succeeded", {"n": 1})
-                for x in batch
-            ]
-            settled, following = store.settle_many_and_claim_next(done, "w1", LEASE_MS, k)
+            settled, following = store.settle_many_and_claim_next(
+                succeeded(batch), "w1", LEASE_MS, k
+            )
             restore()
             assert [r.outcome for r in settled] == ["settled"] * k
             assert [x.work.id for x in following if x.work] == ids[k:]
@@ -471,7 +476,7 @@ def test_mysql_a_single_step_settles_and_claims_in_two_round_trips(
             (a,) = store.claim_next("w1", LEASE_MS, limit=1)
             dbapi: Any = store._held.connection.driver_connection  # type: ignore[union-attr]
             restore = count_commands(dbapi, sent)
-            done = Settlement(a.work.id, a.lease.token, a.lease.generation, "succeeded", {"n": 1})
+            (done,) = succeeded([a])
             settled, (b,) = store.settle_and_claim_next(done, "w1", LEASE_MS)
             assert settled.outcome == "settled" and b.work.id == ids[1] and len(sent) == 2
             restore()

@@ -438,23 +438,12 @@ class ActionProposalStore:
 
     def settle_many(self, settlements: Sequence[Settlement]) -> builtins.list[SettleResult]:
         """Record many outcomes at once, each fenced as ``settle``: one result per item."""
-
-        def settle(optimistic: bool) -> builtins.list[SettleResult]:
-            return self._step(
-                self._steps,
-                settle_proposals,
-                lambda conn, results: _own_settles(conn, settlements, results),
-                settlements,
-                clock=self.clock,
-                optimistic=optimistic,
-            )
-
-        try:
-            return settle(True)
-        except BatchLost:
-            # MySQL/MariaDB: the one fenced UPDATE changed fewer rows than the batch (a lease
-            # was lost), and was rolled back: settle again, each lease checked on its own.
-            return settle(False)
+        return self._optimistic_step(
+            settle_proposals,
+            lambda conn, results: _own_settles(conn, settlements, results),
+            settlements,
+            clock=self.clock,
+        )
 
     def settle_and_claim_next(
         self, settlement: Settlement, worker_id: str, lease_ms: int, limit: int = 1
@@ -462,26 +451,15 @@ class ActionProposalStore:
         """Settle one job and claim the next ``limit`` in one short transaction (on PostgreSQL
         both statements in one round trip, run by the server as one implicit transaction; on
         MySQL/MariaDB, with a held connection, two round trips and one commit)."""
-
-        def step(optimistic: bool) -> tuple[SettleResult, builtins.list[ClaimResult]]:
-            return self._step(
-                self._steps,
-                settle_and_claim_next,
-                lambda conn, r: (_own_settle(conn, settlement, r[0]), r[1]),
-                settlement,
-                worker_id=worker_id,
-                lease_ms=lease_ms,
-                limit=limit,
-                clock=self.clock,
-                optimistic=optimistic,
-            )
-
-        try:
-            return step(True)
-        except BatchLost:
-            # MySQL/MariaDB: the lease was lost, or the result must be sealed (a keyed tenant);
-            # nothing was committed: settle it on its own, then claim.
-            return step(False)
+        return self._optimistic_step(
+            settle_and_claim_next,
+            lambda conn, r: (_own_settle(conn, settlement, r[0]), r[1]),
+            settlement,
+            worker_id=worker_id,
+            lease_ms=lease_ms,
+            limit=limit,
+            clock=self.clock,
+        )
 
     def settle_many_and_claim_next(
         self,
@@ -494,28 +472,31 @@ class ActionProposalStore:
         (1–1000) in one step: a batch worker's loop. On PostgreSQL both go in one round trip; on
         MySQL/MariaDB, with a held connection, in two round trips and one commit (where a
         ``settle_many`` and a ``claim_next`` take three and two)."""
+        return self._optimistic_step(
+            settle_proposals_and_claim_next,
+            lambda conn, r: (_own_settles(conn, settlements, r[0]), r[1]),
+            settlements,
+            worker_id=worker_id,
+            lease_ms=lease_ms,
+            limit=limit,
+            clock=self.clock,
+        )
 
-        Step = tuple[builtins.list[SettleResult], builtins.list[ClaimResult]]
-
-        def step(optimistic: bool) -> Step:
-            return self._step(
-                self._steps,
-                settle_proposals_and_claim_next,
-                lambda conn, r: (_own_settles(conn, settlements, r[0]), r[1]),
-                settlements,
-                worker_id=worker_id,
-                lease_ms=lease_ms,
-                limit=limit,
-                clock=self.clock,
-                optimistic=optimistic,
-            )
-
+    def _optimistic_step(
+        self,
+        fn: Callable[..., R],
+        after_loss: Callable[[Connection, R], R],
+        *args: Any,
+        **kwargs: Any,
+    ) -> R:
+        """A settling lease step (``_step``), first ``optimistic``; on ``BatchLost`` — on
+        MySQL/MariaDB the one fenced UPDATE changed fewer rows than it settles (a lease was
+        lost, or a keyed tenant's result must be sealed), and nothing was committed — again
+        without, each lease checked on its own."""
         try:
-            return step(True)
+            return self._step(self._steps, fn, after_loss, *args, optimistic=True, **kwargs)
         except BatchLost:
-            # MySQL/MariaDB: the batch's one fenced UPDATE changed fewer rows than the batch (a
-            # lease was lost); nothing was committed: settle each lease on its own, then claim.
-            return step(False)
+            return self._step(self._steps, fn, after_loss, *args, optimistic=False, **kwargs)
 
     def expire(self, limit: int = 100) -> int:
         """Expire a bounded batch (1–1000) of pending proposals past ``expires_at``."""
