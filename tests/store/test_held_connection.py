@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from helpers import end_other_sessions
+from helpers import end_other_sessions, examples
 from sqlalchemy import event, select
 
 from agora_cli.store._clock import ManualClock
@@ -526,5 +526,48 @@ def test_a_failed_statement_rendered_with_its_values_names_none_of_them(
                 with pytest.raises(DBAPIError) as committed:
                     run_on_driver(held, sql, None, commit=True, rendered=True)
                 assert secret not in str(committed.value)
+    finally:
+        engine.dispose()
+
+
+def test_mysql_the_fast_quoting_is_pymysqls_under_either_sql_mode(
+    dialect: str, db_url: str
+) -> None:
+    """MySQL/MariaDB: ``pymysql_quote`` — how a batch's ids, hashes and results are rendered into
+    its text — quotes a ``str`` exactly as PyMySQL's ``escape`` does, with backslash escapes and
+    under ``NO_BACKSLASH_ESCAPES`` (read per statement), and the server reads each literal back
+    as the same text; other kinds go to PyMySQL as they are."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from agora_cli.store._engine import pymysql_quote
+
+    if dialect != "mysql":
+        pytest.skip("statements rendered with their values are MySQL/MariaDB's")
+    engine = open_engine(db_url, pool_size=1)
+    tricky = ["", "'", "\\", "\\'", "''", '"', "\x00", "\n\r\x1a", "a'; DROP TABLE x; --", "é€😀"]
+    try:
+        with engine.connect() as conn:
+            dbapi: Any = conn.connection.driver_connection
+            cursor = dbapi.cursor()
+
+            @settings(max_examples=examples(60), deadline=None)
+            @given(st.lists(st.text(), min_size=1, max_size=5))
+            def reads_back(texts: list[str]) -> None:
+                quote = pymysql_quote(dbapi)
+                for text in [*texts, *tricky]:
+                    assert quote(text) == dbapi.escape(text)
+                literals = ", ".join(quote(t) for t in [*texts, *tricky])
+                cursor.execute(f"SELECT {literals}")
+                assert list(cursor.fetchone()) == [*texts, *tricky]
+
+            reads_back()
+            for other in (7, None, True, 1.5, b"\x00'"):
+                assert pymysql_quote(dbapi)(other) == dbapi.escape(other)
+            cursor.execute("SET SESSION sql_mode = CONCAT(@@sql_mode, ',NO_BACKSLASH_ESCAPES')")
+            assert pymysql_quote(dbapi)("a\\'b") == "'a\\''b'" == dbapi.escape("a\\'b")
+            reads_back()
+            cursor.close()
+            conn.invalidate()  # its sql_mode is not the pool's
     finally:
         engine.dispose()

@@ -369,6 +369,26 @@ def test_a_claim_built_fast_is_the_claim_its_class_builds() -> None:
             make("token", 1, 2, 3)
 
 
+def test_a_batch_of_tokens_is_distinct_urlsafe_and_hashed_as_one_token_is() -> None:
+    """``new_tokens`` (a batch claim's leases): each of ``token_urlsafe(32)``'s shape — 43
+    characters of the base64url alphabet — none repeated, every character of the alphabet
+    reached in every place; ``token_hash`` (remembering recent tokens) is SHA-256 hex."""
+    import hashlib
+    import re
+
+    from agora_cli.store._proposals.model import new_tokens, token_hash
+
+    tokens = new_tokens(1000)
+    assert len(tokens) == len(set(tokens)) == 1000
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{43}", t) for t in tokens)
+    for place in (0, 21, 42):  # the first, a middle, the last character: each random
+        assert len({t[place] for t in tokens}) > 50
+    assert new_tokens(1) != new_tokens(1) and len(new_tokens(1)) == 1
+    for token in [*tokens[:3], "a", "é"]:
+        assert token_hash(token) == hashlib.sha256(token.encode()).hexdigest()
+        assert token_hash(token) == token_hash(token)
+
+
 # ids a runtime's own rows may hold (the store decides the ids it creates; a row written by
 # another writer is read as it is): what a driver must quote, and what a ``%`` format reads.
 _HOSTILE_IDS = [
