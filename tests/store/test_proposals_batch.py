@@ -191,7 +191,8 @@ def test_settle_and_claim_next_with_a_lost_lease_still_claims(
     ids = queue(store, clock, 2)
     (one,) = store.claim_next("w1", 60_000, limit=1)
     assert one.lease and one.work
-    stale = Settlement(one.work.id, "not-the-token", one.lease.generation, "succeeded")
+    # with a result: on PostgreSQL the unkeyed UPDATE changes nothing, the sealed one neither
+    stale = Settlement(one.work.id, "not-the-token", one.lease.generation, "succeeded", {"n": 1})
     settled, following = store.settle_and_claim_next(stale, "w1", 60_000, 5)
     assert settled.outcome == "lost"
     assert [c.work.id for c in following if c.work] == ids[1:]

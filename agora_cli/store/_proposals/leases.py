@@ -757,8 +757,11 @@ def settle_and_claim_next(
     """Settle one job and claim the next ``limit`` in the caller's transaction (a worker's step).
 
     PostgreSQL (with SKIP LOCKED): the settle and the claim are sent together in one round trip
-    (psycopg's pipeline mode), which PostgreSQL runs as one transaction even in autocommit.
-    MySQL/MariaDB with ``optimistic`` (the store's), on a held connection: as
+    (psycopg's pipeline mode), which PostgreSQL runs as one transaction even in autocommit; a
+    result is written as it is only where the proposal's tenant never had a key (tested in the
+    UPDATE), else sealed and settled after the claim, as ``settle_many_and_claim_next`` does —
+    without the KEK that raises ``KeyUnavailable`` with the claim taken (its leases expire and
+    are recovered). MySQL/MariaDB with ``optimistic`` (the store's), on a held connection: as
     ``settle_proposals_and_claim_next`` does a batch of one — the fenced settle and the discovery
     reads in one round trip, the claim's UPDATE with the COMMIT of both; ``BatchLost`` (nothing
     committed) when the lease was lost or the result must be sealed (a keyed tenant): the
@@ -809,22 +812,32 @@ def _settle_and_claim_pg(
     check_lease(item.token, item.generation)
     check_settle(item.outcome, item.error)
     result_text = None if item.result is None else dump_json("result", item.result)
-    result_text = seal_results(conn, [(item.proposal_id, result_text)])[0]
     now = clock_or_system(clock).now_ms()
     expires = now + lease_ms
     tokens = new_tokens(limit)
     hashed = token_hash(item.token)
     lease = (item.proposal_id, hashed, item.generation, now)
     settle_args = (item.outcome, result_text, item.error, now, now, *lease)
+    statements = _context(conn).statements
+    # A result is written as it is when the proposal's tenant never had a key — tested in the
+    # UPDATE itself, as ``settle_proposal`` does; when it changed nothing (a keyed tenant, or a
+    # lost lease), the result is sealed and settled after the claim.
+    settle = statements.settle if result_text is None else statements.settle_unkeyed
     settled, claimed = run_pipelined(
         conn,
         [
-            (worker_sql(dialect_name(conn)).settle, settle_args),
+            (settle, settle_args),
             (claim_many_pg(limit), _claim_many_args(worker_id, tokens, now, expires)),
         ],
     )
-    outcome = SettleResult("settled" if settled.rowcount == 1 else "lost")
-    return outcome, _claims_from_rows(conn, claimed.rows, tokens, expires)
+    taken = _claims_from_rows(conn, claimed.rows, tokens, expires)
+    if settled.rowcount == 1:
+        return _SETTLED, taken
+    if result_text is None:
+        return _LOST, taken
+    sealed = seal_results(conn, [(item.proposal_id, result_text)])[0]
+    settle_args = (item.outcome, sealed, item.error, now, now, *lease)
+    return _settled(run_on_driver(conn, statements.settle, settle_args).rowcount == 1), taken
 
 
 STEP_IN_ONE_TRANSACTION_MAX = 32
