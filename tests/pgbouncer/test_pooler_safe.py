@@ -106,8 +106,9 @@ def test_provisioning_leaves_no_lock_timeout_and_no_lock_behind(pooled_db: dict[
     try:
         with engine.connect() as conn:
             held = conn.exec_driver_sql(
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
-            ).scalar()
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = "
+                "(SELECT oid FROM pg_database WHERE datname = current_database())"
+            ).scalar()  # this database's: another test's provisioning may hold one elsewhere
     finally:
         engine.dispose()
     assert held == 0
