@@ -206,9 +206,26 @@ def settle_proposal(
     # UPDATE itself; when it changed nothing (a keyed tenant, or a lost lease), seal and settle.
     if run_on_driver(conn, statements.settle_unkeyed, params, commit=True).rowcount == 1:
         return SettleResult("settled")
-    sealed = seal_results(conn, [(proposal_id, result_text)])[0]
-    params = (outcome, sealed, error, now, now, proposal_id, hashed, generation, now)
-    return _settled(run_on_driver(conn, statements.settle, params, commit=True).rowcount == 1)
+    lease = (proposal_id, hashed, generation, now)
+    return _settle_sealed(conn, statements.settle, outcome, result_text, error, now, lease, True)
+
+
+def _settle_sealed(
+    conn: Connection,
+    settle: str,
+    outcome: str,
+    result_text: str,
+    error: str | None,
+    now: int,
+    lease: tuple[str, str, int, int],
+    commit: bool,
+) -> SettleResult:
+    """After the unkeyed settle changed nothing (a keyed tenant, or a lost lease): the result
+    sealed and ``settle`` (``WorkerSql.settle``) run with it; ``lease`` is its fence's
+    parameters (id, token hash, generation, now)."""
+    sealed = seal_results(conn, [(lease[0], result_text)])[0]
+    params = (outcome, sealed, error, now, now, *lease)
+    return _settled(run_on_driver(conn, settle, params, commit=commit).rowcount == 1)
 
 
 _SETTLED = SettleResult("settled")
@@ -835,9 +852,10 @@ def _settle_and_claim_pg(
         return _SETTLED, taken
     if result_text is None:
         return _LOST, taken
-    sealed = seal_results(conn, [(item.proposal_id, result_text)])[0]
-    settle_args = (item.outcome, sealed, item.error, now, now, *lease)
-    return _settled(run_on_driver(conn, statements.settle, settle_args).rowcount == 1), taken
+    sealed = _settle_sealed(
+        conn, statements.settle, item.outcome, result_text, item.error, now, lease, False
+    )
+    return sealed, taken
 
 
 STEP_IN_ONE_TRANSACTION_MAX = 32
