@@ -7,7 +7,9 @@ URL|PATH`` or ``AGORA_MODELS_DEV_URL``): an object keyed by provider id, each pr
 An HTTP fetch sends ``User-Agent: agora/<version>`` and is bounded twice:
 
 - **in time**: ``timeout`` seconds (default 10, at most 600) for the *whole* fetch — connecting,
-  waiting, every byte of the body, every retry and every backoff pause. httpx's own timeouts are
+  waiting, every byte of the body, every retry and every backoff pause (counted from when the
+  HTTP client is built, its TLS trust store read: the first attempt is always made, with the time
+  that is left, so a failure names at least one attempt). httpx's own timeouts are
   per read, so a server that drips one byte every half second would never trip them; the body is
   streamed instead and the deadline checked after every chunk, and a watchdog shuts the
   connection's socket down at the deadline so that a read already waiting cannot outlive it;
@@ -473,7 +475,6 @@ class _HttpFetch:
         # lazy: httpx (heavy) loads only when a catalog is fetched over HTTP
         import httpx
 
-        deadline = time.monotonic() + self.timeout
         headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
         if cached is not None and cached.etag:
             headers["If-None-Match"] = cached.etag
@@ -482,6 +483,10 @@ class _HttpFetch:
         # No keep-alive: every attempt opens its own connection, which the watchdog can cut.
         limits = httpx.Limits(max_keepalive_connections=0)
         with httpx.Client(follow_redirects=True, headers=headers, limits=limits) as client:
+            # The timeout bounds the fetch from here: building the client (its TLS context, the
+            # trust store read from disk) is this machine's work, and on a loaded one it took
+            # all of a short timeout before a first attempt ("after 0 attempt(s)").
+            deadline = time.monotonic() + self.timeout
             body = self._get_with_retries(client, deadline)
             if body.status == 304 and cached is not None:
                 catalog = self._from_cache(cached, stale=False)
@@ -523,9 +528,9 @@ class _HttpFetch:
                 if time.monotonic() + pause >= deadline:
                     break  # the pause would use up the time left: stop now, say why
                 time.sleep(pause)
-            if time.monotonic() >= deadline:
-                break
-            made += 1
+                if time.monotonic() >= deadline:
+                    break
+            made += 1  # the first attempt is always made (with what time is left, if little)
             try:
                 return self._attempt(client, deadline)
             except _Retry as retry:

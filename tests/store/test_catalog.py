@@ -270,6 +270,16 @@ def test_a_stalled_response_hits_the_timeout(server: CatalogServer) -> None:
     assert isinstance(info.value.__cause__, httpx.TransportError)
 
 
+def test_a_timeout_too_short_for_anything_still_makes_one_attempt_and_says_so(
+    server: CatalogServer,
+) -> None:
+    # A timeout used up before the first attempt once reported "after 0 attempt(s)" (building the
+    # client on a loaded machine took all of 0.2 s): the first attempt is always made.
+    with pytest.raises(CatalogError, match=r"after 1 attempt\(s\): timed out after 0\.001 s"):
+        fetch(server.url("/stall.json"), timeout=0.001, attempts=3)
+    assert server.counts.get("/stall.json", 0) <= 1
+
+
 @pytest.mark.slow
 def test_the_timeout_bounds_a_body_dripped_one_byte_every_half_second(
     server: CatalogServer,

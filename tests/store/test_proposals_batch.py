@@ -370,6 +370,45 @@ def test_a_claim_built_fast_is_the_claim_its_class_builds() -> None:
             make("token", 1, 2, 3)
 
 
+def test_a_due_rows_claim_built_in_one_call_is_the_claim_the_classes_build() -> None:
+    """``claim_maker`` (a MySQL/MariaDB batch's claims): a due row's claim holds its work with
+    one more attempt, a lease of one more generation, ``recovered`` from ``running`` only —
+    equal to the dataclasses' own, frozen; a row without the columns it needs is refused."""
+    from agora_cli.store._proposals.model import ClaimResult, claim_maker
+    from agora_cli.store._proposals.queries import Due
+
+    make = claim_maker(Due._fields)
+    work = ("p1", "k", "t-a", "alice", "t1", None, "c", "refund", '{"x": 1}')
+    for state, outcome in (("queued", "claimed"), ("running", "recovered")):
+        row = Due(*work, 3, 9, 4, state, 1234)  # attempts, version, generation
+        made = make("tok", 5000, row)
+        built = ClaimResult(outcome, Lease("tok", 5, 5000), Work(*work, 4))
+        assert made == built and repr(made) == repr(built) and hash(made) == hash(built)
+        with pytest.raises(FrozenInstanceError):
+            made.lease.generation = 1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        claim_maker(Due._fields[:-2])
+
+
+def test_a_settlement_is_the_dataclass_it_was() -> None:
+    """``Settlement``'s own ``__init__`` (one dict for its fields): positional and keyword
+    arguments, defaults, equality, ``replace``, frozen."""
+    one = Settlement("p1", "tok", 2, "failed", None, "boom")
+    assert one == Settlement(
+        proposal_id="p1", token="tok", generation=2, outcome="failed", error="boom"
+    )
+    assert repr(Settlement("p", "t", 1, "succeeded")) == (
+        "Settlement(proposal_id='p', token='t', generation=1, outcome='succeeded', "
+        "result=None, error=None)"
+    )
+    assert replace(one, outcome="succeeded", error=None) == Settlement("p1", "tok", 2, "succeeded")
+    assert hash(one) == hash(Settlement("p1", "tok", 2, "failed", None, "boom"))
+    with pytest.raises(FrozenInstanceError):
+        one.token = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Settlement("p1", "tok")  # type: ignore[call-arg]
+
+
 def test_a_batch_of_tokens_is_distinct_urlsafe_and_hashed_as_one_token_is() -> None:
     """``new_tokens`` (a batch claim's leases): each of ``token_urlsafe(32)``'s shape — 43
     characters of the base64url alphabet — none repeated, every character of the alphabet

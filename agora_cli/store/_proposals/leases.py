@@ -49,6 +49,7 @@ from agora_cli.store._proposals.model import (
     check_lease,
     check_limit,
     check_settle,
+    claim_maker,
     clock_or_system,
     fast_maker,
     new_tokens,
@@ -58,7 +59,6 @@ from agora_cli.store._proposals.model import (
 from agora_cli.store._proposals.queries import (
     SETTLE_MANY_PG,
     SETTLE_MANY_PG_SEALED,
-    WORK_COLUMNS,
     Due,
     claim_many_pg,
     due_rows,
@@ -385,6 +385,7 @@ def _claims_from_rows(
 
 _OLDEST_FIRST = attrgetter("discovery_at", "id")
 _claim, _lease, _make_work = fast_maker(ClaimResult), fast_maker(Lease), fast_maker(Work)
+_claim_of_due = claim_maker(Due._fields)
 _DISCOVERED = attrgetter("discovery_at")
 
 
@@ -482,14 +483,8 @@ def _take_found_mysql(
     # These rows are locked by this transaction: the update cannot lose a fence.
     sql, args = _take_leases_mysql(conn, worker_id, rows, hashes, expires, now)
     run_on_driver(conn, sql, args, commit=True, rendered=args is None)
-    taken = [
-        _claim(
-            "recovered" if row.discovery_state == "running" else "claimed",
-            _lease(token, row.generation + 1, expires),
-            _make_work(*row[:WORK_COLUMNS], row.attempts + 1),  # Due begins with Work's
-        )
-        for row, token in zip(rows, tokens, strict=False)
-    ]
+    make = _claim_of_due  # row ``n`` takes ``tokens[n]``: there are ``limit`` tokens, rows fewer
+    taken = [make(token, expires, row) for row, token in zip(rows, tokens, strict=False)]
     return open_claims(conn, taken)
 
 

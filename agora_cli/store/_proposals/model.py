@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 from binascii import b2a_base64
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal, TypeVar, get_args
 
@@ -251,6 +251,47 @@ def fast_maker(cls: type[_D]) -> Callable[..., _D]:
     return make
 
 
+def claim_maker(columns: Sequence[str]) -> Callable[[str, int, Sequence[Any]], ClaimResult]:
+    """``make(token, expires_at, row)``: the claim of a due ``row`` (a sequence of ``columns``,
+    which name each of ``Work``'s fields, ``generation`` and ``discovery_state``) under a lease
+    of ``token`` — the row's ``generation`` and ``attempts`` each one more, ``recovered`` if it
+    was ``running`` — the three objects built in one call as ``fast_maker`` builds each (a batch
+    of claims makes three a job). Generated from the field names and their positions alone."""
+    at = {name: n for n, name in enumerate(columns)}
+    names = (*WORK_FIELDS, "generation", "discovery_state")
+    missing = [name for name in names if name not in at]
+    if missing or tuple(f.name for f in fields(Lease)) != ("token", "generation", "expires_at"):
+        raise TypeError(f"claim_maker: the row lacks {missing} or Lease changed")
+    if tuple(f.name for f in fields(ClaimResult)) != ("outcome", "lease", "work"):
+        raise TypeError("claim_maker: ClaimResult changed")
+    work = ", ".join(
+        f"{name!r}: row[{at[name]}]" + (" + 1" if name == "attempts" else "")
+        for name in WORK_FIELDS
+    )
+    source = (
+        "def make(token, expires_at, row):\n"
+        "    work = new(Work)\n"
+        f"    put(work, '__dict__', {{{work}}})\n"
+        "    lease = new(Lease)\n"
+        "    put(lease, '__dict__', {'token': token, "
+        f"'generation': row[{at['generation']}] + 1, 'expires_at': expires_at}})\n"
+        "    claim = new(ClaimResult)\n"
+        f"    outcome = 'recovered' if row[{at['discovery_state']}] == 'running' else 'claimed'\n"
+        "    put(claim, '__dict__', {'outcome': outcome, 'lease': lease, 'work': work})\n"
+        "    return claim\n"
+    )
+    scope: dict[str, Any] = {
+        "new": object.__new__,
+        "put": _set_attribute,
+        "Work": Work,
+        "Lease": Lease,
+        "ClaimResult": ClaimResult,
+    }
+    exec(source, scope)  # the source holds field names checked as identifiers, and integers
+    make: Callable[[str, int, Sequence[Any]], ClaimResult] = scope["make"]
+    return make
+
+
 @dataclass(frozen=True)
 class ProposalEvent:
     """One operator act on a proposal (``agent_action_proposal_event``): who, when (the store's
@@ -353,7 +394,7 @@ class DeliveryResult:
     message_id: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Settlement:
     """One outcome to record under a lease, for ``settle_proposals`` (a batched settle)."""
 
@@ -363,6 +404,33 @@ class Settlement:
     outcome: SettledState
     result: Any = None
     error: str | None = None
+
+    def __init__(
+        self,
+        proposal_id: str,
+        token: str,
+        generation: int,
+        outcome: SettledState,
+        result: Any = None,
+        error: str | None = None,
+    ) -> None:
+        # A batch worker makes one a job: the frozen instance's fields set as one dict, where
+        # the generated ``__init__`` sets each through ``object.__setattr__`` (0.8 -> 0.4 µs)
+        _set_attribute(
+            self,
+            "__dict__",
+            {
+                "proposal_id": proposal_id,
+                "token": token,
+                "generation": generation,
+                "outcome": outcome,
+                "result": result,
+                "error": error,
+            },
+        )
+
+
+_set_attribute = object.__setattr__
 
 
 @dataclass(frozen=True)
