@@ -16,8 +16,8 @@ procrastinate's) runs ``gc.collect()`` before it reports ready: the first full c
 start-up's imports leave pending (30-45 ms of CPU) is paid before the clock, as the imports
 are, not inside the first batch of a run that lasts 0.4 s. Rounds interleave the servers (a
 round runs PostgreSQL, then MariaDB) and rotate the order of the systems by one each round; each
-ratio is taken within a round, and its median over the rounds is printed with the range. The load average is printed
-per round.
+ratio is taken within a round, and its median over the rounds is printed with the range. The
+load average is printed per round.
 
 PostgreSQL: agora with k = 1 (``claim_next`` + ``settle``), k = 1 as one step
 (``settle_and_claim_next``), k = 10 and k = 100 (``claim_next(limit=k)`` + ``settle_many``),
