@@ -760,6 +760,12 @@ def _shown(sql: str, rendered: bool) -> str:
     return _NOT_SHOWN if rendered else sql
 
 
+def runs_compound_statements(conn: Connection) -> bool:
+    """Whether ``conn`` takes a compound statement (``BEGIN NOT ATOMIC … END``) outside a stored
+    program, answered once (``run_committing_if``): a held worker connection on MariaDB."""
+    return bool(conn.connection.info.get(_GUARDS_COMMIT)) and not conn.in_transaction()
+
+
 def takes_statements_together(conn: Connection) -> bool:
     """Whether ``conn`` takes several statements in one packet (``merge_commits``): a held
     worker connection on MySQL/MariaDB over PyMySQL."""
@@ -942,7 +948,13 @@ def _run_and_commit(
 
 
 def run_committing_if(
-    conn: Connection, sql: str, params: Any, rows: int, *, rendered: bool = False
+    conn: Connection,
+    sql: str,
+    params: Any,
+    rows: int,
+    *,
+    rendered: bool = False,
+    then: str | None = None,
 ) -> int:
     """Run ``sql`` (a write) on the driver as ``run_on_driver`` does, and let it end the
     step's transaction only if it changed exactly ``rows`` rows; its row count (``rows`` when
@@ -955,13 +967,24 @@ def run_committing_if(
     one compound statement the server answers once: ``BEGIN NOT ATOMIC sql; IF ROW_COUNT() =
     rows THEN COMMIT; ELSE SIGNAL …; END IF; END``. Elsewhere (MySQL has no compound statement
     outside a stored program) the step's end sends the COMMIT.
+
+    ``then``: one more write (rendered with its values) that runs only when ``sql`` changed
+    ``rows`` rows, in the same transaction — on MariaDB inside the same compound statement,
+    before its COMMIT (``settle_proposals_and_claim_next``: a batch's settle, then the claim's
+    ``UPDATE``, one round trip and one answer).
     """
     fairy = conn.connection
+    if then is not None and params is not None:
+        raise ValueError("run_committing_if: `then` goes with a statement rendered with its values")
     if conn.in_transaction() or not fairy.info.get(_GUARDS_COMMIT):
-        return run_on_driver(conn, sql, params, rendered=rendered).rowcount
+        count = run_on_driver(conn, sql, params, rendered=rendered).rowcount
+        if then is not None and count == rows:
+            run_on_driver(conn, then, None, rendered=True)
+        return count
     # One compound statement, answered once (as ``_run_and_commit``'s): the write, then its test
+    more = "" if then is None else f"{then}; "
     sent = (
-        f"BEGIN NOT ATOMIC {sql}; IF ROW_COUNT() = {int(rows)} THEN COMMIT; "
+        f"BEGIN NOT ATOMIC {sql}; IF ROW_COUNT() = {int(rows)} THEN {more}COMMIT; "
         f"ELSE SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{_NOT_ALL}'; END IF; END"
     )
     fairy.info.pop(_COMMITTED, None)  # until this COMMIT is in

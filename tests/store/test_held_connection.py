@@ -426,11 +426,12 @@ def test_mysql_a_batch_step_settles_and_claims_in_two_round_trips_and_one_commit
         engine.dispose()
 
 
-def test_mysql_a_large_batch_step_settles_before_it_claims(
+def test_mysql_a_large_batch_step_is_still_two_round_trips_on_mariadb(
     dialect: str, db_url: str, clock: ManualClock
 ) -> None:
-    """Past ``STEP_IN_ONE_TRANSACTION_MAX`` the step settles the batch (on MariaDB committed in
-    the UPDATE's round trip), then claims: three round trips, the same outcomes."""
+    """Past ``STEP_IN_ONE_TRANSACTION_MAX`` (MySQL's limit for a settle held open through the
+    claim's round trips) MariaDB's step still settles inside the claim's last statement, which
+    holds the settled rows for no round trip: two round trips, the same outcomes."""
     from agora_cli.store._proposals.leases import STEP_IN_ONE_TRANSACTION_MAX
 
     if dialect != "mysql":
@@ -451,7 +452,7 @@ def test_mysql_a_large_batch_step_settles_before_it_claims(
             restore()
             assert [r.outcome for r in settled] == ["settled"] * k
             assert [x.work.id for x in following if x.work] == ids[k:]
-            assert len(sent) == 3
+            assert len(sent) == (2 if engine.dialect.is_mariadb else 3)  # type: ignore[attr-defined]
             seen = states(other)
             assert [seen[pid] for pid in ids] == ["succeeded"] * k + ["running"] * 2
         other.dispose()

@@ -30,6 +30,7 @@ from agora_cli.store._engine import (
     run_pipelined,
     run_reads_on_driver,
     run_write_then_reads,
+    runs_compound_statements,
     supports_skip_locked,
     takes_statements_together,
 )
@@ -473,19 +474,30 @@ def _take_found_mysql(
     """MySQL/MariaDB with SKIP LOCKED: take the leases of the oldest ``limit`` rows a locking
     discovery read (``next_due_many``) ``found``, in one UPDATE sent with the step's COMMIT;
     row ``n`` takes ``tokens[n]`` (whose hash is ``hashes[n]``)."""
-    dialect = dialect_name(conn)
-    rows = sorted(due_rows(dialect, found), key=_OLDEST_FIRST)[:limit]
-    if not rows:
-        return []
-    rows = _lock_recoveries_mysql(conn, rows)
+    rows = _due_to_take(conn, found, limit)
     if not rows:
         return []
     # These rows are locked by this transaction: the update cannot lose a fence.
     sql, args = _take_leases_mysql(conn, worker_id, rows, hashes, expires, now)
     run_on_driver(conn, sql, args, commit=True, rendered=args is None)
-    make = _claim_of_due  # row ``n`` takes ``tokens[n]``: there are ``limit`` tokens, rows fewer
-    taken = [make(token, expires, row) for row, token in zip(rows, tokens, strict=False)]
-    return open_claims(conn, taken)
+    return _claims_of_due(conn, rows, tokens, expires)
+
+
+def _due_to_take(conn: Connection, found: list[tuple[Any, ...]], limit: int) -> list[Due]:
+    """The oldest ``limit`` rows a locking discovery read ``found``, each locked by this
+    transaction (an expired lease among them locked by primary key first)."""
+    rows = sorted(due_rows(dialect_name(conn), found), key=_OLDEST_FIRST)[:limit]
+    return _lock_recoveries_mysql(conn, rows) if rows else rows
+
+
+def _claims_of_due(
+    conn: Connection, rows: list[Due], tokens: list[str], expires: int
+) -> list[ClaimResult]:
+    """The claims of ``rows`` whose leases were taken: row ``n`` holds ``tokens[n]``."""
+    make = _claim_of_due  # there are ``limit`` tokens, and rows up to as many
+    return open_claims(
+        conn, [make(token, expires, row) for row, token in zip(rows, tokens, strict=False)]
+    )
 
 
 def _take_leases_mysql(
@@ -786,6 +798,11 @@ def settle_and_claim_next(
     check_identity("worker_id", worker_id)
     check_lease_ms(lease_ms)
     check_limit(limit, MAX_CLAIM_BATCH)
+    if optimistic and _settles_in_the_claim(conn):
+        outcomes, taken = _settle_many_in_the_claim(
+            conn, [settlement], worker_id, lease_ms, limit, clock
+        )
+        return outcomes[0], taken
     if optimistic and _settles_with_the_reads(conn, 1):
         outcomes, taken = _settle_many_and_claim_mysql(
             conn, [settlement], worker_id, lease_ms, limit, clock
@@ -854,11 +871,12 @@ def _settle_and_claim_pg(
 
 
 STEP_IN_ONE_TRANSACTION_MAX = 32
-"""MySQL/MariaDB: the largest batch whose settle ``settle_proposals_and_claim_next`` keeps open
-until the claim's COMMIT. A larger one is settled (and on MariaDB committed) before the claim:
-with 100 settled rows held through the reads, the parse and the claim, four workers' steps ran
-0.8x as many jobs a second as a settle and a claim apart (server CPU 0.080 against 0.070 ms a
-job), where at 10 the one transaction ran 1.2x as many."""
+"""MySQL: the largest batch whose settle ``settle_proposals_and_claim_next`` keeps open until
+the claim's COMMIT. A larger one is settled before the claim: with 100 settled rows held through
+the reads, the parse and the claim, four workers' steps ran 0.8x as many jobs a second as a
+settle and a claim apart (server CPU 0.080 against 0.070 ms a job), where at 10 the one
+transaction ran 1.2x as many. (MariaDB settles inside the claim's last statement, holding the
+settled rows for no round trip: any batch; ``_settle_many_in_the_claim``.)"""
 
 
 def settle_proposals_and_claim_next(
@@ -892,6 +910,8 @@ def settle_proposals_and_claim_next(
     d = dialect_of(context.dialect)
     if d.pipelines and context.locked:
         return _settle_many_and_claim_pg(conn, settlements, worker_id, lease_ms, limit, clock)
+    if optimistic and _settles_in_the_claim(conn):
+        return _settle_many_in_the_claim(conn, settlements, worker_id, lease_ms, limit, clock)
     if optimistic and _settles_with_the_reads(conn, len(settlements)):
         return _settle_many_and_claim_mysql(conn, settlements, worker_id, lease_ms, limit, clock)
     settled = settle_proposals(conn, settlements, clock=clock, optimistic=optimistic)
@@ -899,6 +919,16 @@ def settle_proposals_and_claim_next(
         conn, worker_id=worker_id, lease_ms=lease_ms, limit=limit, clock=clock
     )
     return settled, claimed
+
+
+def _settles_in_the_claim(conn: Connection) -> bool:
+    """Whether a step's settle goes inside the claim's last statement
+    (``_settle_many_in_the_claim``): MariaDB with SKIP LOCKED, on a held connection that runs
+    compound statements and whose driver quotes (the statements are rendered with their
+    values)."""
+    return (
+        _context(conn).locked and runs_compound_statements(conn) and driver_quote(conn) is not None
+    )
 
 
 def _settles_with_the_reads(conn: Connection, n: int) -> bool:
@@ -941,6 +971,42 @@ def _settle_many_and_claim_pg(
     return [_settled(pid in settled) for pid in ids], _claims_from_rows(
         conn, claimed.rows, tokens, expires
     )
+
+
+def _settle_many_in_the_claim(
+    conn: Connection,
+    settlements: Sequence[Settlement],
+    worker_id: str,
+    lease_ms: int,
+    limit: int,
+    clock: Clock | None,
+) -> tuple[list[SettleResult], list[ClaimResult]]:
+    """MariaDB: the claim's discovery reads (one round trip), then one compound statement — the
+    batch's fenced UPDATE and, only if it changed every row of the batch, the claim's UPDATE and
+    the COMMIT of both (``run_committing_if`` with ``then``): two round trips, each answered
+    once, and one commit a step; the settled rows are held for no round trip. ``BatchLost``
+    (nothing committed, the reads' locks held until the caller's rollback) when a lease of the
+    batch was lost or a result must be sealed."""
+    _ids, results_text = _checked_settlements(settlements)
+    now = clock_or_system(clock).now_ms()
+    expires = now + lease_ms
+    hashes = [token_hash(item.token) for item in settlements]
+    tokens = new_tokens(limit)
+    claim_hashes = [token_hash(token) for token in tokens]
+    settle, args = _settle_fenced_mysql(conn, settlements, hashes, results_text, now)
+    if args is not None:  # rendered only where the driver quotes (``driver_quote``)
+        raise AssertionError("the settle was not rendered with its values")
+    read = next_due_many(dialect_name(conn), limit, locked=True, separate=True)
+    rows = _due_to_take(conn, run_reads_on_driver(conn, read, (now, now)), limit)
+    take = None
+    if rows:  # locked by this transaction: the claim's UPDATE cannot lose a fence
+        take, take_args = _take_leases_mysql(conn, worker_id, rows, claim_hashes, expires, now)
+        if take_args is not None:
+            raise AssertionError("the claim was not rendered with its values")
+    m = len(settlements)
+    if run_committing_if(conn, settle, None, m, rendered=True, then=take) != m:
+        raise BatchLost
+    return [_SETTLED] * m, _claims_of_due(conn, rows, tokens, expires)
 
 
 def _settle_many_and_claim_mysql(
