@@ -281,6 +281,60 @@ def test_mysql_a_steps_commit_travels_with_its_last_statement(
         engine.dispose()
 
 
+def test_mariadb_answers_each_step_once(dialect: str, db_url: str, clock: ManualClock) -> None:
+    """MariaDB answers each statement of a multi-statement text as it finishes it: a step's
+    write and its COMMIT (a batch settle's test too) go as one compound statement, read as one
+    answer, which reports the write's rows — a renew, a settle, a lost settle, a claim's
+    ``UPDATE``, a batch settle and a batch step each read one answer a round trip."""
+    if dialect != "mysql":
+        pytest.skip("MariaDB's compound statements")
+    engine = open_engine(db_url, pool_size=1)
+    if not getattr(engine.dialect, "is_mariadb", False):
+        engine.dispose()
+        pytest.skip("MySQL has no compound statement outside a stored program")
+    try:
+        ids = queue(engine, clock, 8)
+        sent: list[int] = []
+        answers: list[int] = []
+        with ActionProposalStore(engine, clock, hold_connection=True) as store:
+            first = store.claim_next("w1", LEASE_MS)
+            assert first.work and first.lease
+            dbapi: Any = store._held.connection.driver_connection  # type: ignore[union-attr]
+            restore = count_commands(dbapi, sent)
+            read = dbapi._read_query_result
+
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                answers.append(1)
+                return read(*args, **kwargs)
+
+            dbapi._read_query_result = counted
+            lease = first.lease
+            renewed = store.renew(first.work.id, lease.token, lease.generation, LEASE_MS)
+            assert renewed.outcome == "renewed" and (len(sent), len(answers)) == (1, 1)
+            assert store.settle(first.work.id, lease.token, lease.generation, "succeeded", 1)
+            assert (len(sent), len(answers)) == (2, 2)
+            lost = store.settle(first.work.id, lease.token, lease.generation, "failed", None, "x")
+            assert lost.outcome == "lost" and (len(sent), len(answers)) == (3, 3)
+            batch = store.claim_next("w1", LEASE_MS, limit=3)  # the reads (two answers), the take
+            assert [c.work.id for c in batch if c.work] == ids[1:4]
+            assert (len(sent), len(answers)) == (5, 6)
+            settled = store.settle_many(succeeded(batch))
+            assert [r.outcome for r in settled] == ["settled"] * 3
+            assert (len(sent), len(answers)) == (6, 7)
+            more = store.claim_next("w1", LEASE_MS, limit=2)
+            del sent[:], answers[:]
+            done, following = store.settle_many_and_claim_next(succeeded(more), "w1", LEASE_MS, 2)
+            assert [r.outcome for r in done] == ["settled"] * 2
+            assert [c.work.id for c in following if c.work] == ids[6:8]
+            assert (len(sent), len(answers)) == (2, 3)  # the reads (two), the settle and claim
+            dbapi._read_query_result = read
+            restore()
+        seen = states(engine)
+        assert [seen[pid] for pid in ids] == ["succeeded"] * 6 + ["running"] * 2
+    finally:
+        engine.dispose()
+
+
 def test_mysql_a_store_nobody_closed_gives_its_connection_back_as_it_took_it(
     dialect: str, db_url: str, clock: ManualClock
 ) -> None:

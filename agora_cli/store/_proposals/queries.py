@@ -615,6 +615,10 @@ def claim_many_pg(k: int) -> str:
     ``k`` oldest of them, and row ``n`` takes the ``n``-th token hash of the array parameter, so
     every lease has its own token. Parameters: now, now, owner, token hashes (text[]), lease
     expiry, lease expiry, now.
+
+    The arrays go in psycopg's binary format (``%b``): its text format quotes each element
+    through two regular expressions in Python, 900 µs for a settle's five arrays of 100 where
+    the binary format takes 95.
     """
     reads = _union_of_due_reads(_DUE_KEY, derived=True, per_state=k)
     return (
@@ -622,7 +626,7 @@ def claim_many_pg(k: int) -> str:
         "row_number() OVER (ORDER BY discovery_at, id) AS n "
         f"FROM ({reads}) AS d ORDER BY discovery_at, id LIMIT {k}) "
         f"UPDATE {_T} AS a SET execution_state = 'running', lease_owner = %s, "
-        "lease_token_hash = (%s::text[])[due.n], lease_expires_at = %s, "
+        "lease_token_hash = (%b::text[])[due.n], lease_expires_at = %s, "
         "generation = a.generation + 1, attempts = a.attempts + 1, "
         "discovery_state = 'running', discovery_at = %s, updated_at = %s, "
         "version = a.version + 1 "
@@ -685,7 +689,7 @@ _SETTLE_MANY_PG = (
     f"UPDATE {_T} AS a SET execution_state = v.state, result = v.result, error = v.error, "
     "settled_at = %s, lease_token_hash = NULL, lease_expires_at = NULL, "
     "discovery_state = 'done', discovery_at = NULL, updated_at = %s, version = a.version + 1 "
-    "FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s::text[]) "
+    "FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::text[], %b::text[], %b::text[]) "
     "AS v(id, hash, gen, state, result, error) "
     "WHERE a.id = v.id AND a.lease_token_hash = v.hash AND a.generation = v.gen "
     "AND a.execution_state = 'running' AND a.lease_expires_at > %s "
