@@ -416,11 +416,12 @@ def test_mariadb_a_batch_settle_commits_in_its_round_trip_only_if_every_lease_ho
 def test_mysql_a_batch_step_settles_and_claims_in_two_round_trips_and_one_commit(
     dialect: str, db_url: str, clock: ManualClock
 ) -> None:
-    """MySQL/MariaDB: ``settle_many_and_claim_next`` on a held connection sends the batch's
-    fenced UPDATE with the next claim's reads, then the claim's UPDATE with the COMMIT of both —
-    two round trips, where a ``settle_many`` and a ``claim_next`` take three. Nothing of the
-    settle is visible before that COMMIT; a lost lease in the batch commits nothing of the
-    optimistic UPDATE (the step runs again, each lease settled on its own)."""
+    """MySQL/MariaDB: ``settle_many_and_claim_next`` on a held connection takes two round trips
+    (MariaDB: the next claim's reads, then the batch's fenced UPDATE, the claim's UPDATE and the
+    COMMIT of both in one compound statement; MySQL: the fenced UPDATE with the reads, then the
+    claim's UPDATE with the COMMIT), where a ``settle_many`` and a ``claim_next`` take three.
+    Nothing of the settle is visible before that COMMIT; a lost lease in the batch commits
+    nothing of the optimistic UPDATE (the step runs again, each lease settled on its own)."""
     if dialect != "mysql":
         pytest.skip("MySQL/MariaDB's statements in one packet")
     engine = open_engine(db_url, pool_size=1)
@@ -518,8 +519,10 @@ def test_mysql_a_single_step_settles_and_claims_in_two_round_trips(
     dialect: str, db_url: str, clock: ManualClock
 ) -> None:
     """MySQL/MariaDB: ``settle_and_claim_next`` on a held connection is a batch step of one —
-    the settle with the next claim's reads, then the claim with the COMMIT of both; a lost
-    lease rolls it back and the exact path calls it ``lost`` and still claims."""
+    two round trips (MariaDB: the claim's reads, then the settle, the claim's UPDATE and the
+    COMMIT of both as one compound statement; MySQL: the settle with the reads, then the claim
+    with the COMMIT); a lost lease rolls it back and the exact path calls it ``lost`` and still
+    claims."""
     if dialect != "mysql":
         pytest.skip("MySQL/MariaDB's statements in one packet")
     engine = open_engine(db_url, pool_size=1)

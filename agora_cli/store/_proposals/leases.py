@@ -786,10 +786,9 @@ def settle_and_claim_next(
     UPDATE), else sealed and settled after the claim, as ``settle_many_and_claim_next`` does —
     without the KEK that raises ``KeyUnavailable`` with the claim taken (its leases expire and
     are recovered). MySQL/MariaDB with ``optimistic`` (the store's), on a held connection: as
-    ``settle_proposals_and_claim_next`` does a batch of one — the fenced settle and the discovery
-    reads in one round trip, the claim's UPDATE with the COMMIT of both; ``BatchLost`` (nothing
-    committed) when the lease was lost or the result must be sealed (a keyed tenant): the
-    caller rolls back and calls again without ``optimistic``.
+    ``settle_proposals_and_claim_next`` does a batch of one (two round trips, one commit);
+    ``BatchLost`` (nothing committed) when the lease was lost or the result must be sealed (a
+    keyed tenant): the caller rolls back and calls again without ``optimistic``.
     """
     if dialect_of(conn).pipelines and _skip_locked(conn):
         return _settle_and_claim_pg(conn, settlement, worker_id, lease_ms, limit, clock)
@@ -893,15 +892,18 @@ def settle_proposals_and_claim_next(
     in one step: a batch worker's loop, one result per settlement and the new claims.
 
     PostgreSQL (with SKIP LOCKED): the batch's UPDATE and the claim sent together in one round
-    trip (psycopg's pipeline mode: one implicit transaction). MySQL/MariaDB with ``optimistic``
-    (the store's), on a held connection that takes statements together (``merge_commits``), a
-    batch of up to ``STEP_IN_ONE_TRANSACTION_MAX``: the batch's one fenced UPDATE and the two
-    discovery reads in one round trip, then the claim's UPDATE with the COMMIT of both — two
-    round trips and one commit for the step, where a settle and a claim take three and two;
-    ``BatchLost`` (nothing committed: the caller rolls back and calls again without
-    ``optimistic``) when the UPDATE changed fewer rows than the batch. Elsewhere the settle,
-    then the claim, in the caller's transaction (on a connection that commits with its
-    statements, the settle's commit comes first: a larger batch on MariaDB).
+    trip (psycopg's pipeline mode: one implicit transaction). MariaDB with ``optimistic`` (the
+    store's), on a held connection that runs compound statements: the two discovery reads in
+    one round trip, then one compound statement — the batch's fenced UPDATE and, only if it
+    changed every row of the batch, the claim's UPDATE and the COMMIT of both
+    (``_settle_many_in_the_claim``). MySQL with ``optimistic``, on a held connection that takes
+    statements together (``merge_commits``), a batch of up to ``STEP_IN_ONE_TRANSACTION_MAX``:
+    the batch's one fenced UPDATE and the two discovery reads in one round trip, then the
+    claim's UPDATE with the COMMIT of both. Either way two round trips and one commit for the
+    step, where a settle and a claim take three and two; ``BatchLost`` (nothing committed: the
+    caller rolls back and calls again without ``optimistic``) when the UPDATE changed fewer rows
+    than the batch. Elsewhere the settle, then the claim, in the caller's transaction (on a
+    connection that commits with its statements, the settle's commit comes first).
     """
     check_identity("worker_id", worker_id)
     check_lease_ms(lease_ms)
