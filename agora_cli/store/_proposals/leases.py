@@ -975,6 +975,26 @@ def _settle_many_and_claim_pg(
     )
 
 
+def _step_begun(
+    conn: Connection,
+    settlements: Sequence[Settlement],
+    lease_ms: int,
+    limit: int,
+    clock: Clock | None,
+) -> tuple[int, int, list[str], list[str], str]:
+    """A MySQL/MariaDB step's start: the batch checked and its fenced UPDATE rendered with its
+    values (``driver_quote``), the claim's ``limit`` tokens drawn and hashed; (now, the lease
+    expiry, the tokens, their hashes, the settle's text)."""
+    _ids, results_text = _checked_settlements(settlements)
+    now = clock_or_system(clock).now_ms()
+    hashes = [token_hash(item.token) for item in settlements]
+    tokens = new_tokens(limit)
+    settle, args = _settle_fenced_mysql(conn, settlements, hashes, results_text, now)
+    if args is not None:  # rendered only where the driver quotes (``driver_quote``)
+        raise AssertionError("the settle was not rendered with its values")
+    return now, now + lease_ms, tokens, [token_hash(token) for token in tokens], settle
+
+
 def _settle_many_in_the_claim(
     conn: Connection,
     settlements: Sequence[Settlement],
@@ -989,15 +1009,9 @@ def _settle_many_in_the_claim(
     once, and one commit a step; the settled rows are held for no round trip. ``BatchLost``
     (nothing committed, the reads' locks held until the caller's rollback) when a lease of the
     batch was lost or a result must be sealed."""
-    _ids, results_text = _checked_settlements(settlements)
-    now = clock_or_system(clock).now_ms()
-    expires = now + lease_ms
-    hashes = [token_hash(item.token) for item in settlements]
-    tokens = new_tokens(limit)
-    claim_hashes = [token_hash(token) for token in tokens]
-    settle, args = _settle_fenced_mysql(conn, settlements, hashes, results_text, now)
-    if args is not None:  # rendered only where the driver quotes (``driver_quote``)
-        raise AssertionError("the settle was not rendered with its values")
+    now, expires, tokens, claim_hashes, settle = _step_begun(
+        conn, settlements, lease_ms, limit, clock
+    )
     read = next_due_many(dialect_name(conn), limit, locked=True, separate=True)
     rows = _due_to_take(conn, run_reads_on_driver(conn, read, (now, now)), limit)
     take = None
@@ -1021,19 +1035,13 @@ def _settle_many_and_claim_mysql(
 ) -> tuple[list[SettleResult], list[ClaimResult]]:
     """The batch's fenced UPDATE and the locking discovery reads in one text (one round trip),
     their rows' leases taken with the COMMIT of both (``_take_found_mysql``)."""
-    ids, results_text = _checked_settlements(settlements)
-    now = clock_or_system(clock).now_ms()
-    expires = now + lease_ms
-    hashes = [token_hash(item.token) for item in settlements]
-    tokens = new_tokens(limit)
-    claim_hashes = [token_hash(token) for token in tokens]
-    settle, args = _settle_fenced_mysql(conn, settlements, hashes, results_text, now)
-    if args is not None:  # rendered only where the driver quotes (``driver_quote``)
-        raise AssertionError("the settle was not rendered with its values")
+    now, expires, tokens, claim_hashes, settle = _step_begun(
+        conn, settlements, lease_ms, limit, clock
+    )
     # the reads rendered too (their parameters two integers): the text goes with no parameters
     read = next_due_many(dialect_name(conn), limit, locked=True, separate=True) % (now, now)
     changed, found = run_write_then_reads(conn, f"{settle}; {read}")
     if changed != len(settlements):
         raise BatchLost  # the reads' locks go with the caller's rollback
     taken = _take_found_mysql(conn, found, worker_id, tokens, claim_hashes, expires, now, limit)
-    return [_SETTLED] * len(ids), taken
+    return [_SETTLED] * len(settlements), taken
