@@ -551,9 +551,9 @@ def test_db_redact_hashes_the_result_a_requeue_kept(
     report = redact_tool_io(engine, cutoff_ms=clock.now_ms() - 30 * 86_400_000, kek=kek)
     assert report.values["agent_action_proposal_event.prior_result"] == 1
     [event] = events(engine, pid)
-    assert "4111" not in event["prior_result"] and event["prior_result"].startswith(
-        '"agora:redacted:v1:'
-    )
+    # the marker's digest is random hex under this run's KEK: "4111" alone may appear in it
+    assert "4111 1111" not in event["prior_result"] and "card" not in event["prior_result"]
+    assert event["prior_result"].startswith('"agora:redacted:v1:')
     assert event["prior_error"] == "refunds-api: 503"  # cut to its first line
 
 
