@@ -976,7 +976,7 @@ def run_committing_if(
     fairy = conn.connection
     if then is not None and params is not None:
         raise ValueError("run_committing_if: `then` goes with a statement rendered with its values")
-    if conn.in_transaction() or not fairy.info.get(_GUARDS_COMMIT):
+    if not runs_compound_statements(conn):
         count = run_on_driver(conn, sql, params, rendered=rendered).rowcount
         if then is not None and count == rows:
             run_on_driver(conn, then, None, rendered=True)
