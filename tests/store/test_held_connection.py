@@ -244,6 +244,7 @@ def test_mysql_a_steps_commit_travels_with_its_last_statement(
     connection takes one statement a packet again."""
     if dialect != "mysql":
         pytest.skip("MySQL/MariaDB's merged commits (PostgreSQL's steps run in autocommit)")
+    from pymysql.constants import COMMAND
     from sqlalchemy.exc import ProgrammingError
 
     engine = open_engine(db_url, pool_size=1)
@@ -271,7 +272,9 @@ def test_mysql_a_steps_commit_travels_with_its_last_statement(
             assert states(other)[ids[1]] == "running"
             batch = store.claim_next("w1", LEASE_MS, limit=5)
             assert [c.work.id for c in batch if c.work] == [ids[2]] and len(sent) == 7
-            restore()
+        restore()
+        # given back, the connection was asked to one statement a packet (COM_SET_OPTION)
+        assert sent[7:] == [COMMAND.COM_SET_OPTION]
         other.dispose()
         with engine.connect() as conn:
             assert conn.connection.driver_connection is dbapi  # the pool's one connection
