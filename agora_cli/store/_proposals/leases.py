@@ -947,6 +947,18 @@ def _settles_with_the_reads(conn: Connection, n: int) -> bool:
     )
 
 
+def _step_inputs(
+    settlements: Sequence[Settlement], limit: int, clock: Clock | None
+) -> tuple[list[str], list[str | None], int, list[str], list[str]]:
+    """A step's start on every dialect: the batch checked (``_checked_settlements``: its ids
+    and results as JSON text), the time, the batch's token hashes and the claim's ``limit`` new
+    tokens; (ids, results, now, hashes, tokens)."""
+    ids, results_text = _checked_settlements(settlements)
+    now = clock_or_system(clock).now_ms()
+    hashes = [token_hash(item.token) for item in settlements]
+    return ids, results_text, now, hashes, new_tokens(limit)
+
+
 def _settle_many_and_claim_pg(
     conn: Connection,
     settlements: Sequence[Settlement],
@@ -955,11 +967,8 @@ def _settle_many_and_claim_pg(
     limit: int,
     clock: Clock | None,
 ) -> tuple[list[SettleResult], list[ClaimResult]]:
-    ids, results_text = _checked_settlements(settlements)
-    now = clock_or_system(clock).now_ms()
+    ids, results_text, now, hashes, tokens = _step_inputs(settlements, limit, clock)
     expires = now + lease_ms
-    hashes = [token_hash(item.token) for item in settlements]
-    tokens = new_tokens(limit)
     settle_args = _settle_many_pg_args(settlements, ids, hashes, range(len(ids)), results_text, now)
     settled_rows, claimed = run_pipelined(
         conn,
@@ -982,13 +991,10 @@ def _step_begun(
     limit: int,
     clock: Clock | None,
 ) -> tuple[int, int, list[str], list[str], str]:
-    """A MySQL/MariaDB step's start: the batch checked and its fenced UPDATE rendered with its
-    values (``driver_quote``), the claim's ``limit`` tokens drawn and hashed; (now, the lease
-    expiry, the tokens, their hashes, the settle's text)."""
-    _ids, results_text = _checked_settlements(settlements)
-    now = clock_or_system(clock).now_ms()
-    hashes = [token_hash(item.token) for item in settlements]
-    tokens = new_tokens(limit)
+    """A MySQL/MariaDB step's start (``_step_inputs``) and its fenced UPDATE rendered with its
+    values (``driver_quote``), the claim's tokens hashed; (now, the lease expiry, the tokens,
+    their hashes, the settle's text)."""
+    _ids, results_text, now, hashes, tokens = _step_inputs(settlements, limit, clock)
     settle, args = _settle_fenced_mysql(conn, settlements, hashes, results_text, now)
     if args is not None:  # rendered only where the driver quotes (``driver_quote``)
         raise AssertionError("the settle was not rendered with its values")
