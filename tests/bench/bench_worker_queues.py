@@ -17,8 +17,10 @@ summed over the workers, per job. Each Python worker (agora's, the bare loops', 
 procrastinate's) runs ``gc.collect()`` before it reports ready: the first full collection that
 start-up's imports leave pending (30-45 ms of CPU) is paid before the clock, as the imports
 are, not inside the first batch of a run that lasts 0.4 s. Rounds interleave the servers (a
-round runs PostgreSQL, then MariaDB) and rotate the order of the systems by one each round; each
-ratio is taken within a round, and its median over the rounds is printed with the range. The
+round runs PostgreSQL, then MariaDB); within a round the systems a ratio compares run one after
+another (jobs one at a time, then 10, then 100 at a time: ``running_order``), and each round
+rotates the groups' order and each group's own by one. Each ratio is taken within a round, and
+its median over the rounds is printed with the range. The
 load average is printed per round.
 
 PostgreSQL: agora with k = 1 (``claim_next`` + ``settle``), k = 1 as one step
@@ -616,27 +618,50 @@ def run_system(
     return Measured(rate, cpu_ms, server_ms)
 
 
-def contenders(dialect: str) -> list[tuple[str, tuple[str, int, str]]]:
-    """(label, (system, k, mode)) for ``dialect``, in the first round's order."""
-    found: list[tuple[str, tuple[str, int, str]]] = [
+def contenders(dialect: str) -> list[list[tuple[str, tuple[str, int, str]]]]:
+    """(label, (system, k, mode)) for ``dialect``, in groups of the systems each ratio compares
+    (jobs one at a time, 10 at a time, 100 at a time; the slow peers), in the first round's
+    order."""
+    ones: list[tuple[str, tuple[str, int, str]]] = [
         ("agora k=1", ("agora", 1, "single")),
         ("agora k=1 settle_and_claim_next", ("agora", 1, "step")),
-        ("agora k=10", ("agora", 10, "batch")),
-        ("agora k=100", ("agora", 100, "batch")),
-        ("agora k=10 settle_many_and_claim_next", ("agora", 10, "batch-step")),
-        ("agora k=100 settle_many_and_claim_next", ("agora", 100, "batch-step")),
         ("bare loop k=1", ("bare", 1, "")),
+    ]
+    tens: list[tuple[str, tuple[str, int, str]]] = [
+        ("agora k=10", ("agora", 10, "batch")),
+        ("agora k=10 settle_many_and_claim_next", ("agora", 10, "batch-step")),
         ("bare loop k=10", ("bare", 10, "")),
+    ]
+    hundreds: list[tuple[str, tuple[str, int, str]]] = [
+        ("agora k=100", ("agora", 100, "batch")),
+        ("agora k=100 settle_many_and_claim_next", ("agora", 100, "batch-step")),
         ("bare loop k=100", ("bare", 100, "")),
     ]
-    if dialect == "postgresql":
-        found += [
-            ("pgqueuer defaults", ("pgqueuer", 0, "")),
-            ("pgqueuer batch 100", ("pgqueuer", 100, "")),
-            ("procrastinate", ("procrastinate", 0, "")),
-            ("pg-boss", ("pg-boss", 0, "")),
-        ]
-    return found
+    if dialect != "postgresql":
+        return [ones, tens, hundreds]
+    tens.append(("pgqueuer defaults", ("pgqueuer", 0, "")))
+    hundreds.append(("pgqueuer batch 100", ("pgqueuer", 100, "")))
+    # one job at a time too, but 15 s a run each: a group of their own, not between the loops
+    slow = [("procrastinate", ("procrastinate", 0, "")), ("pg-boss", ("pg-boss", 0, ""))]
+    return [ones, tens, hundreds, slow]
+
+
+def running_order(
+    groups: list[list[tuple[str, tuple[str, int, str]]]], rotation: int
+) -> list[tuple[str, tuple[str, int, str]]]:
+    """The systems of one round: the groups in turn, each group's systems one after another
+    (the runs a ratio compares are minutes apart at most, not a whole round: this machine's
+    speed drifts by a third within minutes), the groups' order and each group's own order
+    rotated by ``rotation`` places, so that every system leads and follows in turn."""
+    kept = [group for group in groups if group]
+    order: list[tuple[str, tuple[str, int, str]]] = []
+    if not kept:
+        return order
+    shift = rotation % len(kept)
+    for group in kept[shift:] + kept[:shift]:
+        turn = rotation % len(group)
+        order += group[turn:] + group[:turn]
+    return order
 
 
 def measure_round(
@@ -653,11 +678,8 @@ def measure_round(
 
     me = [sys.executable, str(Path(__file__).resolve()), "_worker"]
     rates: dict[str, Measured] = {}
-    systems = [c for c in contenders(dialect) if wanted(c[0])]
-    if systems:
-        shift = rotation % len(systems)
-        systems = systems[shift:] + systems[:shift]
-    for label, (system, k, mode) in systems:
+    groups = [[c for c in group if wanted(c[0])] for group in contenders(dialect)]
+    for label, (system, k, mode) in running_order(groups, rotation):
         n = batch_jobs if k >= BATCH_K else jobs
         if system in ("pgqueuer", "procrastinate", "pg-boss"):
             why = peer_missing(system)
@@ -734,7 +756,12 @@ def _spread(values: list[float], fmt: str) -> str:
 def summary(dialect: str, workers: int, rounds: list[dict[str, Measured]]) -> None:
     """Medians (range) over the rounds: jobs/s and CPU per system, then each ratio per round."""
     print(f"{dialect}, {workers} workers, {len(rounds)} rounds: median (min-max)", flush=True)
-    labels = [label for label, _ in contenders(dialect) if any(label in r for r in rounds)]
+    labels = [
+        label
+        for group in contenders(dialect)
+        for label, _ in group
+        if any(label in r for r in rounds)
+    ]
     for label in labels:
         rates = [r[label].rate for r in rounds if label in r]
         cpus = [r[label].cpu_ms for r in rounds if label in r]
