@@ -11,17 +11,16 @@ own start-up — pgqueuer spends 0.2-0.4 s before its first job — is not count
 the system's own tables say every job is done; it starts once the database servers have
 written their dirty pages (``flush_server``) and are idle (``quiet_server``: the previous
 system's dropped database and this one's load leave InnoDB's purge and PostgreSQL's autovacuum
-busy for seconds). Client CPU is each worker process's user +
-system time (``resource.getrusage``; Node's ``process.cpuUsage``) from "go" to its last job,
-summed over the workers, per job. Each Python worker (agora's, the bare loops', pgqueuer's,
+busy for seconds). Client CPU is each worker process's user + system time
+(``resource.getrusage``; Node's ``process.cpuUsage``) from "go" to its last job, summed over
+the workers, per job. Each Python worker (agora's, the bare loops', pgqueuer's,
 procrastinate's) runs ``gc.collect()`` before it reports ready: the first full collection that
 start-up's imports leave pending (30-45 ms of CPU) is paid before the clock, as the imports
 are, not inside the first batch of a run that lasts 0.4 s. Rounds interleave the servers (a
 round runs PostgreSQL, then MariaDB); within a round the systems a ratio compares run one after
 another (jobs one at a time, then 10, then 100 at a time: ``running_order``), and each round
 rotates the groups' order and each group's own by one. Each ratio is taken within a round, and
-its median over the rounds is printed with the range. The
-load average is printed per round.
+its median over the rounds is printed with the range. The load average is printed per round.
 
 PostgreSQL: agora with k = 1 (``claim_next`` + ``settle``), k = 1 as one step
 (``settle_and_claim_next``), k = 10 and k = 100 (``claim_next(limit=k)`` + ``settle_many``),
@@ -664,6 +663,14 @@ def running_order(
     return order
 
 
+# Systems taking this many jobs at a time drain ``--batch-jobs`` jobs (default 20,000), not
+# ``--jobs``: 5,000 jobs are 12 batches a worker, over in 0.3 s, and such a run measured its
+# start more than its pace (agora k=100 / pgqueuer batch 100 on PostgreSQL: 1.14 over 5,000
+# jobs, 1.33 over 20,000, the same code, rounds side by side). Every ratio compares systems
+# that drained the same number of jobs.
+BATCH_K = 100
+
+
 def measure_round(
     dialect: str,
     jobs: int,
@@ -672,7 +679,7 @@ def measure_round(
     rotation: int,
     batch_jobs: int,
 ) -> dict[str, Measured]:
-    """One run of every wanted system, the order rotated by ``rotation`` places: ``jobs``
+    """One run of every wanted system in ``running_order`` for round ``rotation``: ``jobs``
     jobs each, ``batch_jobs`` for the systems that take 100 at a time (``BATCH_K``)."""
     from _common import create_database, drop_database
 
@@ -711,14 +718,6 @@ def measure_round(
         finally:
             drop_database(dialect, name)
     return rates
-
-
-# Systems taking this many jobs at a time drain ``--batch-jobs`` jobs (default 20,000), not
-# ``--jobs``: 5,000 jobs are 12 batches a worker, over in 0.3 s, and such a run measured its
-# start more than its pace (agora k=100 / pgqueuer batch 100 on PostgreSQL: 1.14 over 5,000
-# jobs, 1.33 over 20,000, the same code, rounds side by side). Every ratio compares systems
-# that drained the same number of jobs.
-BATCH_K = 100
 
 
 # (a, b, goal): the ratio a / b of jobs/s, and the issue's goal for it ("" for none)
