@@ -485,7 +485,7 @@ def server_cpu() -> float | None:
     return total / _TICK if seen else None
 
 
-def flush_server(url: str, limit_s: float = 30.0) -> str:
+def flush_server(dialect: str, limit_s: float = 30.0) -> str:
     """Write the server's dirty pages and move its checkpoint up to now, before a timed run;
     what was done, for the run's line. Each run loads thousands of rows and the one before it
     dropped a database: their pages stay dirty in memory, and the server writes them when its
@@ -494,11 +494,9 @@ def flush_server(url: str, limit_s: float = 30.0) -> str:
     MariaDB: ``innodb_max_dirty_pages_pct`` set to 0 until no page is dirty, then put back;
     PostgreSQL: ``CHECKPOINT``. Needs the admin login's privilege; without it, says so."""
     from _common import ADMIN
-    from sqlalchemy.engine import make_url
 
     from agora_cli.store._engine import open_engine
 
-    dialect = "postgresql" if make_url(url).get_backend_name() == "postgresql" else "mysql"
     admin = open_engine(ADMIN[dialect], isolation_level="AUTOCOMMIT", pool_size=1)
     start = time.time()
     try:
@@ -548,6 +546,7 @@ def quiet_server(limit_s: float = 15.0) -> float:
 
 def run_system(
     label: str,
+    dialect: str,
     system: str,
     url: str,
     argv: list[str],
@@ -573,7 +572,7 @@ def run_system(
                 f"{label}: worker did not start: {line}{proc.stderr.read() if proc.stderr else ''}"
             )
         procs.append(proc)
-    flushed = flush_server(url)
+    flushed = flush_server(dialect)
     waited = quiet_server()
     go = time.time()
     server0 = server_cpu()
@@ -698,14 +697,14 @@ def measure_round(
             if system in ("agora", "bare"):
                 load_agora(url, n)
                 argv = [*me, system, url, str(k), mode]
-                rates[label] = run_system(label, system, url, argv, n, workers)
+                rates[label] = run_system(label, dialect, system, url, argv, n, workers)
             elif system in ("pgqueuer", "procrastinate"):
                 dsn = plain_dsn(url)
                 peer = [PEER_PYTHON, str(Path(__file__).resolve()), "_worker"]
                 subprocess.run([*peer, f"{system}-setup", dsn, str(n)], check=True)
                 extra = [str(k)] if system == "pgqueuer" else []
                 argv = [*peer, system, dsn, *extra]
-                rates[label] = run_system(label, system, url, argv, n, workers)
+                rates[label] = run_system(label, dialect, system, url, argv, n, workers)
             else:
                 dsn = plain_dsn(url)
                 script = NODE_DIR / "agora_bench_pgboss.js"
@@ -714,7 +713,7 @@ def measure_round(
                     ["node", str(script), "setup", dsn, str(n)], check=True, cwd=NODE_DIR
                 )
                 argv = ["node", str(script), "work", dsn]
-                rates[label] = run_system(label, system, url, argv, n, workers, NODE_DIR)
+                rates[label] = run_system(label, dialect, system, url, argv, n, workers, NODE_DIR)
         finally:
             drop_database(dialect, name)
     return rates
