@@ -772,13 +772,6 @@ def takes_statements_together(conn: Connection) -> bool:
     return bool(conn.connection.info.get(_MERGES_COMMIT)) and not conn.in_transaction()
 
 
-def run_reads_on_driver(conn: Connection, sql: str, params: Any) -> list[tuple[Any, ...]]:
-    """The rows of every result of ``sql``, several reads in one text, sent in one round trip
-    on a connection that ``takes_statements_together``; inside the step's transaction, raised
-    as ``run_on_driver`` raises (a failed read ends the packet: nothing after it runs)."""
-    return _every_result(conn, sql, params, sql)[1]
-
-
 def run_write_then_reads(conn: Connection, sql: str) -> tuple[int, list[tuple[Any, ...]]]:
     """A write followed by reads in one text, rendered with its values, sent in one round trip
     on a connection that ``takes_statements_together``: the rows the write changed, and the

@@ -318,18 +318,18 @@ def test_mariadb_answers_each_step_once(dialect: str, db_url: str, clock: Manual
             assert (len(sent), len(answers)) == (2, 2)
             lost = store.settle(first.work.id, lease.token, lease.generation, "failed", None, "x")
             assert lost.outcome == "lost" and (len(sent), len(answers)) == (3, 3)
-            batch = store.claim_next("w1", LEASE_MS, limit=3)  # the reads (two answers), the take
+            batch = store.claim_next("w1", LEASE_MS, limit=3)  # the probed read, the take
             assert [c.work.id for c in batch if c.work] == ids[1:4]
-            assert (len(sent), len(answers)) == (5, 6)
+            assert (len(sent), len(answers)) == (5, 5)
             settled = store.settle_many(succeeded(batch))
             assert [r.outcome for r in settled] == ["settled"] * 3
-            assert (len(sent), len(answers)) == (6, 7)
+            assert (len(sent), len(answers)) == (6, 6)
             more = store.claim_next("w1", LEASE_MS, limit=2)
             del sent[:], answers[:]
             done, following = store.settle_many_and_claim_next(succeeded(more), "w1", LEASE_MS, 2)
             assert [r.outcome for r in done] == ["settled"] * 2
             assert [c.work.id for c in following if c.work] == ids[6:8]
-            assert (len(sent), len(answers)) == (2, 3)  # the reads (two), the settle and claim
+            assert (len(sent), len(answers)) == (2, 2)  # the probed read, the settle and claim
             dbapi._read_query_result = read
             restore()
         seen = states(engine)
@@ -475,7 +475,9 @@ def test_mysql_a_batch_step_settles_and_claims_in_two_round_trips_and_one_commit
                 succeeded(following), "w1", LEASE_MS, 5
             )
             assert [r.outcome for r in settled] == ["settled"] * 2 and following == []
-            assert len(sent) == 2  # nothing more to claim: the settle and reads, then COMMIT
+            # nothing queued: the settle and the queued read; the running read (no queued row
+            # carried the probe: ``next_due_probed``); then the COMMIT
+            assert len(sent) == 3
             assert set(states(other).values()) == {"running", "succeeded", "failed"}
             assert [states(other)[pid] for pid in ids[5:]] == ["succeeded", "succeeded"]
             restore()

@@ -45,11 +45,11 @@ def store(engine: Any, clock: ManualClock, request: Any) -> Iterator[ActionPropo
         yield store
 
 
-def queue(store: ActionProposalStore, clock: ManualClock, n: int) -> list[str]:
+def queue(store: ActionProposalStore, clock: ManualClock, n: int, run: str = "r") -> list[str]:
     ids = []
     for i in range(n):
         pid = store.create(
-            NewProposal(ALICE, "refund", {"order": i}, run_id="r", tool_call_id=f"c{i:03d}")
+            NewProposal(ALICE, "refund", {"order": i}, run_id=run, tool_call_id=f"c{i:03d}")
         ).proposal.id
         assert store.decide(pid, ALICE, "approved", "bob").outcome == "applied"
         clock.advance(1)  # queued one after the other: discovery order is creation order
@@ -137,6 +137,87 @@ def test_a_batch_that_half_expires_is_recovered_with_new_generations(
         if c.work and c.lease
     ]
     assert [r.outcome for r in store.settle_many(fresh)] == ["settled"] * 4
+
+
+class Taker:
+    """A batch worker's claim of up to ``limit``: ``claim_next``, or a step
+    (``settle_many_and_claim_next``) that settles a lease of a job claimed by scope (its lease
+    far from due, so it never joins the due rows) and claims."""
+
+    def __init__(self, store: ActionProposalStore, clock: ManualClock, mode: str) -> None:
+        self.store, self.mode, self.carried = store, mode, []
+        if mode == "step":
+            for pid in queue(store, clock, 3, "carriers"):
+                claimed = store.claim(pid, ALICE, "carrier", 3_600_000)
+                assert claimed.lease is not None
+                self.carried.append(Settlement(pid, claimed.lease.token, 1, "succeeded"))
+
+    def __call__(self, limit: int) -> list[tuple[str, str | None]]:
+        if self.mode == "step":
+            settled, batch = self.store.settle_many_and_claim_next(
+                [self.carried.pop()], "w1", 60_000, limit
+            )
+            assert [r.outcome for r in settled] == ["settled"]
+        else:
+            batch = self.store.claim_next("w1", 60_000, limit=limit)
+        return [(c.outcome, c.work.id if c.work else None) for c in batch]
+
+
+@pytest.mark.parametrize("mode", ["claim_next", "step"])
+def test_a_due_lease_older_than_a_full_batch_of_queued_work_is_taken_first(
+    store: ActionProposalStore, clock: ManualClock, mode: str
+) -> None:
+    """MySQL/MariaDB read the queued rows first and the due leases only when a probe says one
+    may be among the oldest: here the queued rows alone would fill the batch."""
+    take = Taker(store, clock, mode)
+    (a,) = queue(store, clock, 1, "r0")
+    assert store.claim(a, ALICE, "w0", 1_000).outcome == "claimed"  # due 1 s from now
+    clock.advance(2_000)
+    later = queue(store, clock, 3, "r1")  # queued after a's lease expired
+    assert take(2) == [("recovered", a), ("claimed", later[0])]
+    assert take(5) == [("claimed", later[1]), ("claimed", later[2])]
+
+
+@pytest.mark.parametrize("mode", ["claim_next", "step"])
+def test_a_due_lease_newer_than_a_full_batch_of_queued_work_waits_its_turn(
+    store: ActionProposalStore, clock: ManualClock, mode: str
+) -> None:
+    take = Taker(store, clock, mode)
+    first = queue(store, clock, 2, "r2")
+    (a,) = queue(store, clock, 1, "r3")
+    assert store.claim(a, ALICE, "w0", 10).outcome == "claimed"  # due after both were queued
+    clock.advance(100)
+    assert take(2) == [("claimed", first[0]), ("claimed", first[1])]
+    assert take(2) == [("recovered", a)]
+    assert take(2) == []
+
+
+@pytest.mark.parametrize("mode", ["claim_next", "step"])
+def test_a_batch_that_queued_work_leaves_room_in_takes_a_newer_due_lease(
+    store: ActionProposalStore, clock: ManualClock, mode: str
+) -> None:
+    take = Taker(store, clock, mode)
+    (first,) = queue(store, clock, 1, "r4")
+    (a,) = queue(store, clock, 1, "r5")
+    assert store.claim(a, ALICE, "w0", 10).outcome == "claimed"
+    clock.advance(100)  # a's lease is due, and newer than the one queued row
+    assert take(5) == [("claimed", first), ("recovered", a)]
+    (last,) = queue(store, clock, 1, "r6")
+    assert take(5) == [("claimed", last)]
+
+
+@pytest.mark.parametrize("mode", ["claim_next", "step"])
+def test_a_due_lease_as_old_as_the_newest_queued_row_goes_by_id(
+    store: ActionProposalStore, clock: ManualClock, mode: str
+) -> None:
+    take = Taker(store, clock, mode)
+    (a,) = queue(store, clock, 1, "r8")
+    assert store.claim(a, ALICE, "w0", 50).outcome == "claimed"
+    clock.advance(50)  # now is a's lease expiry: b is queued at the same discovery time
+    (b,) = queue(store, clock, 1, "r7")
+    assert a < b  # the lease goes first by id: the queued row alone would fill the batch
+    assert take(1) == [("recovered", a)]
+    assert take(1) == [("claimed", b)]
 
 
 def test_settle_and_claim_next_is_one_step(store: ActionProposalStore, clock: ManualClock) -> None:

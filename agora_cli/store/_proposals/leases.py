@@ -28,7 +28,6 @@ from agora_cli.store._engine import (
     run_committing_if,
     run_on_driver,
     run_pipelined,
-    run_reads_on_driver,
     run_write_then_reads,
     runs_compound_statements,
     supports_skip_locked,
@@ -67,6 +66,8 @@ from agora_cli.store._proposals.queries import (
     holders_mysql,
     lock_by_id_mysql,
     next_due_many,
+    next_due_probed,
+    probe_wants_running,
     settle_fenced_mysql,
     settle_many_mysql,
     settled_generations,
@@ -413,8 +414,9 @@ def claim_next_proposals(
     Each lease has its own token and generation, exactly as ``claim_next_proposal`` issues them;
     an empty list means nothing is due. PostgreSQL: one statement (the two locking reads take up
     to ``limit`` rows of each state, and one fenced UPDATE takes the oldest ``limit``).
-    MySQL/MariaDB with SKIP LOCKED: one read (locking its ``queued`` rows) and one UPDATE of the
-    rows locked; expired leases among them are first locked by primary key (see ``queries``).
+    MySQL/MariaDB with SKIP LOCKED: one read (locking its ``queued`` rows, and probing for a due
+    lease) and one UPDATE of the rows locked; when the probe finds a due lease that may be among
+    the oldest, the running rows are read too and locked by primary key (``next_due_probed``).
     Elsewhere (SQLite, older servers): a fenced loop over candidates, in the caller's
     transaction. Privileged: worker infrastructure only.
     """
@@ -434,12 +436,7 @@ def claim_next_proposals(
     if locked:
         # The leases' hashes before the read: the rows it locks wait for less Python
         hashes = [token_hash(token) for token in tokens]
-        if takes_statements_together(conn):  # each state's read its own statement, one trip
-            read = next_due_many(dialect, limit, locked=True, separate=True)
-            found = run_reads_on_driver(conn, read, (now, now))
-        else:
-            read = next_due_many(dialect, limit, locked=True)
-            found = run_on_driver(conn, read, (now, now)).rows
+        found = run_on_driver(conn, next_due_probed(dialect, limit).queued, (now, now)).rows
         return _take_found_mysql(conn, found, worker_id, tokens, hashes, expires, now, limit)
     results: list[ClaimResult] = []
     read = next_due_many(dialect, limit, locked=False)
@@ -471,10 +468,11 @@ def _take_found_mysql(
     now: int,
     limit: int,
 ) -> list[ClaimResult]:
-    """MySQL/MariaDB with SKIP LOCKED: take the leases of the oldest ``limit`` rows a locking
-    discovery read (``next_due_many``) ``found``, in one UPDATE sent with the step's COMMIT;
-    row ``n`` takes ``tokens[n]`` (whose hash is ``hashes[n]``)."""
-    rows = _due_to_take(conn, found, limit)
+    """MySQL/MariaDB with SKIP LOCKED: take the leases of the oldest ``limit`` due rows, from
+    what the locking read of the queued rows (``next_due_probed``) ``found`` and, when its probe
+    asks, the read of the running ones (``_due_to_take``), in one UPDATE sent with the step's
+    COMMIT; row ``n`` takes ``tokens[n]`` (whose hash is ``hashes[n]``)."""
+    rows = _due_to_take(conn, found, limit, now)
     if not rows:
         return []
     # These rows are locked by this transaction: the update cannot lose a fence.
@@ -483,10 +481,17 @@ def _take_found_mysql(
     return _claims_of_due(conn, rows, tokens, expires)
 
 
-def _due_to_take(conn: Connection, found: list[tuple[Any, ...]], limit: int) -> list[Due]:
-    """The oldest ``limit`` rows a locking discovery read ``found``, each locked by this
-    transaction (an expired lease among them locked by primary key first)."""
-    rows = sorted(due_rows(dialect_name(conn), found), key=_OLDEST_FIRST)[:limit]
+def _due_to_take(conn: Connection, found: list[tuple[Any, ...]], limit: int, now: int) -> list[Due]:
+    """The oldest ``limit`` due rows, each locked by this transaction: the queued rows that
+    ``next_due_probed``'s locking read ``found`` and, when its probe says a due lease may be
+    among the oldest (``probe_wants_running``), the running rows read now (one more round trip)
+    and locked by primary key (``_lock_recoveries_mysql``)."""
+    dialect = dialect_name(conn)
+    rows = due_rows(dialect, found)
+    if probe_wants_running(found, rows, limit):
+        running = next_due_probed(dialect, limit).running
+        rows += due_rows(dialect, run_on_driver(conn, running, (now,)).rows)
+    rows = sorted(rows, key=_OLDEST_FIRST)[:limit]
     return _lock_recoveries_mysql(conn, rows) if rows else rows
 
 
@@ -888,22 +893,24 @@ def settle_proposals_and_claim_next(
     clock: Clock | None = None,
     optimistic: bool = False,
 ) -> tuple[list[SettleResult], list[ClaimResult]]:
-    """Settle a batch (``settle_proposals``) and claim the next ``limit`` (``claim_next_proposals``)
-    in one step: a batch worker's loop, one result per settlement and the new claims.
+    """Settle a batch (``settle_proposals``) and claim the next ``limit``
+    (``claim_next_proposals``) in one step: a batch worker's loop, one result per settlement and
+    the new claims.
 
-    PostgreSQL (with SKIP LOCKED): the batch's UPDATE and the claim sent together in one round
-    trip (psycopg's pipeline mode: one implicit transaction). MariaDB with ``optimistic`` (the
-    store's), on a held connection that runs compound statements: the two discovery reads in
-    one round trip, then one compound statement — the batch's fenced UPDATE and, only if it
-    changed every row of the batch, the claim's UPDATE and the COMMIT of both
+    PostgreSQL (with SKIP LOCKED): the batch's UPDATE and the claim sent together in one round trip
+    (psycopg's pipeline mode: one implicit transaction). MariaDB with ``optimistic`` (the store's),
+    on a held connection that runs compound statements: the discovery read (``next_due_probed``) in
+    one round trip, then one compound statement — the batch's fenced UPDATE and, only if it changed
+    every row of the batch, the claim's UPDATE and the COMMIT of both
     (``_settle_many_in_the_claim``). MySQL with ``optimistic``, on a held connection that takes
-    statements together (``merge_commits``), a batch of up to ``STEP_IN_ONE_TRANSACTION_MAX``:
-    the batch's one fenced UPDATE and the two discovery reads in one round trip, then the
-    claim's UPDATE with the COMMIT of both. Either way two round trips and one commit for the
-    step, where a settle and a claim take three and two; ``BatchLost`` (nothing committed: the
-    caller rolls back and calls again without ``optimistic``) when the UPDATE changed fewer rows
-    than the batch. Elsewhere the settle, then the claim, in the caller's transaction (on a
-    connection that commits with its statements, the settle's commit comes first).
+    statements together (``merge_commits``), a batch of up to ``STEP_IN_ONE_TRANSACTION_MAX``: the
+    batch's one fenced UPDATE and the discovery read in one round trip, then the claim's UPDATE with
+    the COMMIT of both. Either way two round trips (three when a due lease may be among the oldest
+    rows: ``next_due_probed``) and one commit for the step, where a settle and a claim take three
+    and two; ``BatchLost`` (nothing committed: the caller rolls back and calls again without
+    ``optimistic``) when the UPDATE changed fewer rows than the batch. Elsewhere the settle, then
+    the claim, in the caller's transaction (on a connection that commits with its statements, the
+    settle's commit comes first).
     """
     check_identity("worker_id", worker_id)
     check_lease_ms(lease_ms)
@@ -1009,7 +1016,7 @@ def _settle_many_in_the_claim(
     limit: int,
     clock: Clock | None,
 ) -> tuple[list[SettleResult], list[ClaimResult]]:
-    """MariaDB: the claim's discovery reads (one round trip), then one compound statement — the
+    """MariaDB: the claim's discovery read (one round trip), then one compound statement — the
     batch's fenced UPDATE and, only if it changed every row of the batch, the claim's UPDATE and
     the COMMIT of both (``run_committing_if`` with ``then``): two round trips, each answered
     once, and one commit a step; the settled rows are held for no round trip. ``BatchLost``
@@ -1018,8 +1025,8 @@ def _settle_many_in_the_claim(
     now, expires, tokens, claim_hashes, settle = _step_begun(
         conn, settlements, lease_ms, limit, clock
     )
-    read = next_due_many(dialect_name(conn), limit, locked=True, separate=True)
-    rows = _due_to_take(conn, run_reads_on_driver(conn, read, (now, now)), limit)
+    read = next_due_probed(dialect_name(conn), limit).queued
+    rows = _due_to_take(conn, run_on_driver(conn, read, (now, now)).rows, limit, now)
     take = None
     if rows:  # locked by this transaction: the claim's UPDATE cannot lose a fence
         take, take_args = _take_leases_mysql(conn, worker_id, rows, claim_hashes, expires, now)
@@ -1039,13 +1046,13 @@ def _settle_many_and_claim_mysql(
     limit: int,
     clock: Clock | None,
 ) -> tuple[list[SettleResult], list[ClaimResult]]:
-    """The batch's fenced UPDATE and the locking discovery reads in one text (one round trip),
+    """The batch's fenced UPDATE and the locking discovery read in one text (one round trip),
     their rows' leases taken with the COMMIT of both (``_take_found_mysql``)."""
     now, expires, tokens, claim_hashes, settle = _step_begun(
         conn, settlements, lease_ms, limit, clock
     )
-    # the reads rendered too (their parameters two integers): the text goes with no parameters
-    read = next_due_many(dialect_name(conn), limit, locked=True, separate=True) % (now, now)
+    # the read rendered too (its parameters two integers): the text goes with no parameters
+    read = next_due_probed(dialect_name(conn), limit).queued % (now, now)
     changed, found = run_write_then_reads(conn, f"{settle}; {read}")
     if changed != len(settlements):
         raise BatchLost  # the reads' locks go with the caller's rollback

@@ -429,10 +429,8 @@ def _union_of_due_reads(
     share: bool = False,
     as_json: bool = False,
     force_index: bool = False,
-    separate: bool = False,
 ) -> str:
-    """One read of the due rows of each state (``UNION ALL``), or with ``separate`` two
-    statements in one text, one a state (for a connection that takes them in one packet)."""
+    """One read of the due rows of each state (``UNION ALL``)."""
     listed = ", ".join(columns)
     if as_json:  # ``due_rows`` reads it back
         listed = f"JSON_ARRAY({listed}) AS due"
@@ -453,7 +451,7 @@ def _union_of_due_reads(
         )
     else:
         branches = (f"({read})" for read in reads)
-    return ("; " if separate else " UNION ALL ").join(branches)
+    return " UNION ALL ".join(branches)
 
 
 def _take_lease_set(alias: str) -> str:
@@ -637,11 +635,9 @@ def claim_many_pg(k: int) -> str:
 
 
 @functools.cache
-def next_due_many(dialect: str, k: int, *, locked: bool, separate: bool = False) -> str:
+def next_due_many(dialect: str, k: int, *, locked: bool) -> str:
     """Up to ``k`` due rows of each state (``Due`` columns): locking, or candidates to fence.
-    ``separate`` (MySQL/MariaDB, locking): the two states' reads as two statements, each its
-    own result (``run_reads_on_driver``): the server skips the ``UNION``'s work (the read of
-    10 took 372 µs against 400, one connection, client included).
+    (MySQL/MariaDB's locking batch claims read with ``next_due_probed`` instead.)
 
     Parameters: now, now.
     """
@@ -654,9 +650,63 @@ def next_due_many(dialect: str, k: int, *, locked: bool, separate: bool = False)
         lock_running=not d.locks_next_key,
         as_json=d.reads_due_as_json,
         force_index=d.forces_discovery_index,
-        separate=separate and locked and not d.unions_derived_tables,
     )
     return _render(dialect, reads)
+
+
+class ProbedReads(NamedTuple):
+    """MySQL/MariaDB with SKIP LOCKED: a batch claim's discovery in one statement, most often.
+
+    ``queued``: the locking read of up to ``k`` queued rows (``Due``, as ``next_due_many``
+    reads them), each row with a second column, the probe — the oldest ``discovery_at`` of the
+    running rows whose lease is due (``NULL``: none). Parameters: now (the probe's), now.
+
+    ``running``: the read of up to ``k`` running rows whose lease is due, without locks (see
+    ``lock_by_id_mysql``), sent only when the probe says one may be among the oldest ``k``, or
+    when no queued row came back to carry the probe. Parameters: now.
+
+    The probe is a scalar subquery that the server answers from the discovery index while it
+    plans the read (``MIN`` over the index's ``running`` range: "Select tables optimized
+    away"), with no lock and without skipping a locked row: a due lease held by another
+    transaction still counts, and a worker that then reads it finds it locked and skips it, as
+    the read of both states did. Where every lease holds, the running read's statement is
+    saved: the server's CPU for a claim's read of 10 rows went from 285-315 µs (the two reads
+    in one packet) to 250-265 (the probed read; 225-230 without the probe), one connection.
+    """
+
+    queued: str
+    running: str
+
+
+@functools.cache
+def next_due_probed(dialect: str, k: int) -> ProbedReads:
+    """``ProbedReads`` for claims of up to ``k`` on ``dialect`` (MySQL/MariaDB)."""
+    d = dialect_of(dialect)
+    listed = ", ".join(Due._fields)
+    if d.reads_due_as_json:  # ``due_rows`` reads the first column back and ignores the probe
+        listed = f"JSON_ARRAY({listed}) AS due"
+    hint = f" FORCE INDEX ({_DUE_INDEX})" if d.forces_discovery_index else ""
+    probe = (
+        f"(SELECT MIN(discovery_at) FROM {_T}{hint} WHERE discovery_state = 'running' "
+        "AND discovery_at <= %s) AS running_due"
+    )
+    force = d.forces_discovery_index
+    queued = _due_read("queued", f"{listed}, {probe}", per_state=k, locked=True, force_index=force)
+    running = _due_read("running", listed, per_state=k, locked=False, force_index=force)
+    return ProbedReads(_render(dialect, queued), _render(dialect, running))
+
+
+def probe_wants_running(found: Sequence[Sequence[Any]], rows: Sequence[Due], k: int) -> bool:
+    """Whether a claim of up to ``k`` must read the due running rows after ``ProbedReads.queued``
+    came back with ``found`` (parsed as ``rows``): no row carried the probe, or a due lease is
+    at least as old as the newest queued row read (ties go by id), or fewer than ``k`` queued
+    rows came back while a lease is due."""
+    if not found:
+        return True
+    oldest_running = found[0][-1]
+    if oldest_running is None:
+        return False
+    return len(rows) < k or int(oldest_running) <= max(row.discovery_at for row in rows)
 
 
 @functools.cache
