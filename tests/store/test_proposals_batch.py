@@ -163,6 +163,13 @@ class Taker:
         return [(c.outcome, c.work.id if c.work else None) for c in batch]
 
 
+def leased(store: ActionProposalStore, clock: ManualClock, run: str, lease_ms: int) -> str:
+    """A job queued now and claimed by scope at once: running, its lease due ``lease_ms`` on."""
+    (pid,) = queue(store, clock, 1, run)
+    assert store.claim(pid, ALICE, "w0", lease_ms).outcome == "claimed"
+    return pid
+
+
 @pytest.mark.parametrize("mode", ["claim_next", "step"])
 def test_a_due_lease_older_than_a_full_batch_of_queued_work_is_taken_first(
     store: ActionProposalStore, clock: ManualClock, mode: str
@@ -170,8 +177,7 @@ def test_a_due_lease_older_than_a_full_batch_of_queued_work_is_taken_first(
     """MySQL/MariaDB read the queued rows first and the due leases only when a probe says one
     may be among the oldest: here the queued rows alone would fill the batch."""
     take = Taker(store, clock, mode)
-    (a,) = queue(store, clock, 1, "r0")
-    assert store.claim(a, ALICE, "w0", 1_000).outcome == "claimed"  # due 1 s from now
+    a = leased(store, clock, "r0", 1_000)  # due 1 s from now
     clock.advance(2_000)
     later = queue(store, clock, 3, "r1")  # queued after a's lease expired
     assert take(2) == [("recovered", a), ("claimed", later[0])]
@@ -184,8 +190,7 @@ def test_a_due_lease_newer_than_a_full_batch_of_queued_work_waits_its_turn(
 ) -> None:
     take = Taker(store, clock, mode)
     first = queue(store, clock, 2, "r2")
-    (a,) = queue(store, clock, 1, "r3")
-    assert store.claim(a, ALICE, "w0", 10).outcome == "claimed"  # due after both were queued
+    a = leased(store, clock, "r3", 10)  # due after both were queued
     clock.advance(100)
     assert take(2) == [("claimed", first[0]), ("claimed", first[1])]
     assert take(2) == [("recovered", a)]
@@ -198,8 +203,7 @@ def test_a_batch_that_queued_work_leaves_room_in_takes_a_newer_due_lease(
 ) -> None:
     take = Taker(store, clock, mode)
     (first,) = queue(store, clock, 1, "r4")
-    (a,) = queue(store, clock, 1, "r5")
-    assert store.claim(a, ALICE, "w0", 10).outcome == "claimed"
+    a = leased(store, clock, "r5", 10)
     clock.advance(100)  # a's lease is due, and newer than the one queued row
     assert take(5) == [("claimed", first), ("recovered", a)]
     (last,) = queue(store, clock, 1, "r6")
@@ -211,8 +215,7 @@ def test_a_due_lease_as_old_as_the_newest_queued_row_goes_by_id(
     store: ActionProposalStore, clock: ManualClock, mode: str
 ) -> None:
     take = Taker(store, clock, mode)
-    (a,) = queue(store, clock, 1, "r8")
-    assert store.claim(a, ALICE, "w0", 50).outcome == "claimed"
+    a = leased(store, clock, "r8", 50)
     clock.advance(50)  # now is a's lease expiry: b is queued at the same discovery time
     (b,) = queue(store, clock, 1, "r7")
     assert a < b  # the lease goes first by id: the queued row alone would fill the batch
