@@ -24,7 +24,7 @@ from agora_cli.store._proposals import (
     claim_next_proposals,
 )
 from agora_cli.store._proposals.model import Lease, Work, fast_maker
-from agora_cli.store._proposals.queries import fence_mysql
+from agora_cli.store._proposals.queries import fence_mysql, next_due_probed
 from agora_cli.store._schema import action_proposal, thread
 
 ALICE = Scope(None, "alice", "t1")
@@ -221,6 +221,17 @@ def test_a_due_lease_as_old_as_the_newest_queued_row_goes_by_id(
     assert a < b  # the lease goes first by id: the queued row alone would fill the batch
     assert take(1) == [("recovered", a)]
     assert take(1) == [("claimed", b)]
+
+
+def test_the_probed_read_is_for_dialects_that_read_discovery_rows_as_json() -> None:
+    """The probe rides as a column after the one JSON column ``due_rows`` reads back: a dialect
+    that reads its rows column by column would take the probe for a row's field."""
+    reads = next_due_probed("mysql", 10)
+    assert "SKIP LOCKED" in reads.queued and "AS running_due" in reads.queued
+    assert "SKIP LOCKED" not in reads.running and "running_due" not in reads.running
+    for dialect in ("postgresql", "sqlite"):
+        with pytest.raises(ValueError, match="does not read discovery rows as JSON"):
+            next_due_probed(dialect, 10)
 
 
 def test_settle_and_claim_next_is_one_step(store: ActionProposalStore, clock: ManualClock) -> None:

@@ -680,11 +680,13 @@ class ProbedReads(NamedTuple):
 
 @functools.cache
 def next_due_probed(dialect: str, k: int) -> ProbedReads:
-    """``ProbedReads`` for claims of up to ``k`` on ``dialect`` (MySQL/MariaDB)."""
+    """``ProbedReads`` for claims of up to ``k`` on ``dialect`` (MySQL/MariaDB: a dialect that
+    reads its discovery rows as one JSON column, ``due_rows`` reading the first column back and
+    ignoring the probe after it)."""
     d = dialect_of(dialect)
-    listed = ", ".join(Due._fields)
-    if d.reads_due_as_json:  # ``due_rows`` reads the first column back and ignores the probe
-        listed = f"JSON_ARRAY({listed}) AS due"
+    if not d.reads_due_as_json:
+        raise ValueError(f"next_due_probed: {dialect} does not read discovery rows as JSON")
+    listed = f"JSON_ARRAY({', '.join(Due._fields)}) AS due"
     hint = f" FORCE INDEX ({_DUE_INDEX})" if d.forces_discovery_index else ""
     probe = (
         f"(SELECT MIN(discovery_at) FROM {_T}{hint} WHERE discovery_state = 'running' "
