@@ -439,7 +439,7 @@ def claim_next_proposals(
         found = run_on_driver(conn, next_due_probed(dialect, limit).queued, (now, now)).rows
         return _take_found_mysql(conn, found, worker_id, tokens, hashes, expires, now, limit)
     results: list[ClaimResult] = []
-    read = next_due_many(dialect, limit, locked=False)
+    read = next_due_many(dialect, limit)
     for _ in range(FENCE_ROUNDS):
         candidates = sorted(
             due_rows(dialect, run_on_driver(conn, read, (now, now)).rows),

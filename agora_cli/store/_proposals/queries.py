@@ -635,19 +635,19 @@ def claim_many_pg(k: int) -> str:
 
 
 @functools.cache
-def next_due_many(dialect: str, k: int, *, locked: bool) -> str:
-    """Up to ``k`` due rows of each state (``Due`` columns): locking, or candidates to fence.
-    (MySQL/MariaDB's locking batch claims read with ``next_due_probed`` instead.)
+def next_due_many(dialect: str, k: int) -> str:
+    """Up to ``k`` due rows of each state (``Due`` columns), unlocked: candidates for a batch
+    claim to take by the version fence, where the server has no SKIP LOCKED (a locking batch
+    claim reads with ``claim_many_pg`` on PostgreSQL, ``next_due_probed`` on MySQL/MariaDB).
 
     Parameters: now, now.
     """
     d = dialect_of(dialect)
     reads = _union_of_due_reads(
         Due._fields,
-        derived=d.unions_derived_tables or not locked,
+        derived=True,
         per_state=k,
-        locked=locked,
-        lock_running=not d.locks_next_key,
+        locked=False,
         as_json=d.reads_due_as_json,
         force_index=d.forces_discovery_index,
     )
