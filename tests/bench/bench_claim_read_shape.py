@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -34,13 +33,6 @@ from _common import create_database, drop_database  # noqa: E402
 ITERATIONS = 2000
 
 
-def _spread(values: list[float], digits: int = 0) -> str:
-    return (
-        f"{statistics.median(values):.{digits}f} "
-        f"({min(values):.{digits}f}-{max(values):.{digits}f})"
-    )
-
-
 def _shapes(k: int) -> dict[str, str]:
     from agora_cli.store._proposals.queries import next_due_probed
 
@@ -49,7 +41,8 @@ def _shapes(k: int) -> dict[str, str]:
 
 
 def _reader(conn: Any, shape: str, sql: str, now: int) -> Callable[[], int]:
-    """One read of ``shape`` and its ROLLBACK, the rows parsed as the claim parses them."""
+    """One read of ``shape`` and its ROLLBACK, its JSON parsed with one ``json.loads`` (as the
+    claim's ``due_rows`` parses a batch's rows)."""
     cur = conn.cursor()
 
     def rows() -> int:
@@ -122,12 +115,13 @@ def main() -> None:
             for shape, runs in seen.items():
                 client, server_us, wall_us = (list(x) for x in zip(*runs, strict=True))
                 print(
-                    f"  {shape:4}: client {_spread(client)}; server {_spread(server_us)}; "
-                    f"wall {_spread(wall_us)}"
+                    f"  {shape:4}: client {queues.spread(client, '.0f')}; "
+                    f"server {queues.spread(server_us, '.0f')}; "
+                    f"wall {queues.spread(wall_us, '.0f')}"
                 )
             for n, what in enumerate(("client", "server", "wall")):
                 ratios = [a[n] / b[n] for a, b in zip(seen["agg"], seen["rows"], strict=True)]
-                print(f"  agg / rows, {what}: {_spread(ratios, 2)}")
+                print(f"  agg / rows, {what}: {queues.spread(ratios, '.2f')}")
         conn.close()
     finally:
         drop_database("mysql", name)

@@ -33,10 +33,6 @@ import bench_worker_queues as queues  # noqa: E402
 from _common import create_database, drop_database  # noqa: E402
 
 
-def _spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--a", default="-", help="agora source tree A ('-': installed)")
@@ -89,16 +85,17 @@ def main() -> None:
         runs = measured[label]
         rates = [m.rate / b.rate for m, b in zip(runs, bare, strict=True)]
         cpu = [m.cpu_ms / b.cpu_ms for m, b in zip(runs, bare, strict=True)]
-        server = [m.server_ms or 0.0 for m in runs]
+        servers = [m.server_ms for m in runs if m.server_ms is not None]
+        served = f"; server {statistics.median(servers):.3f} ms/job" if servers else ""
         print(
-            f"  {label}: jobs/s / bare {_spread(rates)}; client CPU / bare {_spread(cpu)}; "
-            f"client {statistics.median(m.cpu_ms for m in runs):.3f} ms/job; "
-            f"server {statistics.median(server):.3f} ms/job"
+            f"  {label}: jobs/s / bare {queues.spread(rates, '.2f')}; "
+            f"client CPU / bare {queues.spread(cpu, '.2f')}; "
+            f"client {statistics.median(m.cpu_ms for m in runs):.3f} ms/job{served}"
         )
     b_over_a = [
         b.rate / a.rate for a, b in zip(measured["agora A"], measured["agora B"], strict=True)
     ]
-    print(f"  B / A, jobs/s: {_spread(b_over_a)}")
+    print(f"  B / A, jobs/s: {queues.spread(b_over_a, '.2f')}")
 
 
 if __name__ == "__main__":

@@ -746,7 +746,7 @@ CPU_PAIRS = [
 ]
 
 
-def _spread(values: list[float], fmt: str) -> str:
+def spread(values: list[float], fmt: str) -> str:
     low, high = min(values), max(values)
     return f"{format(statistics.median(values), fmt)} ({format(low, fmt)}-{format(high, fmt)})"
 
@@ -764,9 +764,9 @@ def summary(dialect: str, workers: int, rounds: list[dict[str, Measured]]) -> No
         rates = [r[label].rate for r in rounds if label in r]
         cpus = [r[label].cpu_ms for r in rounds if label in r]
         servers = [s for r in rounds if label in r and (s := r[label].server_ms) is not None]
-        served = f"; server {_spread(servers, '.3f')} ms/job" if servers else ""
+        served = f"; server {spread(servers, '.3f')} ms/job" if servers else ""
         print(
-            f"  {label:<34} {_spread(rates, ',.0f')} jobs/s; CPU {_spread(cpus, '.3f')} ms/job"
+            f"  {label:<34} {spread(rates, ',.0f')} jobs/s; CPU {spread(cpus, '.3f')} ms/job"
             f"{served}",
             flush=True,
         )
@@ -782,7 +782,7 @@ def summary(dialect: str, workers: int, rounds: list[dict[str, Measured]]) -> No
             shown = ", ".join(f"{x:.2f}" for x in per_round)
             aim = f" goal {goal};" if goal else ""
             print(
-                f"  {dialect} ratio {what} {a} / {b}: {_spread(per_round, '.2f')};{aim} "
+                f"  {dialect} ratio {what} {a} / {b}: {spread(per_round, '.2f')};{aim} "
                 f"rounds {shown}",
                 flush=True,
             )
