@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -253,18 +254,41 @@ class PostgresDialect(Dialect):
 
     # NULL on a primary. A standby that has replayed all the WAL it received is not behind,
     # however old its last replayed commit is (an idle primary sends nothing to replay);
-    # otherwise the lag is the age of the last commit it replayed.
+    # otherwise the lag is the age of the last commit it replayed — unless the replay reaches,
+    # within ``REPLAY_CATCH_UP_S``, what had been received when asked (``replay_lag_s``).
     replay_lag_sql: ClassVar[str] = (
         "SELECT CASE WHEN NOT pg_is_in_recovery() THEN NULL "
         "WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 "
-        "ELSE EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()) END"
+        "ELSE EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()) END, "
+        "pg_last_wal_receive_lsn()::text"
     )
+    replayed_up_to_sql: ClassVar[str] = "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn"
+    REPLAY_CATCH_UP_S: ClassVar[float] = 0.25
 
     def replay_lag_s(self, conn: Connection) -> float | None:
         """A hot standby's replay lag (``pg_last_xact_replay_timestamp``); ``None`` on a
-        primary."""
-        value = conn.exec_driver_sql(self.replay_lag_sql).scalar()
-        return None if value is None else max(0.0, float(value))
+        primary.
+
+        The received and the replayed WAL differ for a moment after any record arrives — an
+        idle primary's periodic snapshot of running transactions, a checkpoint — while the last
+        replayed commit may be seconds old: that is no lag. So when they differ, the replay is
+        given ``REPLAY_CATCH_UP_S`` (polled every 20 ms) to reach what had been received when
+        asked; if it does, the standby was not behind (0). A paused or slow replay does not,
+        and its lag is the age of the last commit it replayed.
+        """
+        value, received = conn.exec_driver_sql(self.replay_lag_sql).one()
+        if value is None:
+            return None
+        lag = max(0.0, float(value))
+        if lag == 0.0 or received is None:  # None: nothing streamed (replay from an archive)
+            return lag
+        deadline = time.monotonic() + self.REPLAY_CATCH_UP_S
+        while True:
+            if conn.exec_driver_sql(self.replayed_up_to_sql, (received,)).scalar():
+                return 0.0
+            if time.monotonic() >= deadline:
+                return lag
+            time.sleep(0.02)
 
     def sqlalchemy_dialect(self) -> SADialect:
         # lazy: the engine and the tenant setting import this module; SQLAlchemy loads on use
