@@ -275,6 +275,11 @@ class PostgresDialect(Dialect):
         given ``REPLAY_CATCH_UP_S`` (polled every 20 ms) to reach what had been received when
         asked; if it does, the standby was not behind (0). A paused or slow replay does not,
         and its lag is the age of the last commit it replayed.
+
+        While it waits, ``conn`` holds no transaction (rolled back before each pause): an idle
+        transaction keeps its snapshot's xmin, and the replay of a cleanup record (a prune, a
+        vacuum) that conflicts with it waits for it — up to ``max_standby_streaming_delay`` —
+        so the wait would hold back the very replay it waits for.
         """
         value, received = conn.exec_driver_sql(self.replay_lag_sql).one()
         if value is None:
@@ -284,11 +289,13 @@ class PostgresDialect(Dialect):
             return lag
         deadline = time.monotonic() + self.REPLAY_CATCH_UP_S
         while True:
-            if conn.exec_driver_sql(self.replayed_up_to_sql, (received,)).scalar():
-                return 0.0
+            conn.rollback()
             if time.monotonic() >= deadline:
                 return lag
             time.sleep(0.02)
+            if conn.exec_driver_sql(self.replayed_up_to_sql, (received,)).scalar():
+                conn.rollback()
+                return 0.0
 
     def sqlalchemy_dialect(self) -> SADialect:
         # lazy: the engine and the tenant setting import this module; SQLAlchemy loads on use

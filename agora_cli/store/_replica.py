@@ -23,8 +23,9 @@ def replay_lag(engine: Engine) -> float | None:
 
     ``None`` on a primary, on SQLite, or where the server cannot tell (MySQL: replication
     stopped, or a login without the privilege to ask); ``0.0`` on a standby that has replayed
-    everything it received, however long ago the primary last committed. One short read
-    transaction on a pooled connection, which the report then reuses.
+    everything it received, however long ago the primary last committed (or replays, within a
+    moment, what it had received: ``PostgresDialect.replay_lag_s``). One short read on a pooled
+    connection, which the report then reuses.
     """
     with engine.connect().execution_options(sqlite_deferred=True) as conn:
         lag = dialect_of(conn).replay_lag_s(conn)
