@@ -599,11 +599,12 @@ def test_mysql_the_fast_quoting_is_pymysqls_under_either_sql_mode(
     """MySQL/MariaDB: ``pymysql_quote`` — how a batch's ids, hashes and results are rendered into
     its text — quotes a ``str`` exactly as PyMySQL's ``escape`` does, with backslash escapes and
     under ``NO_BACKSLASH_ESCAPES`` (read per statement), and the server reads each literal back
-    as the same text; other kinds go to PyMySQL as they are."""
+    as the same text; other kinds go to PyMySQL as they are. ``quote_all`` (a batch's ids at
+    once) quotes each value exactly as ``quote`` does, plain batches and tricky ones alike."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from agora_cli.store._engine import pymysql_quote
+    from agora_cli.store._engine import pymysql_quote, quote_all
 
     if dialect != "mysql":
         pytest.skip("statements rendered with their values are MySQL/MariaDB's")
@@ -620,6 +621,8 @@ def test_mysql_the_fast_quoting_is_pymysqls_under_either_sql_mode(
                 quote = pymysql_quote(dbapi)
                 for text in [*texts, *tricky]:
                     assert quote(text) == dbapi.escape(text)
+                for batch in (texts, [*texts, *tricky], [*texts, 7, None]):
+                    assert quote_all(quote, batch) == [dbapi.escape(v) for v in batch]
                 literals = ", ".join(quote(t) for t in [*texts, *tricky])
                 cursor.execute(f"SELECT {literals}")
                 assert list(cursor.fetchone()) == [*texts, *tricky]

@@ -25,6 +25,7 @@ from agora_cli.store._engine import (
     driver_quote,
     galera_slot,
     is_galera,
+    quote_all,
     run_committing_if,
     run_on_driver,
     run_pipelined,
@@ -514,12 +515,11 @@ def _take_leases_mysql(
     quote = driver_quote(conn)
     sql = take_leases_mysql(len(rows))
     taken = hashes[: len(rows)]
-    if quote is None:
-        ids: list[Any] = [row.id for row in rows]
-        owner: Any = worker_id
-    else:
-        ids = [quote(row.id) for row in rows]
-        taken = [_hex_literal(hashed) for hashed in taken]
+    ids: list[Any] = [row.id for row in rows]
+    owner: Any = worker_id
+    if quote is not None:
+        ids = quote_all(quote, ids)
+        taken = [f"'{hashed}'" for hashed in taken]  # 64 hex digits: nothing to escape
         owner = quote(worker_id)
     pairs = [value for pair in zip(ids, taken, strict=True) for value in pair]
     args = (owner, *pairs, expires, expires, now, *ids)
@@ -530,11 +530,6 @@ def _take_leases_mysql(
 
 def _as_is(value: Any) -> Any:
     return value
-
-
-def _hex_literal(hashed: str) -> str:
-    """A token hash (``token_hash``: 64 hex digits, nothing to escape) as an SQL literal."""
-    return f"'{hashed}'"
 
 
 def _lock_recoveries_mysql(conn: Connection, rows: list[Due]) -> list[Due]:
@@ -580,7 +575,7 @@ def settle_proposals(
         m = len(settlements)
         if run_committing_if(conn, fenced, fenced_args, m, rendered=fenced_args is None) != m:
             raise BatchLost
-        settled = set(ids)
+        return [_SETTLED] * m
     elif d.updates_through_joins:
         settled = _settle_exactly_mysql(conn, settlements, ids, hashes, results_text, now)
     else:
@@ -601,7 +596,7 @@ def settle_proposals(
             )
             if run_on_driver(conn, sql, args).rowcount == 1:
                 settled.add(ids[n])
-    return [_settled(pid in settled) for pid in ids]
+    return [_SETTLED if pid in settled else _LOST for pid in ids]
 
 
 def _checked_settlements(
@@ -750,7 +745,7 @@ def _settle_fenced_mysql(
     else:
         # Each id quoted once; its fence is the same literal with ``:hash:generation`` before
         # the closing quote (hex digits, digits and colons: nothing a quoting changes).
-        ids = [quote(item.proposal_id) for item in settlements]
+        ids = quote_all(quote, [item.proposal_id for item in settlements])
         fences = [
             f"{quoted[:-1]}:{hashed}:{int(item.generation)}'"
             for quoted, item, hashed in zip(ids, settlements, hashes, strict=True)

@@ -506,7 +506,8 @@ def check_lease(token: object, generation: object) -> None:
         raise InvalidInput("the lease token must be a non-empty string")
     if not (token.isascii() and "\x00" not in token):  # an issued token is ASCII: no encoding
         check_text("the lease token", token)
-    check_int("generation", generation, low=1, high=BIGINT_MAX)
+    if type(generation) is not int or not 1 <= generation <= BIGINT_MAX:  # else no call
+        check_int("generation", generation, low=1, high=BIGINT_MAX)
 
 
 def check_decision_filter(decision: str | None) -> None:
