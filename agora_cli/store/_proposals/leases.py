@@ -38,6 +38,7 @@ from agora_cli.store._errors import InvalidInput
 from agora_cli.store._proposals.decisions import find_proposal
 from agora_cli.store._proposals.model import (
     FENCE_ROUNDS,
+    SETTLED_STATES,
     ClaimOutcome,
     ClaimResult,
     Lease,
@@ -79,7 +80,14 @@ from agora_cli.store._proposals.queries import (
 if TYPE_CHECKING:
     from agora_cli.store._proposals.queries import WorkerSql
 from agora_cli.store._proposals.sealed import open_claim, open_claims, seal_results
-from agora_cli.store._values import MAX_CLAIM_BATCH, check_identity, check_lease_ms, dump_json
+from agora_cli.store._values import (
+    BIGINT_MAX,
+    MAX_CLAIM_BATCH,
+    MAX_IDENTITY_UNITS,
+    check_identity,
+    check_lease_ms,
+    dump_json,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -611,21 +619,46 @@ def _checked_settlements(
         )
     results_text: list[str | None] = []
     dumped: dict[int, str] = {}  # a batch often settles one result object many times
+    last: Any = None  # ... and then one after another: the last one's text, without a lookup
+    last_text: str | None = None
+    ids: list[str] = []
     for item in settlements:
         if not isinstance(item, Settlement):
             raise InvalidInput("each settlement must be a Settlement", param="settlements")
-        check_identity("id", item.proposal_id)
-        check_lease(item.token, item.generation)
-        check_settle(item.outcome, item.error)
+        # Each check's own fast test first, inline (a batch worker's settle makes three calls a
+        # settlement fewer); whatever that test does not pass goes to the check itself, which
+        # accepts it or raises its own error.
+        pid, token, generation = item.proposal_id, item.token, item.generation
+        if not (
+            type(pid) is str
+            and pid.isascii()
+            and 0 < len(pid) <= MAX_IDENTITY_UNITS
+            and not pid.isspace()
+            and "\x00" not in pid
+        ):
+            check_identity("id", pid)
+        if not (
+            type(token) is str
+            and token
+            and token.isascii()
+            and "\x00" not in token
+            and type(generation) is int
+            and 1 <= generation <= BIGINT_MAX
+        ):
+            check_lease(token, generation)
+        if item.error is not None or item.outcome not in SETTLED_STATES:
+            check_settle(item.outcome, item.error)
+        ids.append(pid)
         result = item.result
         if result is None:
             results_text.append(None)
             continue
-        text = dumped.get(id(result))
-        if text is None:
-            text = dumped[id(result)] = dump_json("result", result)
-        results_text.append(text)
-    ids = [item.proposal_id for item in settlements]
+        if result is not last:
+            text = dumped.get(id(result))
+            if text is None:
+                text = dumped[id(result)] = dump_json("result", result)
+            last, last_text = result, text
+        results_text.append(last_text)
     if len(set(ids)) != len(ids):
         raise InvalidInput("a proposal appears twice in one batch of settlements")
     return ids, results_text
