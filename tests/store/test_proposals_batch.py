@@ -485,6 +485,29 @@ def test_a_due_rows_claim_built_in_one_call_is_the_claim_the_classes_build() -> 
         claim_maker(Due._fields[:-2])
 
 
+def test_due_rows_read_from_json_are_the_due_rows_their_values_make() -> None:
+    """``due_rows`` on a dialect that reads each discovery row as one JSON array (MySQL/MariaDB,
+    the rows built in C): each row is the ``Due`` its values make, every field in place, the
+    probe column after it ignored; a row with a column too few or too many is refused whole."""
+    import json
+
+    from agora_cli.store._proposals.queries import Due, due_rows
+
+    values = [
+        ["p1", "k1", None, "alice", "t1", None, "c1", "refund", '{"x": 1}', 0, 1, 0, "queued", 5],
+        ["p2", "k2", "t-a", "bob", "t2", "r2", None, "send", "[]", 2, 7, 3, "running", 4],
+    ]
+    found = [(json.dumps(v), 99) for v in values]
+    rows = due_rows("mysql", found)
+    assert rows == [Due(*v) for v in values]
+    assert all(type(row) is Due for row in rows)
+    assert [row.discovery_at for row in rows] == [5, 4] and rows[1].tenant_ref == "t-a"
+    assert due_rows("mysql", []) == []
+    for wrong in (values[0][:-1], [*values[0], 1]):
+        with pytest.raises(ValueError, match="not one JSON array"):
+            due_rows("mysql", [found[1], (json.dumps(wrong), None)])
+
+
 def test_a_settlement_is_the_dataclass_it_was() -> None:
     """``Settlement``'s own ``__init__`` (one dict for its fields): positional and keyword
     arguments, defaults, equality, ``replace``, frozen."""
