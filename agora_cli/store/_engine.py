@@ -853,35 +853,36 @@ def pymysql_quote(dbapi_conn: Any) -> Callable[[Any], str]:
     def quote(value: Any) -> str:
         if type(value) is not str:
             return escape(value)
-        if (
-            "'" in value
-            or "\\" in value
-            or '"' in value
-            or "\0" in value
-            or "\n" in value
-            or "\r" in value
-            or "\x1a" in value
-        ):
-            return f"'{value.translate(table)}'"
-        return f"'{value}'"
+        if _escapes_nothing(value):
+            return f"'{value}'"
+        return f"'{value.translate(table)}'"
 
     return quote
 
 
-# the seven characters PyMySQL escapes in a ``str`` (those its table does not map to themselves)
-_ESCAPED = tuple(chr(c) for c, escaped in enumerate(_ESCAPES) if escaped != chr(c))
+def _escapes_nothing(text: str) -> bool:
+    """Whether ``text`` holds none of the seven characters PyMySQL escapes (seven scans in C)."""
+    return not (
+        "'" in text
+        or "\\" in text
+        or '"' in text
+        or "\0" in text
+        or "\n" in text
+        or "\r" in text
+        or "\x1a" in text
+    )
+
+
 _STR = {str}
 
 
 def quote_all(quote: Callable[[Any], str], values: Sequence[Any]) -> list[str]:
     """``[quote(value) for value in values]`` with ``quote`` from ``driver_quote``, for a
     batch's ids: where every value is a ``str`` and none holds a character PyMySQL escapes
-    (seven searches of their joined text, in C), each is its own text in quotes — what
+    (``_escapes_nothing`` of their joined text), each is its own text in quotes — what
     ``quote`` makes of it under either ``sql_mode`` — without a call a value."""
-    if set(map(type, values)) == _STR:
-        text = "".join(values)
-        if not any(char in text for char in _ESCAPED):
-            return [f"'{value}'" for value in values]
+    if len(values) > 1 and set(map(type, values)) == _STR and _escapes_nothing("".join(values)):
+        return [f"'{value}'" for value in values]
     return list(map(quote, values))
 
 
