@@ -106,20 +106,20 @@ def main() -> None:
         flush=True,
     )
     for dialect in args.dialects.split(","):
-        counts: dict[str, list[float]] = {}
+        counts: dict[str, tuple[str, int, list[float]]] = {}  # label: system, k, counts
         for group in contenders(dialect):
             for label, (system, k, mode) in group:
                 if system not in ("agora", "bare") or (only and not any(o in label for o in only)):
                     continue
-                counts[label] = [per_job(dialect, system, k, mode) for _ in range(args.repeat)]
-                shown = ", ".join(f"{c:,.0f}" for c in counts[label])
+                each = [per_job(dialect, system, k, mode) for _ in range(args.repeat)]
+                counts[label] = (system, k, each)
+                shown = ", ".join(f"{c:,.0f}" for c in each)
                 print(f"  {dialect} {label:<40} {shown} instructions a job", flush=True)
-        for label, each in counts.items():
-            batch = label.split("k=")[1].split()[0]
-            bare = counts.get(f"bare loop k={batch}")
-            if label.startswith("agora") and bare:
-                ratio = statistics.median(each) / statistics.median(bare)
-                pair = f"{label} / bare loop k={batch}"
+        bare = {k: each for system, k, each in counts.values() if system == "bare"}
+        for label, (system, k, each) in counts.items():
+            if system == "agora" and k in bare:
+                ratio = statistics.median(each) / statistics.median(bare[k])
+                pair = f"{label} / bare loop k={k}"
                 print(f"  {dialect} ratio instructions a job {pair}: {ratio:.2f}")
 
 

@@ -501,7 +501,10 @@ def check_limit(limit: object, high: int = MAX_LIST) -> int:
 
 
 def check_lease(token: object, generation: object) -> None:
-    """A lease as a caller presents it: a token and a generation within ``BIGINT``."""
+    """A lease as a caller presents it: a token and a generation within ``BIGINT``.
+
+    Its fast path is also inlined in ``leases._checked_settlements``;
+    ``tests/store/test_settle_checks.py`` holds the two to the same answers."""
     if not isinstance(token, str) or not token:
         raise InvalidInput("the lease token must be a non-empty string")
     if not (token.isascii() and "\x00" not in token):  # an issued token is ASCII: no encoding
