@@ -45,7 +45,9 @@ skipped with a message. Run from agora's environment:
         --dialects mysql
     python tests/bench/bench_worker_queues.py --skip procrastinate,pg-boss
 
-(``--only``/``--skip`` take parts of the systems' labels.) agora's workers hold their connection
+(``--only``/``--skip`` take parts of the systems' labels; ``--status`` prints, under each MariaDB
+run, the server's own counters a job: statements, rows read by index, lock waits, bytes each
+way.) agora's workers hold their connection
 (``ActionProposalStore(..., hold_connection=True)``); ``BENCH_AGORA_QUERY=?prepare_threshold=none``
 is appended to their URL to compare without server-side prepares.
 """
@@ -485,6 +487,52 @@ def server_cpu() -> float | None:
     return total / _TICK if seen else None
 
 
+# ``--status`` (MariaDB): the server's own counters a job, per run — what each system makes the
+# server do (rows read by index, rows locked past, lock waits, statements, bytes), beside its
+# CPU. Read before "go" and after the last job; the bench's own polls (``drained_at``) add a
+# query every 5 ms. (For instructions rather than counters: ``bench_server_instructions``.)
+_STATUS = (
+    "Questions",
+    "Com_commit",
+    "Com_rollback",
+    "Handler_read_key",
+    "Handler_read_next",
+    "Handler_read_rnd_next",
+    "Handler_update",
+    "Handler_write",
+    "Innodb_row_lock_waits",
+    "Innodb_row_lock_time",
+    "Innodb_buffer_pool_read_requests",
+    "Innodb_rows_read",
+    "Innodb_rows_updated",
+    "Bytes_received",
+    "Bytes_sent",
+    "Created_tmp_tables",
+    "Select_scan",
+    "Select_range",
+    "Sort_rows",
+)
+STATUS = False  # set by ``--status``
+
+
+def server_status(dialect: str) -> dict[str, int] | None:
+    """The server's ``_STATUS`` counters (MariaDB, with ``--status``); ``None`` elsewhere."""
+    if not STATUS or dialect == "postgresql":
+        return None
+    from _common import ADMIN
+
+    from agora_cli.store._engine import open_engine
+
+    admin = open_engine(ADMIN[dialect], isolation_level="AUTOCOMMIT", pool_size=1)
+    try:
+        with admin.connect() as conn:
+            rows = conn.exec_driver_sql("SHOW GLOBAL STATUS").all()
+    finally:
+        admin.dispose()
+    wanted = set(_STATUS)
+    return {str(name): int(value) for name, value in rows if name in wanted}
+
+
 def flush_server(dialect: str, limit_s: float = 30.0) -> str:
     """Write the server's dirty pages and move its checkpoint up to now, before a timed run;
     what was done, for the run's line. Each run loads thousands of rows and the one before it
@@ -574,6 +622,7 @@ def run_system(
         procs.append(proc)
     flushed = flush_server(dialect)
     waited = quiet_server()
+    status0 = server_status(dialect)
     go = time.time()
     server0 = server_cpu()
     for proc in procs:
@@ -582,6 +631,7 @@ def run_system(
         proc.stdin.flush()
     end = drained_at(url, system, procs)
     server1 = server_cpu()
+    status1 = server_status(dialect)
     ran: list[Any] = []
     firsts: list[float] = []
     cpu = 0.0
@@ -611,6 +661,13 @@ def run_system(
         f"ran twice {doubles}; never ran {missing}; {flushed}; server quiet after {waited:.1f} s",
         flush=True,
     )
+    if status0 is not None and status1 is not None:
+        per_job = ", ".join(
+            f"{name} {(status1[name] - status0[name]) / max(1, len(ran)):.2f}"
+            for name in _STATUS
+            if name in status0 and name in status1
+        )
+        print(f"    a job: {per_job}", flush=True)
     if doubles or missing:
         raise SystemExit(f"{label}: {doubles} jobs ran twice, {missing} never ran")
     return Measured(rate, cpu_ms, server_ms)
@@ -802,7 +859,12 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated label parts to run")
     parser.add_argument("--skip", default="", help="comma-separated label parts to leave out")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--status", action="store_true", help="MariaDB: the server's counters a job, per run"
+    )
     args = parser.parse_args()
+    global STATUS
+    STATUS = args.status
     only = {o.strip() for o in args.only.split(",") if o.strip()}
     skip = {o.strip() for o in args.skip.split(",") if o.strip()}
 
