@@ -28,7 +28,8 @@ io_uring). It is stopped and its directory removed however the run ends. Under v
 runs some 50 times slower: a run takes minutes.
 
     python tests/bench/bench_server_instructions.py               # k = 1, 10, 100, statements
-    python tests/bench/bench_server_instructions.py --only "k=10" --statements
+    python tests/bench/bench_server_instructions.py --only "k=10" --skip "k=100" --repeat 1
+    python tests/bench/bench_server_instructions.py --statements
 
 Needs valgrind (Debian's ``valgrind``) and MariaDB's server package.
 """
@@ -44,6 +45,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -355,10 +357,12 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated label parts to run")
+    parser.add_argument("--skip", default="", help="comma-separated label parts to leave out")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--statements", action="store_true", help="only the statements")
     args = parser.parse_args()
     only = [o.strip() for o in args.only.split(",") if o.strip()]
+    skip = [o.strip() for o in args.skip.split(",") if o.strip()]
     print(
         "server_instructions: a private MariaDB under callgrind; one worker; the server's "
         "instructions a job (the difference of runs of n1 and n2 jobs: "
@@ -366,12 +370,17 @@ def main() -> None:
         f"busiest (the connection's), each measured {args.repeat} times",
         flush=True,
     )
+    # a SIGTERM (a timeout, a kill) ends the run as Ctrl-C does: the server is stopped and its
+    # directory removed on the way out
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped by SIGTERM"))
     with private_server() as server:
         if not args.statements:
             counts: dict[str, tuple[str, int, list[float]]] = {}
             for group in contenders("mysql"):
                 for label, (system, k, mode) in group:
                     if only and not any(o in label for o in only):
+                        continue
+                    if any(o in label for o in skip):
                         continue
                     measured = [per_job(server, system, k, mode) for _ in range(args.repeat)]
                     counts[label] = (system, k, [busiest for _, busiest in measured])
