@@ -80,7 +80,6 @@ class Server:
 
     def __init__(self, proc: subprocess.Popen[bytes], port: int, out: Path) -> None:
         self.proc, self.port, self.out = proc, port, out
-        self.admin = f"mysql://root@127.0.0.1:{port}/"
 
     def _control(self, flag: str) -> None:
         subprocess.run(
@@ -94,7 +93,9 @@ class Server:
         """The instructions since ``zero``: every thread's, and the busiest thread's."""
         self._control("-d")
         total = top = 0
-        for _ in range(100):  # the dump is written by the server's threads as they next run
+        # callgrind writes a dump (a file a thread) when the server next runs: wait for the first
+        # file, then a moment for the rest
+        for _ in range(100):
             files = glob.glob(str(self.out / "callgrind.out.*.*"))
             if files:
                 break
