@@ -19,10 +19,13 @@ MYSQL_ADMIN = os.environ.get("AGORA_TEST_MYSQL_URL", "mysql://root@127.0.0.1:330
 ADMIN = {"postgresql": PG_ADMIN, "mysql": MYSQL_ADMIN}
 
 
-def create_database(dialect: str, prefix: str = "agora_bench") -> tuple[str, str]:
+def create_database(
+    dialect: str, prefix: str = "agora_bench", admin_url: str | None = None
+) -> tuple[str, str]:
     """Create an empty database (SQLite: a file in a temp folder); return (name, url).
 
     ``name`` is what ``drop_database`` takes: the database name, or the SQLite file's path.
+    ``admin_url``: another server's admin login than the local one (``ADMIN``).
     """
     from sqlalchemy.engine import make_url
 
@@ -32,7 +35,8 @@ def create_database(dialect: str, prefix: str = "agora_bench") -> tuple[str, str
         path = os.path.join(tempfile.mkdtemp(prefix=f"{prefix}_"), "agora.db")
         return path, f"sqlite:///{path}"
     name = f"{prefix}_{os.getpid()}_{secrets.token_hex(3)}"
-    admin = open_engine(ADMIN[dialect], isolation_level="AUTOCOMMIT")
+    admin_url = admin_url or ADMIN[dialect]
+    admin = open_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         if dialect == "mysql":
             conn.exec_driver_sql(
@@ -41,19 +45,19 @@ def create_database(dialect: str, prefix: str = "agora_bench") -> tuple[str, str
         else:
             conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
     admin.dispose()
-    url = make_url(normalize_url(ADMIN[dialect]).set(database=name))
+    url = make_url(normalize_url(admin_url).set(database=name))
     return name, url.render_as_string(hide_password=False)
 
 
-def drop_database(dialect: str, name: str) -> None:
-    """Drop what ``create_database`` made."""
+def drop_database(dialect: str, name: str, admin_url: str | None = None) -> None:
+    """Drop what ``create_database`` made (on ``admin_url``'s server, if it was given one)."""
     from agora_cli.store._engine import open_engine
 
     if dialect == "sqlite":
         if os.path.exists(name):
             os.remove(name)
         return
-    admin = open_engine(ADMIN[dialect], isolation_level="AUTOCOMMIT")
+    admin = open_engine(admin_url or ADMIN[dialect], isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         if dialect == "mysql":
             conn.exec_driver_sql(f"DROP DATABASE IF EXISTS `{name}`")

@@ -80,6 +80,7 @@ class Server:
 
     def __init__(self, proc: subprocess.Popen[bytes], port: int, out: Path) -> None:
         self.proc, self.port, self.out = proc, port, out
+        self.admin = f"mysql://root@127.0.0.1:{port}/"  # for ``_common``'s scratch databases
 
     def _control(self, flag: str) -> None:
         subprocess.run(
@@ -168,31 +169,12 @@ def private_server() -> Iterator[Server]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _scratch(server: Server) -> tuple[str, str]:
-    import pymysql
-
-    name = f"agora_bsi_{secrets.token_hex(3)}"
-    conn = pymysql.connect(host="127.0.0.1", port=server.port, user="root", autocommit=True)
-    with conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-    conn.close()
-    return name, f"mysql://root@127.0.0.1:{server.port}/{name}"
-
-
-def _drop(server: Server, name: str) -> None:
-    import pymysql
-
-    conn = pymysql.connect(host="127.0.0.1", port=server.port, user="root", autocommit=True)
-    with conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-    conn.close()
-
-
 def drained(server: Server, system: str, k: int, mode: str, n: int) -> tuple[int, int]:
     """The server's instructions (all threads; the busiest) while one worker drains ``n``."""
+    from _common import create_database, drop_database
     from bench_worker_queues import load_agora
 
-    name, url = _scratch(server)
+    name, url = create_database("mysql", "agora_bsi", server.admin)
     worker: subprocess.Popen[str] | None = None
     try:
         load_agora(url, n)
@@ -212,7 +194,7 @@ def drained(server: Server, system: str, k: int, mode: str, n: int) -> tuple[int
     finally:
         if worker is not None and worker.poll() is None:
             worker.kill()
-        _drop(server, name)
+        drop_database("mysql", name, server.admin)
     if worker.returncode != 0:
         raise SystemExit(f"{system} k={k} {mode}: the worker failed: {err[-2000:]}")
     ran = json.loads(out.strip().splitlines()[-1])["ran"]
@@ -232,6 +214,7 @@ def statements(server: Server, k: int = 10, times: int = 40) -> None:
     """A claim's and a settle's statements of a batch of ``k``, agora's and the bare loop's,
     each followed by a ``ROLLBACK``: the server's instructions a time, less a ``ROLLBACK``'s."""
     import pymysql
+    from _common import create_database, drop_database
     from bench_worker_queues import _JOB_COLUMNS, _QUEUED_ONLY, load_agora
 
     from agora_cli.store._proposals.queries import (
@@ -241,7 +224,7 @@ def statements(server: Server, k: int = 10, times: int = 40) -> None:
         take_leases_mysql,
     )
 
-    name, url = _scratch(server)
+    name, url = create_database("mysql", "agora_bsi", server.admin)
     conn: Any = None
     try:
         load_agora(url, 2_000)
@@ -350,7 +333,7 @@ def statements(server: Server, k: int = 10, times: int = 40) -> None:
     finally:
         if conn is not None:
             conn.close()  # before the drop: an open transaction would hold its metadata lock
-        _drop(server, name)
+        drop_database("mysql", name, server.admin)
 
 
 def main() -> None:
