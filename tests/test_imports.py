@@ -82,6 +82,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "windows",
             "retired",
             "thread_model",
+            "mysql_prepared",
         ),
     ),
     (

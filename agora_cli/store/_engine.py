@@ -275,6 +275,15 @@ def open_engine(
     if backend == "sqlite":
         options["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
     prepare_given = False
+    mysql_prepare: int | None = MYSQL_PREPARE_THRESHOLD
+    if backend == "mysql":
+        # a held worker connection on MariaDB prepares its statements (``_mysql_prepared``)
+        # unless the URL says otherwise; PyMySQL itself has no such parameter
+        parsed, mysql_prepare = (
+            _prepare_threshold(parsed)
+            if PREPARE_THRESHOLD_PARAM in parsed.query
+            else (parsed, mysql_prepare)
+        )
     if backend == "postgresql":
         prepare_given = PREPARE_THRESHOLD_PARAM in parsed.query
         parsed, threshold = _prepare_threshold(parsed)
@@ -302,6 +311,8 @@ def open_engine(
             engine = engine.execution_options(sqlite_deferred=True)
     if backend == "mysql":
         event.listen(engine, "connect", _on_mysql_connect)
+        if mysql_prepare != MYSQL_PREPARE_THRESHOLD:
+            engine = engine.execution_options(**{_MYSQL_PREPARE: mysql_prepare})
     if prepare_given:
         # the URL chose (``prepare_if_direct`` then leaves the threshold as it is)
         engine = engine.execution_options(**{_PREPARE_GIVEN: True})
@@ -323,6 +334,11 @@ def open_engine(
 
 _SESSION_TENANT = "agora_tenant"  # execution option: the engine's session tenant
 _PREPARE_GIVEN = "agora_prepare_given"  # execution option: the URL set prepare_threshold
+_MYSQL_PREPARE = "agora_mysql_prepare"  # execution option: the URL's MySQL prepare_threshold
+MYSQL_PREPARE_THRESHOLD = 1
+"""MariaDB: the runs of a statement text, on a held worker connection, before it is prepared on
+the server (``_mysql_prepared``): from its second. ``?prepare_threshold=N`` sets it, ``none``
+keeps every statement text."""
 
 
 def session_tenant(bind: Engine | Connection) -> str | None:
@@ -740,16 +756,47 @@ def run_on_driver(
     dbapi_conn: Any = fairy.driver_connection
     cursor: Any = None
     try:
-        cursor = dbapi_conn.cursor()
-        if type(params) is tuple and info.get(_MERGES_COMMIT):  # PyMySQL: rendered here
-            cursor.execute(_render_pymysql(dbapi_conn, sql, params), None)
+        if type(params) is tuple and info.get(_MERGES_COMMIT):  # PyMySQL
+            threshold = info.get(_PREPARES)
+            if threshold is not None:
+                got = _run_prepared(dbapi_conn, sql, params, threshold)
+                if got is not None:
+                    return DriverResult(*got)
+            cursor = dbapi_conn.cursor()
+            cursor.execute(_render_pymysql(dbapi_conn, sql, params), None)  # rendered here
         else:
+            cursor = dbapi_conn.cursor()
             cursor.execute(sql, params)
         done = DriverResult(cursor.rowcount, cursor.fetchall() if cursor.description else [])
     except BaseException as exc:
         _raise_failed(conn, exc, _shown(sql, rendered), params, cursor)
     _close_quietly(cursor)
     return done
+
+
+def _run_prepared(
+    dbapi_conn: Any, sql: str, params: tuple[Any, ...], threshold: int
+) -> tuple[int, list[tuple[Any, ...]]] | None:
+    from agora_cli.store._mysql_prepared import run_prepared  # lazy: a MariaDB worker's only
+
+    return run_prepared(dbapi_conn, sql, params, threshold)
+
+
+def prepares_statements(conn: Connection) -> bool:
+    """Whether ``conn`` runs its statements with bound values prepared on the server
+    (``_mysql_prepared``): a held worker connection on MariaDB, unless the URL said
+    ``?prepare_threshold=none``. Its batch statements then go with their values bound, not
+    rendered into the text (``values_quote``)."""
+    return conn.connection.info.get(_PREPARES) is not None
+
+
+def values_quote(conn: Connection) -> Callable[[Any], str] | None:
+    """``driver_quote``, for a statement rendered with its values — or ``None``, bound values,
+    where ``conn`` prepares its statements (``prepares_statements``): a prepared statement is
+    sent without its values in the text, and parsed once."""
+    if conn.connection.info.get(_PREPARES) is not None:
+        return None
+    return driver_quote(conn)
 
 
 _NOT_SHOWN = "(a statement rendered with its values: not shown)"
@@ -937,8 +984,18 @@ def _run_and_commit(
     server answers once, with the write's row count: it sends each statement's answer of a
     multi-statement text as soon as it has it, so the worker would wake for the write's and
     again for the COMMIT's, 30-50 µs of client CPU a step (``sql``: one write, no rows)."""
-    if conn.connection.info.get(_GUARDS_COMMIT):
+    info = conn.connection.info
+    if info.get(_GUARDS_COMMIT):
         sent = f"BEGIN NOT ATOMIC {sql}; COMMIT; END"
+        threshold = info.get(_PREPARES)
+        if threshold is not None and type(params) is tuple:
+            try:
+                got = _run_prepared(dbapi_conn, sent, params, threshold)
+            except BaseException as exc:
+                _raise_failed(conn, exc, sent, params, None)
+            if got is not None:
+                conn.info[_COMMITTED] = True
+                return DriverResult(*got)
     else:
         sent = sql + "; COMMIT"
     text = _render_pymysql(dbapi_conn, sent, params) if type(params) is tuple else None
@@ -966,6 +1023,7 @@ def run_committing_if(
     *,
     rendered: bool = False,
     then: str | None = None,
+    then_params: tuple[Any, ...] | None = None,
 ) -> int:
     """Run ``sql`` (a write) on the driver as ``run_on_driver`` does, and let it end the
     step's transaction only if it changed exactly ``rows`` rows; its row count (``rows`` when
@@ -979,18 +1037,20 @@ def run_committing_if(
     rows THEN COMMIT; ELSE SIGNAL …; END IF; END``. Elsewhere (MySQL has no compound statement
     outside a stored program) the step's end sends the COMMIT.
 
-    ``then``: one more write (rendered with its values) that runs only when ``sql`` changed
-    ``rows`` rows, in the same transaction — on MariaDB inside the same compound statement,
-    before its COMMIT (``settle_proposals_and_claim_next``: a batch's settle, then the claim's
-    ``UPDATE``, one round trip and one answer).
+    ``then``: one more write that runs only when ``sql`` changed ``rows`` rows, in the same
+    transaction — on MariaDB inside the same compound statement, before its COMMIT
+    (``settle_proposals_and_claim_next``: a batch's settle, then the claim's ``UPDATE``, one
+    round trip and one answer): rendered with its values (``then_params`` ``None``, and
+    ``params`` too), or with its own parameters (``then_params``, after ``params``: both bound,
+    as a connection that ``prepares_statements`` sends them).
     """
     fairy = conn.connection
-    if then is not None and params is not None:
-        raise ValueError("run_committing_if: `then` goes with a statement rendered with its values")
+    if then is not None and (params is None) != (then_params is None):
+        raise ValueError("run_committing_if: `then` and `sql` are both rendered, or both bound")
     if not runs_compound_statements(conn):
         count = run_on_driver(conn, sql, params, rendered=rendered).rowcount
         if then is not None and count == rows:
-            run_on_driver(conn, then, None, rendered=True)
+            run_on_driver(conn, then, then_params, rendered=then_params is None)
         return count
     # One compound statement, answered once (as ``_run_and_commit``'s): the write, then its test
     more = "" if then is None else f"{then}; "
@@ -1000,11 +1060,27 @@ def run_committing_if(
     )
     fairy.info.pop(_COMMITTED, None)  # until this COMMIT is in
     dbapi = conn.dialect.loaded_dbapi
+    dbapi_conn: Any = fairy.driver_connection
+    if then_params is not None:
+        params = (*params, *then_params)
+    threshold = fairy.info.get(_PREPARES)
     cursor: Any = None
     try:
-        cursor = fairy.driver_connection.cursor()  # type: ignore[union-attr]
+        got = None
+        if threshold is not None and type(params) is tuple:
+            try:
+                got = _run_prepared(dbapi_conn, sent, params, threshold)
+            except dbapi.Error as exc:
+                if exc.args[:2] != (_SIGNALLED, _NOT_ALL):
+                    raise
+                return -1  # not committed: the caller rolls back
+        if got is None and type(params) is tuple:
+            sent, params, rendered = _render_pymysql(dbapi_conn, sent, params), None, True
+        if got is None:
+            cursor = dbapi_conn.cursor()
         try:
-            cursor.execute(sent, params)
+            if got is None:
+                cursor.execute(sent, params)
         except dbapi.Error as exc:
             if exc.args[:2] != (_SIGNALLED, _NOT_ALL):
                 raise
@@ -1020,6 +1096,7 @@ def run_committing_if(
 _NOT_ALL = "agora: not every row changed; not committed"
 _SIGNALLED = 1644  # ER_SIGNAL_EXCEPTION: a SIGNAL's own error
 _GUARDS_COMMIT = "agora_guards_commit"
+_PREPARES = "agora_prepares"  # a held MariaDB connection's prepare threshold (``_mysql_prepared``)
 _MERGES_COMMIT = "agora_merges_commit"
 _COMMITTED = "agora_committed"
 _MULTI_STATEMENTS_ON, _MULTI_STATEMENTS_OFF = 0, 1  # COM_SET_OPTION's two options
@@ -1048,7 +1125,12 @@ def merge_commits(conn: Connection) -> bool:
     if _set_multi_statements(fairy.driver_connection, _MULTI_STATEMENTS_ON):
         fairy.info[_MERGES_COMMIT] = True
         # MariaDB runs ``IF`` outside a stored program (``run_committing_if``); MySQL does not
-        fairy.info[_GUARDS_COMMIT] = bool(getattr(conn.dialect, "is_mariadb", False))
+        fairy.info[_GUARDS_COMMIT] = guards = bool(getattr(conn.dialect, "is_mariadb", False))
+        # MariaDB prepares a compound statement as any other (MySQL sends the COMMIT as a
+        # second statement of the packet, which no prepared statement can hold)
+        threshold = conn.get_execution_options().get(_MYSQL_PREPARE, MYSQL_PREPARE_THRESHOLD)
+        if guards and threshold is not None:
+            fairy.info[_PREPARES] = threshold
     return bool(fairy.info.get(_MERGES_COMMIT))
 
 
@@ -1059,6 +1141,10 @@ def _unmerge_at_checkin(dbapi_conn: Any, record: Any) -> None:
         return
     record.info.pop(_COMMITTED, None)
     record.info.pop(_GUARDS_COMMIT, None)
+    if record.info.pop(_PREPARES, None) is not None and dbapi_conn is not None:
+        from agora_cli.store._mysql_prepared import forget  # lazy: a MariaDB worker's only
+
+        forget(dbapi_conn)  # its statements closed before anyone else checks it out
     if dbapi_conn is not None and not _set_multi_statements(dbapi_conn, _MULTI_STATEMENTS_OFF):
         record.invalidate()
 

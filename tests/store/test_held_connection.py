@@ -49,13 +49,26 @@ def states(engine: Any) -> dict[str, str]:
         return {pid: state for pid, state in rows}
 
 
+def with_query(url: str, query: str) -> str:
+    """``url`` with ``query`` (``name=value``) added to its query string."""
+    if not query:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}{query}"
+
+
+_ONCE_A_STATEMENT = (0x16, 0x19)  # COM_STMT_PREPARE, COM_STMT_CLOSE
+
+
 def count_commands(dbapi: Any, sent: list[int]) -> Callable[[], None]:
-    """Record each command PyMySQL's connection ``dbapi`` sends (a round trip each) in ``sent``;
-    the call that stops recording."""
+    """Record each command PyMySQL's connection ``dbapi`` sends (a round trip each) in ``sent``,
+    but a statement's prepare and close (MariaDB's held connection prepares a statement text
+    once, the second time it runs, and then executes it: ``_mysql_prepared``; the step's round
+    trips are its statements' runs, text or prepared); the call that stops recording."""
     command = dbapi._execute_command
 
     def counted(cmd: int, sql: Any) -> Any:
-        sent.append(cmd)
+        if cmd not in _ONCE_A_STATEMENT:
+            sent.append(cmd)
         return command(cmd, sql)
 
     dbapi._execute_command = counted
@@ -284,14 +297,21 @@ def test_mysql_a_steps_commit_travels_with_its_last_statement(
         engine.dispose()
 
 
-def test_mariadb_answers_each_step_once(dialect: str, db_url: str, clock: ManualClock) -> None:
+@pytest.mark.parametrize("prepare", ["", "prepare_threshold=none", "prepare_threshold=0"])
+def test_mariadb_answers_each_step_once(
+    dialect: str, db_url: str, clock: ManualClock, prepare: str, monkeypatch: Any
+) -> None:
     """MariaDB answers each statement of a multi-statement text as it finishes it: a step's
     write and its COMMIT (a batch settle's test too) go as one compound statement, read as one
     answer, which reports the write's rows — a renew, a settle, a lost settle, a claim's
-    ``UPDATE``, a batch settle and a batch step each read one answer a round trip."""
+    ``UPDATE``, a batch settle and a batch step each read one answer a round trip: sent as text
+    (``prepare_threshold=none``), prepared from the first run (``0``) or from the second (the
+    default), where an answer is a prepared statement's result read."""
+    from agora_cli.store import _mysql_prepared
+
     if dialect != "mysql":
         pytest.skip("MariaDB's compound statements")
-    engine = open_engine(db_url, pool_size=1)
+    engine = open_engine(with_query(db_url, prepare), pool_size=1)
     if not getattr(engine.dialect, "is_mariadb", False):
         engine.dispose()
         pytest.skip("MySQL has no compound statement outside a stored program")
@@ -311,6 +331,13 @@ def test_mariadb_answers_each_step_once(dialect: str, db_url: str, clock: Manual
                 return read(*args, **kwargs)
 
             dbapi._read_query_result = counted
+            read_prepared = _mysql_prepared._read_result
+
+            def counted_prepared(*args: Any) -> Any:
+                answers.append(1)
+                return read_prepared(*args)
+
+            monkeypatch.setattr(_mysql_prepared, "_read_result", counted_prepared)
             lease = first.lease
             renewed = store.renew(first.work.id, lease.token, lease.generation, LEASE_MS)
             assert renewed.outcome == "renewed" and (len(sent), len(answers)) == (1, 1)
@@ -330,6 +357,8 @@ def test_mariadb_answers_each_step_once(dialect: str, db_url: str, clock: Manual
             assert [r.outcome for r in done] == ["settled"] * 2
             assert [c.work.id for c in following if c.work] == ids[6:8]
             assert (len(sent), len(answers)) == (2, 2)  # the probed read, the settle and claim
+            prepared = _mysql_prepared.prepared_count(dbapi)
+            assert (prepared > 0) == (prepare != "prepare_threshold=none"), prepared
             dbapi._read_query_result = read
             restore()
         seen = states(engine)

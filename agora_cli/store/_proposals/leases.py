@@ -33,6 +33,7 @@ from agora_cli.store._engine import (
     runs_compound_statements,
     supports_skip_locked,
     takes_statements_together,
+    values_quote,
 )
 from agora_cli.store._errors import InvalidInput
 from agora_cli.store._proposals.decisions import find_proposal
@@ -519,8 +520,9 @@ def _take_leases_mysql(
 ) -> tuple[str, tuple[Any, ...] | None]:
     """``take_leases_mysql``'s statement and parameters for ``rows`` (row ``n`` takes the token
     whose hash is ``hashes[n]``): rendered with its values where the driver quotes them
-    (``driver_quote``: each id quoted once, though named twice), else bound."""
-    quote = driver_quote(conn)
+    (``values_quote``: each id quoted once, though named twice), else bound (as a connection
+    that prepares its statements sends them)."""
+    quote = values_quote(conn)
     sql = take_leases_mysql(len(rows))
     taken = hashes[: len(rows)]
     ids: list[Any] = [row.id for row in rows]
@@ -755,10 +757,11 @@ def _settle_fenced_mysql(
     hashes: list[str],
     results_text: list[str | None],
     now: int,
-) -> tuple[str, list[Any] | None]:
+) -> tuple[str, tuple[Any, ...] | None]:
     """MySQL/MariaDB: the whole batch's one fenced UPDATE (``settle_fenced_mysql``) and its
-    parameters (``None``: rendered with its values, where the driver quotes them); the batch
-    holds when it changes as many rows as the batch has."""
+    parameters (``None``: rendered with its values, where the driver quotes them and the
+    connection does not prepare: ``values_quote``); the batch holds when it changes as many
+    rows as the batch has."""
     columns: tuple[list[Any], list[Any], list[Any]] = (
         [item.outcome for item in settlements],
         list(results_text),
@@ -767,7 +770,7 @@ def _settle_fenced_mysql(
     # a column varies unless every value is its first (``count`` compares in C, no generator)
     state, result, error = (values.count(values[0]) != len(values) for values in columns)
     varies = (state, result, error)  # each: a CASE by id, or one value for the whole batch
-    quote = driver_quote(conn)
+    quote = values_quote(conn)
     ids: list[Any]
     if quote is None:
         ids = [item.proposal_id for item in settlements]
@@ -798,7 +801,7 @@ def _settle_fenced_mysql(
     sql = settle_fenced_mysql(len(settlements), varies, unkeyed)
     if quote is not None:
         return sql % tuple(args), None
-    return sql, args
+    return sql, tuple(args)
 
 
 def settle_and_claim_next(
@@ -1025,15 +1028,14 @@ def _step_begun(
     lease_ms: int,
     limit: int,
     clock: Clock | None,
-) -> tuple[int, int, list[str], list[str], str]:
-    """A MySQL/MariaDB step's start (``_step_inputs``) and its fenced UPDATE rendered with its
-    values (``driver_quote``), the claim's tokens hashed; (now, the lease expiry, the tokens,
-    their hashes, the settle's text)."""
+) -> tuple[int, int, list[str], list[str], str, tuple[Any, ...] | None]:
+    """A MySQL/MariaDB step's start (``_step_inputs``) and its fenced UPDATE, rendered with its
+    values or bound (``_settle_fenced_mysql``), the claim's tokens hashed; (now, the lease
+    expiry, the tokens, their hashes, the settle's text, its parameters)."""
     _ids, results_text, now, hashes, tokens = _step_inputs(settlements, limit, clock)
     settle, args = _settle_fenced_mysql(conn, settlements, hashes, results_text, now)
-    if args is not None:  # rendered only where the driver quotes (``driver_quote``)
-        raise AssertionError("the settle was not rendered with its values")
-    return now, now + lease_ms, tokens, [token_hash(token) for token in tokens], settle
+    hashed = [token_hash(token) for token in tokens]
+    return now, now + lease_ms, tokens, hashed, settle, args
 
 
 def _settle_many_in_the_claim(
@@ -1049,19 +1051,24 @@ def _settle_many_in_the_claim(
     the COMMIT of both (``run_committing_if`` with ``then``): two round trips, each answered
     once, and one commit a step; the settled rows are held for no round trip. ``BatchLost``
     (nothing committed, the reads' locks held until the caller's rollback) when a lease of the
-    batch was lost or a result must be sealed."""
-    now, expires, tokens, claim_hashes, settle = _step_begun(
+    batch was lost or a result must be sealed. The statements go rendered with their values, or
+    bound where the connection prepares them (``values_quote``)."""
+    now, expires, tokens, claim_hashes, settle, settle_args = _step_begun(
         conn, settlements, lease_ms, limit, clock
     )
     read = next_due_probed(dialect_name(conn), limit).queued
     rows = _due_to_take(conn, run_on_driver(conn, read, (now, now)).rows, limit, now)
-    take = None
+    take = take_args = None
     if rows:  # locked by this transaction: the claim's UPDATE cannot lose a fence
         take, take_args = _take_leases_mysql(conn, worker_id, rows, claim_hashes, expires, now)
-        if take_args is not None:
-            raise AssertionError("the claim was not rendered with its values")
+    if take is not None and settle_args is not None and take_args is None:
+        raise AssertionError("the settle and the claim were not both bound")
     m = len(settlements)
-    if run_committing_if(conn, settle, None, m, rendered=True, then=take) != m:
+    rendered = settle_args is None
+    changed = run_committing_if(
+        conn, settle, settle_args, m, rendered=rendered, then=take, then_params=take_args
+    )
+    if changed != m:
         raise BatchLost
     return [_SETTLED] * m, _claims_of_due(conn, rows, tokens, expires)
 
@@ -1076,9 +1083,11 @@ def _settle_many_and_claim_mysql(
 ) -> tuple[list[SettleResult], list[ClaimResult]]:
     """The batch's fenced UPDATE and the locking discovery read in one text (one round trip),
     their rows' leases taken with the COMMIT of both (``_take_found_mysql``)."""
-    now, expires, tokens, claim_hashes, settle = _step_begun(
+    now, expires, tokens, claim_hashes, settle, settle_args = _step_begun(
         conn, settlements, lease_ms, limit, clock
     )
+    if settle_args is not None:  # MySQL: this connection renders (it never prepares)
+        raise AssertionError("the settle was not rendered with its values")
     # the read rendered too (its parameters two integers): the text goes with no parameters
     read = next_due_probed(dialect_name(conn), limit).queued % (now, now)
     changed, found = run_write_then_reads(conn, f"{settle}; {read}")

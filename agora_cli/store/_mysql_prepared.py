@@ -1,0 +1,333 @@
+"""MariaDB: a held worker connection's statements prepared on the server (the binary protocol).
+
+A worker sends the same few statements in a loop: the claim's read, the claim's ``UPDATE``, the
+settle's fenced ``UPDATE`` (each inside its compound statement with the step's COMMIT). Sent as
+text, each is parsed again every time, its values among the text (a batch of 10 names 30-40 of
+them); the server's parse was 3x the bare loop's a job (issue 29). Prepared once on the
+connection (``COM_STMT_PREPARE``) and then executed with its values in the binary protocol
+(``COM_STMT_EXECUTE``), the statement is neither parsed nor its values escaped: PyMySQL has no
+prepared statements, so this module speaks those two commands on its connection, as
+``_engine._set_multi_statements`` speaks ``COM_SET_OPTION``.
+
+What runs prepared (``run_prepared``; else ``None``, and the caller sends the text as before):
+- a statement text (``%s`` placeholders, no ``?`` or ``%%`` of its own) from the second time it
+  runs on the connection (``threshold``: the URL's ``?prepare_threshold=N``, as psycopg counts
+  on PostgreSQL; ``none`` turns it off), up to ``CACHE_MAX`` of them a connection, the least
+  recently used closed (``COM_STMT_CLOSE``) beyond that;
+- with values that are ``str``, ``int`` (a signed 64-bit one; never a ``bool``) or ``None``;
+- returning columns of integer or string types only (what the worker's reads return), read
+  back as PyMySQL's text protocol would (an integer, a ``str`` in the connection's encoding, or
+  ``bytes`` for a binary column).
+
+A statement the server will not prepare, or whose values or columns are of another kind, runs as
+text. A prepared statement the server has forgotten (``ER_UNKNOWN_STMT_HANDLER``) or must prepare
+again (``ER_NEED_REPREPARE``, after DDL) is dropped and that run goes as text. The cache lives
+with the driver's connection object and is checked against the server's connection id: a
+reconnect starts it empty. ``forget`` closes a connection's statements (the pool's check-in of a
+held worker connection).
+
+Safe behind ProxySQL or MaxScale, which track prepared statements themselves; a URL that says
+``?prepare_threshold=none`` keeps every statement text.
+"""
+
+from __future__ import annotations
+
+import struct
+import weakref
+from collections import OrderedDict
+from typing import Any
+
+CACHE_MAX = 32  # prepared statements a connection keeps
+_SEEN_MAX = 256  # statement texts counted a connection before they may be prepared
+
+_COM_STMT_PREPARE, _COM_STMT_EXECUTE, _COM_STMT_CLOSE = 0x16, 0x17, 0x19
+_ER_UNKNOWN_STMT_HANDLER, _ER_NEED_REPREPARE = 1243, 1615
+_SERVER_MORE_RESULTS_EXISTS = 0x08
+_BINARY_CHARSET = 63
+_INT_TYPES = {1: 1, 2: 2, 3: 4, 8: 8, 9: 4}  # TINY, SHORT, LONG, LONGLONG, INT24: bytes sent
+_STRING_TYPES = frozenset({15, 245, 247, 248, 249, 250, 251, 252, 253, 254})  # VARCHAR … STRING
+_UNSIGNED_FLAG = 32
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_INT_FORMATS = {
+    (1, False): struct.Struct("<b"),
+    (1, True): struct.Struct("<B"),
+    (2, False): struct.Struct("<h"),
+    (2, True): struct.Struct("<H"),
+    (4, False): struct.Struct("<i"),
+    (4, True): struct.Struct("<I"),
+    (8, False): struct.Struct("<q"),
+    (8, True): struct.Struct("<Q"),
+}
+_LONGLONG = _INT_FORMATS[(8, False)]
+_HEAD = struct.Struct("<IBI")  # statement id, flags (no cursor), iteration count (1)
+_TYPE_NULL, _TYPE_LONGLONG, _TYPE_STRING = b"\x06\x00", b"\x08\x00", b"\xfd\x00"
+_NOT_PREPARED = -1  # a text the server would not prepare here: ``_Statements.seen``'s mark
+
+
+class _Prepared:
+    __slots__ = ("described", "head", "params", "readers", "stmt_id")
+
+    def __init__(self, stmt_id: int, params: int) -> None:
+        self.stmt_id, self.params = stmt_id, params
+        self.head = _HEAD.pack(stmt_id, 0, 1)
+        # the column definitions of its last result, as sent, and how each column is read
+        self.described: list[bytes] = []
+        self.readers: list[tuple[int, bool, bool]] = []
+
+
+class _Statements:
+    """One connection's prepared statements (by their ``%s`` text) and the texts seen."""
+
+    __slots__ = ("__weakref__", "full", "prepared", "seen", "thread_id")
+
+    def __init__(self, thread_id: Any) -> None:
+        self.thread_id = thread_id
+        self.prepared: OrderedDict[str, _Prepared] = OrderedDict()
+        self.seen: dict[str, int] = {}
+        self.full = False  # the server refused to prepare more (max_prepared_stmt_count)
+
+
+_caches: weakref.WeakKeyDictionary[Any, _Statements] = weakref.WeakKeyDictionary()
+
+
+def run_prepared(
+    dbapi_conn: Any, sql: str, params: tuple[Any, ...], threshold: int
+) -> tuple[int, list[tuple[Any, ...]]] | None:
+    """Run ``sql`` (``%s`` placeholders) with ``params`` prepared on ``dbapi_conn``, a PyMySQL
+    connection: its row count (rows changed, or rows returned) and its rows. ``None``: send it as
+    text (see the module). Errors are PyMySQL's own, as its cursor raises them."""
+    if not _sendable(params):
+        return None
+    statements = _caches.get(dbapi_conn)
+    thread_id = getattr(dbapi_conn, "server_thread_id", None)
+    if statements is None or statements.thread_id != thread_id:
+        statements = _caches[dbapi_conn] = _Statements(thread_id)
+    prepared = statements.prepared.get(sql)
+    if prepared is None:
+        prepared = _prepare_when_due(dbapi_conn, statements, sql, threshold)
+        if prepared is None:
+            return None
+    else:
+        statements.prepared.move_to_end(sql)
+    if prepared.params != len(params):
+        return None  # not this statement's values: the text path raises the driver's error
+    try:
+        return _execute(dbapi_conn, prepared, params)
+    except _Unreadable:  # a read (no write returns rows): dropped, and run again as text
+        statements.prepared.pop(sql, None)
+        statements.seen[sql] = _NOT_PREPARED
+        _close(dbapi_conn, prepared.stmt_id)
+        return None
+    except Exception as exc:
+        if getattr(dbapi_conn, "_sock", None) is not None and _errno(exc) in (
+            _ER_UNKNOWN_STMT_HANDLER,
+            _ER_NEED_REPREPARE,
+        ):
+            statements.prepared.pop(sql, None)
+            _close(dbapi_conn, prepared.stmt_id)
+            return None
+        raise
+
+
+def forget(dbapi_conn: Any) -> None:
+    """Close ``dbapi_conn``'s prepared statements (no answer is read: the server sends none)."""
+    statements = _caches.pop(dbapi_conn, None)
+    if statements is None or statements.thread_id != getattr(dbapi_conn, "server_thread_id", None):
+        return
+    for prepared in statements.prepared.values():
+        _close(dbapi_conn, prepared.stmt_id)
+
+
+def prepared_count(dbapi_conn: Any) -> int:
+    """How many statements ``dbapi_conn`` holds prepared (tests, diagnostics)."""
+    try:
+        statements = _caches.get(dbapi_conn)
+    except TypeError:  # another driver's connection (sqlite3's takes no weak reference)
+        return 0
+    return 0 if statements is None else len(statements.prepared)
+
+
+def _sendable(params: tuple[Any, ...]) -> bool:
+    for value in params:
+        kind = type(value)
+        if kind is int:
+            if not _INT64_MIN <= value <= _INT64_MAX:
+                return False
+        elif kind is not str and value is not None:
+            return False
+    return True
+
+
+def _errno(exc: BaseException) -> int | None:
+    args = getattr(exc, "args", ())
+    return args[0] if args and type(args[0]) is int else None
+
+
+def _prepare_when_due(
+    dbapi_conn: Any, statements: _Statements, sql: str, threshold: int
+) -> _Prepared | None:
+    seen = statements.seen
+    runs = seen.get(sql, 0)
+    if runs == _NOT_PREPARED or statements.full:
+        return None
+    if runs < threshold:
+        if len(seen) >= _SEEN_MAX and sql not in seen:
+            seen.clear()
+        seen[sql] = runs + 1
+        return None
+    if "?" in sql or "%%" in sql:  # agora's texts have neither; a placeholder must not be read
+        seen[sql] = _NOT_PREPARED
+        return None
+    try:
+        prepared = _prepare(dbapi_conn, sql.replace("%s", "?"))
+    except Exception as exc:
+        if getattr(dbapi_conn, "_sock", None) is None or _errno(exc) is None:
+            raise  # the connection is gone: the caller's error
+        if _errno(exc) == 1461:  # ER_MAX_PREPARED_STMT_COUNT_REACHED: the server's own limit
+            statements.full = True
+        else:
+            seen[sql] = _NOT_PREPARED
+        return None
+    seen.pop(sql, None)
+    cache = statements.prepared
+    cache[sql] = prepared
+    if len(cache) > CACHE_MAX:
+        _, oldest = cache.popitem(last=False)
+        _close(dbapi_conn, oldest.stmt_id)
+    return prepared
+
+
+def _readers(definitions: list[bytes], encoding: str) -> list[tuple[int, bool, bool]] | None:
+    """How each column of these definitions is read back (size, unsigned, binary; size 0: a
+    length-encoded string), or ``None`` when one is of a type not read here."""
+    from pymysql.protocol import FieldDescriptorPacket  # lazy: PyMySQL, a worker's only
+
+    readers: list[tuple[int, bool, bool]] = []
+    for data in definitions:
+        field = FieldDescriptorPacket(data, encoding)
+        kind = field.type_code
+        if kind in _INT_TYPES:
+            readers.append((_INT_TYPES[kind], bool(field.flags & _UNSIGNED_FLAG), False))
+        elif kind in _STRING_TYPES:
+            readers.append((0, False, field.charsetnr == _BINARY_CHARSET))
+        else:
+            return None
+    return readers
+
+
+class _Unreadable(Exception):
+    """A prepared statement's result has a column of a type this module does not read."""
+
+
+def _drain_rows(dbapi_conn: Any) -> None:
+    while not dbapi_conn._read_packet().is_eof_packet():
+        pass
+
+
+def _prepare(dbapi_conn: Any, sql: str) -> _Prepared:
+    """``COM_STMT_PREPARE``. Its columns are read from each result's own definitions (a
+    column's type may be its parameter's, unknown until it runs)."""
+    dbapi_conn._execute_command(_COM_STMT_PREPARE, sql)
+    first = dbapi_conn._read_packet().get_all_data()
+    stmt_id, n_columns, n_params = struct.unpack_from("<IHH", first, 1)
+    for count in (n_params, n_columns):
+        if count:
+            for _ in range(count + 1):  # the definitions, then an EOF
+                dbapi_conn._read_packet()
+    return _Prepared(stmt_id, n_params)
+
+
+def _close(dbapi_conn: Any, stmt_id: int) -> None:
+    if getattr(dbapi_conn, "_sock", None) is None:
+        return
+    try:
+        dbapi_conn._execute_command(_COM_STMT_CLOSE, struct.pack("<I", stmt_id))
+    except Exception:
+        pass
+
+
+def _lenenc(n: int) -> bytes:
+    if n < 251:
+        return bytes((n,))
+    if n < 1 << 16:
+        return b"\xfc" + n.to_bytes(2, "little")
+    if n < 1 << 24:
+        return b"\xfd" + n.to_bytes(3, "little")
+    return b"\xfe" + n.to_bytes(8, "little")
+
+
+def _execute(
+    dbapi_conn: Any, prepared: _Prepared, params: tuple[Any, ...]
+) -> tuple[int, list[tuple[Any, ...]]]:
+    parts = [prepared.head]
+    if params:
+        encoding = dbapi_conn.encoding
+        nulls = bytearray((len(params) + 7) // 8)
+        types = []
+        values = []
+        for n, value in enumerate(params):
+            if value is None:
+                nulls[n >> 3] |= 1 << (n & 7)
+                types.append(_TYPE_NULL)
+            elif type(value) is int:
+                types.append(_TYPE_LONGLONG)
+                values.append(_LONGLONG.pack(value))
+            else:
+                data = value.encode(encoding)
+                types.append(_TYPE_STRING)
+                values.append(_lenenc(len(data)) + data)
+        parts += (bytes(nulls), b"\x01", *types, *values)
+    dbapi_conn._execute_command(_COM_STMT_EXECUTE, b"".join(parts))
+    count, rows, more = _read_result(dbapi_conn, prepared)
+    while more:  # a compound statement's further answers: read, not reported
+        _, _, more = _read_result(dbapi_conn, prepared)
+    return count, rows
+
+
+def _read_result(dbapi_conn: Any, prepared: _Prepared) -> tuple[int, list[tuple[Any, ...]], bool]:
+    from pymysql.protocol import EOFPacketWrapper, OKPacketWrapper  # lazy: PyMySQL only
+
+    first = dbapi_conn._read_packet()
+    if first.is_ok_packet():
+        ok = OKPacketWrapper(first)
+        return ok.affected_rows, [], bool(ok.server_status & _SERVER_MORE_RESULTS_EXISTS)
+    n_columns = first.read_length_encoded_integer()
+    read = dbapi_conn._read_packet
+    described = [read().get_all_data() for _ in range(n_columns)]
+    read()  # EOF
+    encoding = dbapi_conn.encoding
+    if described != prepared.described:  # its first result, or its columns changed since
+        readers = _readers(described, encoding)
+        if readers is None:  # a type not read here: the rows read and dropped, sent as text
+            _drain_rows(dbapi_conn)
+            raise _Unreadable
+        prepared.described, prepared.readers = described, readers
+    columns = prepared.readers
+    width = (n_columns + 9) // 8
+    rows: list[tuple[Any, ...]] = []
+    while True:
+        packet = dbapi_conn._read_packet()
+        if packet.is_eof_packet():
+            more = bool(EOFPacketWrapper(packet).server_status & _SERVER_MORE_RESULTS_EXISTS)
+            return len(rows), rows, more
+        data = packet.get_all_data()
+        pos = 1 + width
+        row: list[Any] = []
+        for n, (size, unsigned, binary) in enumerate(columns):
+            bit = n + 2
+            if data[1 + (bit >> 3)] & (1 << (bit & 7)):
+                row.append(None)
+            elif size:
+                row.append(_INT_FORMATS[(size, unsigned)].unpack_from(data, pos)[0])
+                pos += size
+            else:
+                length = data[pos]
+                pos += 1
+                if length >= 0xFB:
+                    wide = {0xFC: 2, 0xFD: 3, 0xFE: 8}[length]
+                    length = int.from_bytes(data[pos : pos + wide], "little")
+                    pos += wide
+                raw = data[pos : pos + length]
+                pos += length
+                row.append(raw if binary else raw.decode(encoding))
+        rows.append(tuple(row))
