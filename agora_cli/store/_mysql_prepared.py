@@ -47,7 +47,6 @@ _BINARY_CHARSET = 63
 _INT_TYPES = {1: 1, 2: 2, 3: 4, 8: 8, 9: 4}  # TINY, SHORT, LONG, LONGLONG, INT24: bytes sent
 _STRING_TYPES = frozenset({15, 245, 247, 248, 249, 250, 251, 252, 253, 254})  # VARCHAR … STRING
 _UNSIGNED_FLAG = 32
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _INT_FORMATS = {
     (1, False): struct.Struct("<b"),
     (1, True): struct.Struct("<B"),
@@ -96,7 +95,8 @@ def run_prepared(
     """Run ``sql`` (``%s`` placeholders) with ``params`` prepared on ``dbapi_conn``, a PyMySQL
     connection: its row count (rows changed, or rows returned) and its rows. ``None``: send it as
     text (see the module). Errors are PyMySQL's own, as its cursor raises them."""
-    if not _sendable(params):
+    bound = _bound(params, dbapi_conn.encoding)
+    if bound is None:
         return None
     statements = _caches.get(dbapi_conn)
     thread_id = getattr(dbapi_conn, "server_thread_id", None)
@@ -112,7 +112,7 @@ def run_prepared(
     if prepared.params != len(params):
         return None  # not this statement's values: the text path raises the driver's error
     try:
-        return _execute(dbapi_conn, prepared, params)
+        return _execute(dbapi_conn, prepared, bound)
     except _Unreadable:  # a read (no write returns rows): dropped, and run again as text
         statements.prepared.pop(sql, None)
         statements.seen[sql] = _NOT_PREPARED
@@ -147,15 +147,33 @@ def prepared_count(dbapi_conn: Any) -> int:
     return 0 if statements is None else len(statements.prepared)
 
 
-def _sendable(params: tuple[Any, ...]) -> bool:
-    for value in params:
+def _bound(params: tuple[Any, ...], encoding: str) -> bytes | None:
+    """``COM_STMT_EXECUTE``'s parameters (their NULL bitmap, "types follow", their types, their
+    values), or ``None`` when a value is not a ``str``, an ``int`` of 64 bits or ``None``."""
+    if not params:
+        return b""
+    nulls = bytearray((len(params) + 7) // 8)
+    types: list[bytes] = []
+    values: list[bytes] = []
+    for n, value in enumerate(params):
         kind = type(value)
-        if kind is int:
-            if not _INT64_MIN <= value <= _INT64_MAX:
-                return False
-        elif kind is not str and value is not None:
-            return False
-    return True
+        if kind is str:
+            data = value.encode(encoding)
+            types.append(_TYPE_STRING)
+            size = len(data)
+            values.append((bytes((size,)) if size < 251 else _lenenc(size)) + data)
+        elif kind is int:
+            try:
+                values.append(_LONGLONG.pack(value))
+            except struct.error:  # past 64 bits
+                return None
+            types.append(_TYPE_LONGLONG)
+        elif value is None:
+            nulls[n >> 3] |= 1 << (n & 7)
+            types.append(_TYPE_NULL)
+        else:
+            return None
+    return b"".join((nulls, b"\x01", *types, *values))
 
 
 def _errno(exc: BaseException) -> int | None:
@@ -257,27 +275,9 @@ def _lenenc(n: int) -> bytes:
 
 
 def _execute(
-    dbapi_conn: Any, prepared: _Prepared, params: tuple[Any, ...]
+    dbapi_conn: Any, prepared: _Prepared, bound: bytes
 ) -> tuple[int, list[tuple[Any, ...]]]:
-    parts = [prepared.head]
-    if params:
-        encoding = dbapi_conn.encoding
-        nulls = bytearray((len(params) + 7) // 8)
-        types = []
-        values = []
-        for n, value in enumerate(params):
-            if value is None:
-                nulls[n >> 3] |= 1 << (n & 7)
-                types.append(_TYPE_NULL)
-            elif type(value) is int:
-                types.append(_TYPE_LONGLONG)
-                values.append(_LONGLONG.pack(value))
-            else:
-                data = value.encode(encoding)
-                types.append(_TYPE_STRING)
-                values.append(_lenenc(len(data)) + data)
-        parts += (bytes(nulls), b"\x01", *types, *values)
-    dbapi_conn._execute_command(_COM_STMT_EXECUTE, b"".join(parts))
+    dbapi_conn._execute_command(_COM_STMT_EXECUTE, prepared.head + bound)
     count, rows, more = _read_result(dbapi_conn, prepared)
     while more:  # a compound statement's further answers: read, not reported
         _, _, more = _read_result(dbapi_conn, prepared)
