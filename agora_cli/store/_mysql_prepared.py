@@ -149,31 +149,46 @@ def prepared_count(dbapi_conn: Any) -> int:
 
 def _bound(params: tuple[Any, ...], encoding: str) -> bytes | None:
     """``COM_STMT_EXECUTE``'s parameters (their NULL bitmap, "types follow", their types, their
-    values), or ``None`` when a value is not a ``str``, an ``int`` of 64 bits or ``None``."""
+    values), or ``None`` when a value is not a ``str``, an ``int`` of 64 bits or ``None``.
+
+    A batch's statement binds hundreds of values (a claim of 100: 304): one pass, each string
+    encoded and given its one-byte length from a table."""
     if not params:
         return b""
-    nulls = bytearray((len(params) + 7) // 8)
+    utf8 = encoding in _UTF8
+    short = _SHORT_LENGTHS
     types: list[bytes] = []
     values: list[bytes] = []
-    for n, value in enumerate(params):
+    typed, add = types.append, values.append
+    nulls: bytearray | None = None
+    for value in params:
         kind = type(value)
         if kind is str:
-            data = value.encode(encoding)
-            types.append(_TYPE_STRING)
+            data = value.encode() if utf8 else value.encode(encoding)
             size = len(data)
-            values.append((bytes((size,)) if size < 251 else _lenenc(size)) + data)
+            add((short[size] if size < 251 else _lenenc(size)) + data)
+            typed(_TYPE_STRING)
         elif kind is int:
             try:
-                values.append(_LONGLONG.pack(value))
+                add(_LONGLONG.pack(value))
             except struct.error:  # past 64 bits
                 return None
-            types.append(_TYPE_LONGLONG)
+            typed(_TYPE_LONGLONG)
         elif value is None:
+            if nulls is None:
+                nulls = bytearray((len(params) + 7) // 8)
+            n = len(types)
             nulls[n >> 3] |= 1 << (n & 7)
-            types.append(_TYPE_NULL)
+            typed(_TYPE_NULL)
         else:
             return None
+    if nulls is None:
+        nulls = bytearray((len(params) + 7) // 8)
     return b"".join((nulls, b"\x01", *types, *values))
+
+
+_UTF8 = frozenset({"utf8", "utf-8", "utf8mb4"})
+_SHORT_LENGTHS = [bytes((n,)) for n in range(251)]
 
 
 def _errno(exc: BaseException) -> int | None:
