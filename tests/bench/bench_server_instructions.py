@@ -18,7 +18,9 @@ Two parts:
 - **A batch of 10, statement by statement** (``--statements``): one connection runs each
   statement of a claim and a settle, in agora's form and in the bare loop's, then a
   ``ROLLBACK`` (the same rows again each time), 40 times; the count a time, less that of a
-  ``ROLLBACK`` alone. This is where the difference of the first part comes from.
+  ``ROLLBACK`` alone. This is where the difference of the first part comes from. The read,
+  the claim's compound statement and the settle's run prepared too (``_mysql_prepared``, as a
+  worker's held connection runs them: prepared before the count, values bound).
 
 The server: MariaDB from the machine's own packages (``mariadbd``, ``mariadb-install-db``),
 in a temporary data directory, on a free port of 127.0.0.1, with the settings of the
@@ -217,6 +219,7 @@ def statements(server: Server, k: int = 10, times: int = 40) -> None:
     from _common import create_database, drop_database
     from bench_worker_queues import _JOB_COLUMNS, _QUEUED_ONLY, load_agora
 
+    from agora_cli.store._mysql_prepared import run_prepared
     from agora_cli.store._proposals.queries import (
         fence_mysql,
         next_due_probed,
@@ -240,9 +243,18 @@ def statements(server: Server, k: int = 10, times: int = 40) -> None:
         def lit(sql: str, args: tuple[Any, ...]) -> str:
             return sql % tuple(conn.escape(a) for a in args)
 
-        def run(label: str, sqls: list[str], changes: int | None = None) -> float:
+        def run(label: str, sqls: list[Any], changes: int | None = None) -> float:
+            """``sqls``: texts, or (text with ``%s``, values) run prepared (``_mysql_prepared``:
+            prepared before the count, as a worker's held connection runs them)."""
+
             def once() -> None:
                 for sql in sqls:
+                    if isinstance(sql, tuple):
+                        got = run_prepared(conn, sql[0], sql[1], 0)
+                        if got is None:
+                            raise SystemExit(f"{label}: not prepared")
+                        changed = got[0]
+                        continue
                     cur.execute(sql)
                     changed = cur.rowcount
                     while True:
@@ -280,19 +292,27 @@ def statements(server: Server, k: int = 10, times: int = 40) -> None:
         base = run("rollback", [])
         rows: list[tuple[str, float]] = []
 
-        def row(label: str, sqls: list[str], changes: int | None = None) -> None:
+        def row(label: str, sqls: list[Any], changes: int | None = None) -> None:
             rows.append((label, run(label, sqls, changes) - base))
 
         row("claim read: agora's (JSON, the probe)", [lit(reads.queued, (now, now))])
         row("claim read: agora's without the probe", [lit(probe.sub("", reads.queued), (now,))])
         plain = reads.queued.replace("JSON_ARRAY(", "").replace(") AS due", "")
         row("claim read: agora's columns, not as JSON", [lit(plain, (now, now))])
+        row("claim read: agora's, prepared", [(reads.queued, (now, now))])
         row("claim read: the bare loop's", [bare_read])
         row("claim read + UPDATE: the bare loop's", [bare_read, bare_claim], len(ids))
         row("claim read + UPDATE: a token a lease (CASE)", [bare_read, claim], len(ids))
         row(
             "claim read + UPDATE: the same, compound",
             [bare_read, f"BEGIN NOT ATOMIC {claim}; END"],
+            len(ids),
+        )
+        take = take_leases_mysql(len(ids))
+        take_args = ("w0", *pairs, later, later, now, *ids)
+        row(
+            "claim read + UPDATE: the same, prepared",
+            [bare_read, (f"BEGIN NOT ATOMIC {take}; END", take_args)],
             len(ids),
         )
         # the settles: the batch claimed and committed once, each settle rolled back
@@ -326,6 +346,14 @@ def statements(server: Server, k: int = 10, times: int = 40) -> None:
         row(
             "settle: the same, compound with its test",
             [f"BEGIN NOT ATOMIC {settle(True)}; {guard}; END"],
+            len(ids),
+        )
+        fenced = settle_fenced_mysql(len(ids), (False, False, False), True)
+        fence_args = ("succeeded", '{"ok": true}', None, now, now, now, *ids)
+        fence_args += tuple(fence_mysql(i, h, 1) for i, h in zip(ids, hashes, strict=True))
+        row(
+            "settle: the same, prepared",
+            [(f"BEGIN NOT ATOMIC {fenced}; {guard}; END", fence_args)],
             len(ids),
         )
         for label, count in rows:
