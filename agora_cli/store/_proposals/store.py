@@ -103,7 +103,9 @@ class ActionProposalStore:
     as any step retries it. Such a store belongs to the thread that first used it: another
     thread's call is refused (``InvalidInput``); give each thread its own store. On PostgreSQL
     a held connection prepares its statements on the server when it reaches PostgreSQL directly
-    (never through a pooler, and never when the URL says ``?prepare_threshold=none``).
+    (never through a pooler, and never when the URL says ``?prepare_threshold=none``); on
+    MariaDB it prepares each statement text the second time it runs (the binary protocol:
+    ``_mysql_prepared``), unless the URL says ``?prepare_threshold=none``.
     """
 
     def __init__(
