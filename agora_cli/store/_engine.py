@@ -757,11 +757,9 @@ def run_on_driver(
     cursor: Any = None
     try:
         if type(params) is tuple and info.get(_MERGES_COMMIT):  # PyMySQL
-            threshold = info.get(_PREPARES)
-            if threshold is not None:
-                got = _run_prepared(dbapi_conn, sql, params, threshold)
-                if got is not None:
-                    return DriverResult(*got)
+            got = _run_prepared(info, dbapi_conn, sql, params)
+            if got is not None:
+                return DriverResult(*got)
             cursor = dbapi_conn.cursor()
             cursor.execute(_render_pymysql(dbapi_conn, sql, params), None)  # rendered here
         else:
@@ -775,8 +773,14 @@ def run_on_driver(
 
 
 def _run_prepared(
-    dbapi_conn: Any, sql: str, params: tuple[Any, ...], threshold: int
+    info: dict[Any, Any], dbapi_conn: Any, sql: str, params: Any
 ) -> tuple[int, list[tuple[Any, ...]]] | None:
+    """``sql`` run prepared (``_mysql_prepared.run_prepared``) where the connection whose
+    ``info`` this is prepares its statements and ``params`` are bound (a tuple); else ``None``:
+    the caller sends the text."""
+    threshold = info.get(_PREPARES)
+    if threshold is None or type(params) is not tuple:
+        return None
     from agora_cli.store._mysql_prepared import run_prepared  # lazy: a MariaDB worker's only
 
     return run_prepared(dbapi_conn, sql, params, threshold)
@@ -794,9 +798,7 @@ def values_quote(conn: Connection) -> Callable[[Any], str] | None:
     """``driver_quote``, for a statement rendered with its values — or ``None``, bound values,
     where ``conn`` prepares its statements (``prepares_statements``): a prepared statement is
     sent without its values in the text, and parsed once."""
-    if conn.connection.info.get(_PREPARES) is not None:
-        return None
-    return driver_quote(conn)
+    return None if prepares_statements(conn) else driver_quote(conn)
 
 
 _NOT_SHOWN = "(a statement rendered with its values: not shown)"
@@ -987,15 +989,13 @@ def _run_and_commit(
     info = conn.connection.info
     if info.get(_GUARDS_COMMIT):
         sent = f"BEGIN NOT ATOMIC {sql}; COMMIT; END"
-        threshold = info.get(_PREPARES)
-        if threshold is not None and type(params) is tuple:
-            try:
-                got = _run_prepared(dbapi_conn, sent, params, threshold)
-            except BaseException as exc:
-                _raise_failed(conn, exc, sent, params, None)
-            if got is not None:
-                conn.info[_COMMITTED] = True
-                return DriverResult(*got)
+        try:
+            got = _run_prepared(info, dbapi_conn, sent, params)
+        except BaseException as exc:
+            _raise_failed(conn, exc, sent, params, None)
+        if got is not None:
+            conn.info[_COMMITTED] = True
+            return DriverResult(*got)
     else:
         sent = sql + "; COMMIT"
     text = _render_pymysql(dbapi_conn, sent, params) if type(params) is tuple else None
@@ -1063,17 +1063,14 @@ def run_committing_if(
     dbapi_conn: Any = fairy.driver_connection
     if then_params is not None:
         params = (*params, *then_params)
-    threshold = fairy.info.get(_PREPARES)
     cursor: Any = None
     try:
-        got = None
-        if threshold is not None and type(params) is tuple:
-            try:
-                got = _run_prepared(dbapi_conn, sent, params, threshold)
-            except dbapi.Error as exc:
-                if exc.args[:2] != (_SIGNALLED, _NOT_ALL):
-                    raise
-                return -1  # not committed: the caller rolls back
+        try:
+            got = _run_prepared(fairy.info, dbapi_conn, sent, params)
+        except dbapi.Error as exc:
+            if exc.args[:2] != (_SIGNALLED, _NOT_ALL):
+                raise
+            return -1  # not committed: the caller rolls back
         if got is None and type(params) is tuple:
             sent, params, rendered = _render_pymysql(dbapi_conn, sent, params), None, True
         if got is None:

@@ -63,6 +63,12 @@ _TYPE_NULL, _TYPE_LONGLONG, _TYPE_STRING = b"\x06\x00", b"\x08\x00", b"\xfd\x00"
 _NOT_PREPARED = -1  # a text the server would not prepare here: ``_Statements.seen``'s mark
 
 
+_Reader = tuple[struct.Struct | None, bool]
+"""How a column is read back: its integer's format (``None``: a length-encoded string), and
+whether that string stays ``bytes`` (a binary column)."""
+_WIDE_LENGTHS = {0xFC: 2, 0xFD: 3, 0xFE: 8}  # a length-encoded length's bytes, by its first
+
+
 class _Prepared:
     __slots__ = ("described", "head", "params", "readers", "stmt_id")
 
@@ -71,7 +77,7 @@ class _Prepared:
         self.head = _HEAD.pack(stmt_id, 0, 1)
         # the column definitions of its last result, as sent, and how each column is read
         self.described: list[bytes] = []
-        self.readers: list[tuple[int, bool, bool]] = []
+        self.readers: list[_Reader] = []
 
 
 class _Statements:
@@ -230,19 +236,20 @@ def _prepare_when_due(
     return prepared
 
 
-def _readers(definitions: list[bytes], encoding: str) -> list[tuple[int, bool, bool]] | None:
-    """How each column of these definitions is read back (size, unsigned, binary; size 0: a
-    length-encoded string), or ``None`` when one is of a type not read here."""
+def _readers(definitions: list[bytes], encoding: str) -> list[_Reader] | None:
+    """How each column of these definitions is read back, or ``None`` when one is of a type not
+    read here."""
     from pymysql.protocol import FieldDescriptorPacket  # lazy: PyMySQL, a worker's only
 
-    readers: list[tuple[int, bool, bool]] = []
+    readers: list[_Reader] = []
     for data in definitions:
         field = FieldDescriptorPacket(data, encoding)
         kind = field.type_code
         if kind in _INT_TYPES:
-            readers.append((_INT_TYPES[kind], bool(field.flags & _UNSIGNED_FLAG), False))
+            unsigned = bool(field.flags & _UNSIGNED_FLAG)
+            readers.append((_INT_FORMATS[(_INT_TYPES[kind], unsigned)], False))
         elif kind in _STRING_TYPES:
-            readers.append((0, False, field.charsetnr == _BINARY_CHARSET))
+            readers.append((None, field.charsetnr == _BINARY_CHARSET))
         else:
             return None
     return readers
@@ -328,18 +335,18 @@ def _read_result(dbapi_conn: Any, prepared: _Prepared) -> tuple[int, list[tuple[
         data = packet.get_all_data()
         pos = 1 + width
         row: list[Any] = []
-        for n, (size, unsigned, binary) in enumerate(columns):
+        for n, (number, binary) in enumerate(columns):
             bit = n + 2
             if data[1 + (bit >> 3)] & (1 << (bit & 7)):
                 row.append(None)
-            elif size:
-                row.append(_INT_FORMATS[(size, unsigned)].unpack_from(data, pos)[0])
-                pos += size
+            elif number is not None:
+                row.append(number.unpack_from(data, pos)[0])
+                pos += number.size
             else:
                 length = data[pos]
                 pos += 1
                 if length >= 0xFB:
-                    wide = {0xFC: 2, 0xFD: 3, 0xFE: 8}[length]
+                    wide = _WIDE_LENGTHS[length]
                     length = int.from_bytes(data[pos : pos + wide], "little")
                     pos += wide
                 raw = data[pos : pos + length]
