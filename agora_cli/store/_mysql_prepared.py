@@ -35,6 +35,7 @@ from __future__ import annotations
 import struct
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 CACHE_MAX = 32  # prepared statements a connection keeps
@@ -70,7 +71,16 @@ _WIDE_LENGTHS = {0xFC: 2, 0xFD: 3, 0xFE: 8}  # a length-encoded length's bytes, 
 
 
 class _Prepared:
-    __slots__ = ("described", "head", "params", "readers", "stmt_id")
+    __slots__ = (
+        "described",
+        "encoding",
+        "head",
+        "params",
+        "parsers",
+        "readers",
+        "stmt_id",
+        "width",
+    )
 
     def __init__(self, stmt_id: int, params: int) -> None:
         self.stmt_id, self.params = stmt_id, params
@@ -78,6 +88,10 @@ class _Prepared:
         # the column definitions of its last result, as sent, and how each column is read
         self.described: list[bytes] = []
         self.readers: list[_Reader] = []
+        self.encoding = ""  # the connection's, when ``readers`` were made
+        self.width = 0  # the rows' null bitmap's bytes
+        # a row parser by null bitmap (``_parser``)
+        self.parsers: dict[bytes, Callable[[bytes], tuple[Any, ...]]] = {}
 
 
 class _Statements:
@@ -307,49 +321,201 @@ def _execute(
 
 
 def _read_result(dbapi_conn: Any, prepared: _Prepared) -> tuple[int, list[tuple[Any, ...]], bool]:
-    from pymysql.protocol import EOFPacketWrapper, OKPacketWrapper  # lazy: PyMySQL only
+    from pymysql.protocol import OKPacketWrapper  # lazy: PyMySQL only
 
     first = dbapi_conn._read_packet()
     if first.is_ok_packet():
         ok = OKPacketWrapper(first)
         return ok.affected_rows, [], bool(ok.server_status & _SERVER_MORE_RESULTS_EXISTS)
     n_columns = first.read_length_encoded_integer()
-    read = dbapi_conn._read_packet
-    described = [read().get_all_data() for _ in range(n_columns)]
-    read()  # EOF
+    described = _definitions(dbapi_conn, n_columns)
     encoding = dbapi_conn.encoding
-    if described != prepared.described:  # its first result, or its columns changed since
+    if described != prepared.described or encoding != prepared.encoding:
+        # its first result, or its columns changed since
         readers = _readers(described, encoding)
         if readers is None:  # a type not read here: the rows read and dropped, sent as text
             _drain_rows(dbapi_conn)
             raise _Unreadable
         prepared.described, prepared.readers = described, readers
-    columns = prepared.readers
-    width = (n_columns + 9) // 8
+        prepared.encoding, prepared.width, prepared.parsers = encoding, (n_columns + 9) // 8, {}
+    return _read_rows(dbapi_conn, prepared)
+
+
+def _definitions(dbapi_conn: Any, n_columns: int) -> list[bytes]:
+    """A result's ``n_columns`` column definitions, as sent, and the EOF after them read (as
+    ``_read_rows`` reads its packets: the server sends them again with every execute)."""
+    read = dbapi_conn._rfile.read
+    seq = dbapi_conn._next_seq_id
+    described = []
+    try:
+        for _ in range(n_columns + 1):
+            header = read(4)
+            if len(header) < 4:
+                raise _lost(dbapi_conn)
+            length = int.from_bytes(header[:3], "little")
+            if header[3] != seq:
+                raise _out_of_sequence(dbapi_conn, header[3], seq)
+            seq = (seq + 1) & 0xFF
+            data = read(length)
+            if len(data) < length:
+                raise _lost(dbapi_conn)
+            if length == _MAX_PACKET:
+                data, seq = _rest_of_row(dbapi_conn, read, data, seq)
+            if data[0] == 0xFF:
+                dbapi_conn._next_seq_id = seq
+                _raise_error(dbapi_conn, data)
+            described.append(data)
+    except OSError as exc:
+        raise _lost(dbapi_conn, exc) from exc
+    finally:
+        dbapi_conn._next_seq_id = seq
+    described.pop()  # the EOF
+    return described
+
+
+def _raise_error(dbapi_conn: Any, data: bytes) -> None:
+    """An error packet raised as PyMySQL raises it."""
+    from pymysql.protocol import MysqlPacket  # lazy: PyMySQL only
+
+    MysqlPacket(data, dbapi_conn.encoding).raise_for_error()
+
+
+def _read_rows(dbapi_conn: Any, prepared: _Prepared) -> tuple[int, list[tuple[Any, ...]], bool]:
+    """A result's rows, after its column definitions, to its EOF: its row count, its rows, and
+    whether another result follows.
+
+    The packets are read here from PyMySQL's buffered socket file, not by its ``_read_packet``
+    (a packet object, two reads through its checks: half the client's work of a batch's read),
+    with the same checks: the sequence numbers, the connection lost (``_lost``), an error packet
+    raised as PyMySQL raises it. Each row is parsed by a function made for its null bitmap
+    (``_parser``)."""
+    read = dbapi_conn._rfile.read
+    seq = dbapi_conn._next_seq_id
+    parsers = prepared.parsers
+    width = prepared.width
     rows: list[tuple[Any, ...]] = []
-    while True:
-        packet = dbapi_conn._read_packet()
-        if packet.is_eof_packet():
-            more = bool(EOFPacketWrapper(packet).server_status & _SERVER_MORE_RESULTS_EXISTS)
-            return len(rows), rows, more
-        data = packet.get_all_data()
-        pos = 1 + width
-        row: list[Any] = []
-        for n, (number, binary) in enumerate(columns):
-            bit = n + 2
-            if data[1 + (bit >> 3)] & (1 << (bit & 7)):
-                row.append(None)
-            elif number is not None:
-                row.append(number.unpack_from(data, pos)[0])
-                pos += number.size
-            else:
-                length = data[pos]
-                pos += 1
-                if length >= 0xFB:
-                    wide = _WIDE_LENGTHS[length]
-                    length = int.from_bytes(data[pos : pos + wide], "little")
-                    pos += wide
-                raw = data[pos : pos + length]
-                pos += length
-                row.append(raw if binary else raw.decode(encoding))
-        rows.append(tuple(row))
+    add = rows.append
+    try:
+        while True:
+            header = read(4)
+            if len(header) < 4:
+                raise _lost(dbapi_conn)
+            length = int.from_bytes(header[:3], "little")
+            if header[3] != seq:
+                raise _out_of_sequence(dbapi_conn, header[3], seq)
+            seq = (seq + 1) & 0xFF
+            data = read(length)
+            if len(data) < length:
+                raise _lost(dbapi_conn)
+            if length == _MAX_PACKET:  # a row of 16 MiB or more: its further packets
+                data, seq = _rest_of_row(dbapi_conn, read, data, seq)
+            if data[0]:  # not a row: its EOF (0xFE), or an error (0xFF)
+                break
+            nulls = data[1 : 1 + width]
+            parse = parsers.get(nulls)
+            if parse is None:
+                parse = _parser(prepared, nulls)
+            add(parse(data))
+    except OSError as exc:
+        raise _lost(dbapi_conn, exc) from exc
+    finally:
+        dbapi_conn._next_seq_id = seq
+    if data[0] == 0xFF:
+        _raise_error(dbapi_conn, data)
+    status = int.from_bytes(data[3:5], "little")
+    return len(rows), rows, bool(status & _SERVER_MORE_RESULTS_EXISTS)
+
+
+_MAX_PACKET = 0xFFFFFF
+_PARSERS_MAX = 64  # null bitmaps a statement keeps a parser for
+
+
+def _rest_of_row(dbapi_conn: Any, read: Any, data: bytes, seq: int) -> tuple[bytes, int]:
+    """A packet of 16 MiB continues in the next (to one shorter): the whole payload."""
+    parts = [data]
+    length = _MAX_PACKET
+    while length == _MAX_PACKET:
+        header = read(4)
+        if len(header) < 4:
+            raise _lost(dbapi_conn)
+        length = int.from_bytes(header[:3], "little")
+        if header[3] != seq:
+            raise _out_of_sequence(dbapi_conn, header[3], seq)
+        seq = (seq + 1) & 0xFF
+        part = read(length)
+        if len(part) < length:
+            raise _lost(dbapi_conn)
+        parts.append(part)
+    return b"".join(parts), seq
+
+
+def _lost(dbapi_conn: Any, exc: BaseException | None = None) -> Exception:
+    """PyMySQL's error for a connection lost mid-result (``_read_bytes``'), the socket closed."""
+    from pymysql import err  # lazy: PyMySQL only
+
+    dbapi_conn._force_close()
+    why = f" ({exc})" if exc is not None else ""
+    lost: Exception = err.OperationalError(
+        _CR_SERVER_LOST, f"Lost connection to MySQL server during query{why}"
+    )
+    return lost
+
+
+def _out_of_sequence(dbapi_conn: Any, got: int, expected: int) -> Exception:
+    """PyMySQL's error for a packet out of sequence (``_read_packet``'), the socket closed."""
+    from pymysql import err  # lazy: PyMySQL only
+
+    if got == 0:  # MariaDB's error packet at its shutdown
+        return _lost(dbapi_conn)
+    dbapi_conn._force_close()
+    wrong: Exception = err.InternalError(
+        f"Packet sequence number wrong - got {got} expected {expected}"
+    )
+    return wrong
+
+
+_CR_SERVER_LOST = 2013
+
+
+def _parser(prepared: _Prepared, nulls: bytes) -> Callable[[bytes], tuple[Any, ...]]:
+    """The parser of this statement's rows whose null bitmap is ``nulls``: a function made for
+    its columns (``prepared.readers``), with each column's offset arithmetic written out and
+    its NULLs known, kept by the bitmap (up to ``_PARSERS_MAX``; past that, one more is made
+    each row). Its source is built from column numbers and sizes alone."""
+    readers = prepared.readers
+    lines = ["def parse(data):", f"    at = {1 + len(nulls)}"]
+    scope: dict[str, Any] = {"wide": _wide_length}
+    values = []
+    for n, (number, binary) in enumerate(readers):
+        bit = n + 2
+        if nulls[bit >> 3] & (1 << (bit & 7)):
+            values.append("None")
+            continue
+        values.append(f"v{n}")
+        if number is not None:
+            scope[f"f{n}"] = number.unpack_from
+            lines += [f"    v{n}, = f{n}(data, at)", f"    at += {number.size}"]
+            continue
+        decode = "" if binary else ".decode(encoding)"
+        lines += [
+            "    size = data[at]",
+            "    if size < 251:",
+            "        at += 1",
+            "    else:",
+            "        size, at = wide(data, at)",
+            f"    v{n} = data[at : at + size]{decode}",
+            "    at += size",
+        ]
+    lines.append(f"    return ({', '.join(values)},)")
+    scope["encoding"] = prepared.encoding
+    exec("\n".join(lines), scope)  # the source holds column numbers and sizes only
+    parse: Callable[[bytes], tuple[Any, ...]] = scope["parse"]
+    if len(prepared.parsers) < _PARSERS_MAX:
+        prepared.parsers[nulls] = parse
+    return parse
+
+
+def _wide_length(data: bytes, at: int) -> tuple[int, int]:
+    """A length-encoded length of more than one byte at ``at``: the length, and where it ends."""
+    wide = _WIDE_LENGTHS[data[at]]
+    return int.from_bytes(data[at + 1 : at + 1 + wide], "little"), at + 1 + wide

@@ -315,6 +315,36 @@ def statements(server: Server, k: int = 10, times: int = 40) -> None:
             [bare_read, (f"BEGIN NOT ATOMIC {take}; END", take_args)],
             len(ids),
         )
+        bare_take = (
+            "UPDATE agent_action_proposal SET execution_state = 'running', lease_owner = %s, "
+            "lease_token_hash = %s, lease_expires_at = %s, generation = generation + 1, "
+            "attempts = attempts + 1, discovery_state = 'running', discovery_at = %s, "
+            f"updated_at = %s, version = version + 1 WHERE id IN ({marks})"
+        )
+        row(
+            "claim read + UPDATE: the bare loop's, prepared",
+            [bare_read, (bare_take, ("w0", hashes[0], later, later, now, *ids))],
+            len(ids),
+        )
+        row(
+            "claim read + UPDATE: a token a lease (CASE), prepared",
+            [bare_read, (take, take_args)],
+            len(ids),
+        )
+        for chunk in (10, 25, 50):
+            if chunk >= len(ids):
+                continue
+            sqls, chunk_args = [], []
+            for at in range(0, len(ids), chunk):
+                part = ids[at : at + chunk]
+                part_pairs = pairs[2 * at : 2 * (at + len(part))]
+                sqls.append(take_leases_mysql(len(part)))
+                chunk_args += ["w0", *part_pairs, later, later, now, *part]
+            row(
+                f"claim read + UPDATE: CASEs of {chunk}, compound, prepared",
+                [bare_read, (f"BEGIN NOT ATOMIC {'; '.join(sqls)}; END", tuple(chunk_args))],
+                len(ids) if chunk >= len(ids) else None,
+            )
         # the settles: the batch claimed and committed once, each settle rolled back
         cur.execute(bare_read)
         cur.fetchall()
@@ -372,6 +402,7 @@ def main() -> None:
     parser.add_argument("--skip", default="", help="comma-separated label parts to leave out")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--statements", action="store_true", help="only the statements")
+    parser.add_argument("--batch", type=int, default=10, help="the statements' batch (default 10)")
     args = parser.parse_args()
     only = [o.strip() for o in args.only.split(",") if o.strip()]
     skip = [o.strip() for o in args.skip.split(",") if o.strip()]
@@ -403,8 +434,11 @@ def main() -> None:
                 if system == "agora" and k in bare:
                     ratio = statistics.median(each) / statistics.median(bare[k])
                     print(f"  ratio busiest thread {label} / bare loop k={k}: {ratio:.2f}")
-        print("a batch of 10, statement by statement (the busiest thread, less a ROLLBACK's):")
-        statements(server)
+        print(
+            f"a batch of {args.batch}, statement by statement (the busiest thread, less a "
+            "ROLLBACK's):"
+        )
+        statements(server, args.batch, 40 if args.batch <= 10 else 10)
 
 
 if __name__ == "__main__":

@@ -94,11 +94,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dialects", default="postgresql,mysql")
     parser.add_argument("--only", default="", help="comma-separated label parts to run")
+    parser.add_argument("--skip", default="", help="comma-separated label parts to leave out")
     parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
     only = [o.strip() for o in args.only.split(",") if o.strip()]
+    skip = [o.strip() for o in args.skip.split(",") if o.strip()]
     print(
         f"worker_instructions: one worker, instructions a job (callgrind; the difference of "
         f"runs of n1 and n2 jobs: {', '.join(f'k={k}: {a}/{b}' for k, (a, b) in RUNS.items())}), "
@@ -110,6 +112,8 @@ def main() -> None:
         for group in contenders(dialect):
             for label, (system, k, mode) in group:
                 if system not in ("agora", "bare") or (only and not any(o in label for o in only)):
+                    continue
+                if any(o in label for o in skip):
                     continue
                 each = [per_job(dialect, system, k, mode) for _ in range(args.repeat)]
                 counts[label] = (system, k, each)

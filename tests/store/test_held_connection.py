@@ -666,3 +666,52 @@ def test_mysql_the_fast_quoting_is_pymysqls_under_either_sql_mode(
             conn.invalidate()  # its sql_mode is not the pool's
     finally:
         engine.dispose()
+
+
+def test_a_batch_past_a_take_chunk_gives_each_row_its_own_lease(
+    dialect: str, db_url: str, clock: ManualClock
+) -> None:
+    """Batches of 60 and 51 (on MariaDB's prepared connection, more than ``TAKE_CHUNK`` rows:
+    the claim's UPDATE in chunks of 20 and of 17): each row holds the hash of its own claim's
+    token, every batch settles, and each job runs once. Each size runs three times (text, then
+    prepared)."""
+    from agora_cli.store._proposals.model import token_hash
+    from agora_cli.store._proposals.queries import TAKE_CHUNK
+
+    assert 60 > 51 > TAKE_CHUNK
+    engine = open_engine(db_url, pool_size=1)
+    try:
+        ids = queue(engine, clock, 6 * 60)
+        other = open_engine(db_url)
+        done: list[str] = []
+
+        def holds_own(batch: list[Any]) -> None:
+            with other.connect() as conn:
+                rows = conn.execute(
+                    select(action_proposal.c.id, action_proposal.c.lease_token_hash)
+                )
+                stored = dict(rows.all())
+            assert batch and all(c.work and c.lease for c in batch)
+            assert {c.work.id: stored[c.work.id] for c in batch} == {
+                c.work.id: token_hash(c.lease.token) for c in batch
+            }
+
+        with ActionProposalStore(engine, clock, hold_connection=True) as store:
+            for _ in range(3):
+                batch = store.claim_next("w1", LEASE_MS, limit=60)
+                assert len(batch) == 60
+                holds_own(batch)
+                done += [c.work.id for c in batch if c.work]
+                settled, batch = store.settle_many_and_claim_next(
+                    succeeded(batch), "w1", LEASE_MS, 51
+                )
+                assert [r.outcome for r in settled] == ["settled"] * 60 and len(batch) == 51
+                holds_own(batch)
+                done += [c.work.id for c in batch if c.work]
+                assert [r.outcome for r in store.settle_many(succeeded(batch))] == ["settled"] * 51
+        assert sorted(done) == sorted(ids[: 3 * 111]) and len(set(done)) == len(done)
+        seen = states(other)
+        assert [seen[pid] for pid in ids[: 3 * 111]] == ["succeeded"] * (3 * 111)
+        other.dispose()
+    finally:
+        engine.dispose()

@@ -269,3 +269,83 @@ def test_a_held_connection_lost_mid_queue_prepares_again_on_the_new_one(
         assert set(states(engine).values()) == {"succeeded"}
     finally:
         engine.dispose()
+
+
+def test_rows_of_every_null_pattern_read_as_the_text_protocol_reads_them(raw: Any) -> None:
+    """A row's parser is made for its null bitmap (``_parser``) and kept for up to 64 bitmaps:
+    256 rows of 256 patterns over 8 nullable columns of both kinds, each across a null
+    bitmap's byte boundary, come back as the text protocol reads them (each a second time
+    from the kept parsers, the rest made again)."""
+    with raw.cursor() as cursor:
+        cursor.execute(
+            "CREATE TEMPORARY TABLE patterns (n INT PRIMARY KEY, a VARCHAR(9), b BIGINT, "
+            "c TEXT, d INT UNSIGNED, e VARCHAR(500), f SMALLINT, g VARBINARY(4), h BIGINT)"
+        )
+        rows = []
+        for n in range(256):
+            values = [f"a{n}", -n, "c" * n, n, "é" * (n + 200), n - 128, bytes([n]), 2**40 + n]
+            rows.append((n, *[None if n >> i & 1 else v for i, v in enumerate(values)]))
+        cursor.executemany("INSERT INTO patterns VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)", rows)
+    sql = "SELECT * FROM patterns WHERE n >= %s ORDER BY n"
+    want = _text(raw, sql, (0,))
+    assert want[1] == rows
+    for _ in range(2):
+        assert run_prepared(raw, sql, (0,), 0) == want
+
+
+def test_a_row_past_16_mib_comes_in_several_packets_and_reads_whole(raw: Any) -> None:
+    """A row of 16 MiB or more is sent as several packets (the last one shorter): read whole,
+    and the connection goes on in sequence after it."""
+    import pymysql
+
+    with raw.cursor() as cursor:
+        cursor.execute("SELECT @@global.max_allowed_packet")
+        was = int(cursor.fetchone()[0])
+        if was < 64 << 20:
+            try:
+                cursor.execute("SET GLOBAL max_allowed_packet = %s", (64 << 20,))
+            except pymysql.err.MySQLError:
+                pytest.skip("max_allowed_packet is below 64 MiB and this login cannot raise it")
+    try:
+        big = pymysql.connect(
+            host=raw.host, port=raw.port, user=raw.user, password=raw.password, charset="utf8mb4"
+        )
+        try:
+            sql = "SELECT REPEAT(%s, %s), %s"
+            for size in ((16 << 20) - 10, 17 << 20, (32 << 20) + 5):
+                got = run_prepared(big, sql, ("x", size, 7), 0)
+                assert got is not None
+                assert got[0] == 1 and len(got[1][0][0]) == size and got[1][0][1:] == (7,)
+                assert set(got[1][0][0]) == {"x"}
+            assert run_prepared(big, "SELECT CONCAT(%s)", ("after",), 0) == (1, [("after",)])
+        finally:
+            forget(big)
+            big.close()
+    finally:
+        if was < 64 << 20:
+            with raw.cursor() as cursor:
+                cursor.execute("SET GLOBAL max_allowed_packet = %s", (was,))
+
+
+def test_a_connection_lost_mid_rows_is_pymysqls_lost_connection(raw: Any) -> None:
+    """The connection goes down while its rows come (each large enough to be sent at once, the
+    server sleeping between them; the socket shut down under the reader): PyMySQL's own
+    ``OperationalError`` 2013, and the connection closed, as PyMySQL's reader leaves it."""
+    import socket
+    import threading
+
+    import pymysql
+
+    sql = "SELECT REPEAT('r', 100000), SLEEP(%s) FROM seq_1_to_20"
+    assert run_prepared(raw, sql, ("0",), 0) is not None  # prepared, runs whole
+    sock = raw._sock
+    timer = threading.Timer(1.0, lambda: sock.shutdown(socket.SHUT_RDWR))
+    timer.start()
+    try:
+        with pytest.raises(pymysql.err.OperationalError) as lost:
+            run_prepared(raw, sql, ("0.2",), 0)
+    finally:
+        timer.cancel()
+        timer.join()
+    assert lost.value.args[0] == 2013
+    assert raw._sock is None

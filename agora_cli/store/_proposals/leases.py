@@ -25,6 +25,7 @@ from agora_cli.store._engine import (
     driver_quote,
     galera_slot,
     is_galera,
+    prepares_statements,
     quote_all,
     run_committing_if,
     run_on_driver,
@@ -62,6 +63,7 @@ from agora_cli.store._proposals.model import (
 from agora_cli.store._proposals.queries import (
     SETTLE_MANY_PG,
     SETTLE_MANY_PG_SEALED,
+    TAKE_CHUNK,
     Due,
     claim_many_pg,
     due_rows,
@@ -74,6 +76,8 @@ from agora_cli.store._proposals.queries import (
     settle_fenced_mysql,
     settle_many_mysql,
     settled_generations,
+    take_chunks,
+    take_leases_chunked_mysql,
     take_leases_mysql,
     worker_sql,
 )
@@ -446,7 +450,8 @@ def claim_next_proposals(
     if locked:
         # The leases' hashes before the read: the rows it locks wait for less Python
         hashes = [token_hash(token) for token in tokens]
-        found = run_on_driver(conn, next_due_probed(dialect, limit).queued, (now, now)).rows
+        read = next_due_probed(dialect, limit, not prepares_statements(conn)).queued
+        found = run_on_driver(conn, read, (now, now)).rows
         return _take_found_mysql(conn, found, worker_id, tokens, hashes, expires, now, limit)
     results: list[ClaimResult] = []
     read = next_due_many(dialect, limit)
@@ -497,10 +502,11 @@ def _due_to_take(conn: Connection, found: list[tuple[Any, ...]], limit: int, now
     among the oldest (``probe_wants_running``), the running rows read now (one more round trip)
     and locked by primary key (``_lock_recoveries_mysql``)."""
     dialect = dialect_name(conn)
-    rows = due_rows(dialect, found)
+    as_json = not prepares_statements(conn)  # as the read was chosen (``next_due_probed``)
+    rows = due_rows(dialect, found, as_json)
     if probe_wants_running(found, rows, limit):
-        running = next_due_probed(dialect, limit).running
-        rows += due_rows(dialect, run_on_driver(conn, running, (now,)).rows)
+        running = next_due_probed(dialect, limit, as_json).running
+        rows += due_rows(dialect, run_on_driver(conn, running, (now,)).rows, as_json)
     rows = sorted(rows, key=_OLDEST_FIRST)[:limit]
     return _lock_recoveries_mysql(conn, rows) if rows else rows
 
@@ -521,21 +527,33 @@ def _take_leases_mysql(
     """``take_leases_mysql``'s statement and parameters for ``rows`` (row ``n`` takes the token
     whose hash is ``hashes[n]``): rendered with its values where the driver quotes them
     (``values_quote``: each id quoted once, though named twice), else bound (as a connection
-    that prepares its statements sends them)."""
+    that prepares its statements sends them, inside the compound statement of its commit: a
+    batch of more than ``TAKE_CHUNK`` as ``take_leases_chunked_mysql``)."""
     quote = values_quote(conn)
-    sql = take_leases_mysql(len(rows))
-    taken = hashes[: len(rows)]
+    m = len(rows)
+    taken = hashes[:m]
     ids: list[Any] = [row.id for row in rows]
-    owner: Any = worker_id
-    if quote is not None:
-        ids = quote_all(quote, ids)
-        taken = [f"'{hashed}'" for hashed in taken]  # 64 hex digits: nothing to escape
-        owner = quote(worker_id)
-    pairs = [value for pair in zip(ids, taken, strict=True) for value in pair]
-    args = (owner, *pairs, expires, expires, now, *ids)
     if quote is None:
-        return sql, args
-    return sql % args, None  # every value is a literal now: the ints as their digits
+        # chunked only where it goes inside its commit's compound statement, which this
+        # connection runs (a statement prepared alone holds one UPDATE)
+        if m <= TAKE_CHUNK or not runs_compound_statements(conn):
+            pairs = [value for pair in zip(ids, taken, strict=True) for value in pair]
+            return take_leases_mysql(m), (worker_id, *pairs, expires, expires, now, *ids)
+        args: list[Any] = []
+        at = 0
+        for size in take_chunks(m):
+            part, end = ids[at : at + size], at + size
+            args.append(worker_id)
+            args += [value for pair in zip(part, taken[at:end], strict=True) for value in pair]
+            args += (expires, expires, now)
+            args += part
+            at = end
+        return take_leases_chunked_mysql(m), tuple(args)
+    quoted = quote_all(quote, ids)
+    literals = [f"'{hashed}'" for hashed in taken]  # 64 hex digits: nothing to escape
+    pairs = [value for pair in zip(quoted, literals, strict=True) for value in pair]
+    # every value is a literal now: the ints as their digits
+    return take_leases_mysql(m) % (quote(worker_id), *pairs, expires, expires, now, *quoted), None
 
 
 def _as_is(value: Any) -> Any:
@@ -1056,7 +1074,7 @@ def _settle_many_in_the_claim(
     now, expires, tokens, claim_hashes, settle, settle_args = _step_begun(
         conn, settlements, lease_ms, limit, clock
     )
-    read = next_due_probed(dialect_name(conn), limit).queued
+    read = next_due_probed(dialect_name(conn), limit, not prepares_statements(conn)).queued
     rows = _due_to_take(conn, run_on_driver(conn, read, (now, now)).rows, limit, now)
     take = take_args = None
     if rows:  # locked by this transaction: the claim's UPDATE cannot lose a fence
