@@ -479,13 +479,26 @@ _CR_SERVER_LOST = 2013
 
 def _parser(prepared: _Prepared, nulls: bytes) -> Callable[[bytes], tuple[Any, ...]]:
     """The parser of this statement's rows whose null bitmap is ``nulls``: a function made for
-    its columns (``prepared.readers``), with each column's offset arithmetic written out and
-    its NULLs known, kept by the bitmap (up to ``_PARSERS_MAX``; past that, one more is made
-    each row). Its source is built from column numbers and sizes alone."""
+    its columns (``prepared.readers``), each column's offset arithmetic written out, its NULLs
+    known, and each run of integer columns read with one ``struct`` format; kept by the bitmap
+    (up to ``_PARSERS_MAX``; past that, one more is made each row). Its source is built from
+    column numbers and sizes alone."""
     readers = prepared.readers
     lines = ["def parse(data):", f"    at = {1 + len(nulls)}"]
     scope: dict[str, Any] = {"wide": _wide_length}
-    values = []
+    decode = ".decode()" if prepared.encoding in _UTF8 else ".decode(encoding)"
+    values: list[str] = []
+    numbers: list[tuple[int, struct.Struct]] = []  # a run of integer columns, read together
+
+    def read_numbers() -> None:
+        if numbers:
+            first = numbers[0][0]
+            both = struct.Struct("<" + "".join(f.format[1:] for _, f in numbers))
+            scope[f"f{first}"] = both.unpack_from
+            names = ", ".join(f"v{n}" for n, _ in numbers)
+            lines.extend([f"    {names}, = f{first}(data, at)", f"    at += {both.size}"])
+            numbers.clear()
+
     for n, (number, binary) in enumerate(readers):
         bit = n + 2
         if nulls[bit >> 3] & (1 << (bit & 7)):
@@ -493,19 +506,19 @@ def _parser(prepared: _Prepared, nulls: bytes) -> Callable[[bytes], tuple[Any, .
             continue
         values.append(f"v{n}")
         if number is not None:
-            scope[f"f{n}"] = number.unpack_from
-            lines += [f"    v{n}, = f{n}(data, at)", f"    at += {number.size}"]
+            numbers.append((n, number))
             continue
-        decode = "" if binary else ".decode(encoding)"
+        read_numbers()
+        text = "" if binary else decode
         lines += [
             "    size = data[at]",
             "    if size < 251:",
-            "        at += 1",
+            f"        v{n} = data[at + 1 : (at := at + 1 + size)]{text}",
             "    else:",
             "        size, at = wide(data, at)",
-            f"    v{n} = data[at : at + size]{decode}",
-            "    at += size",
+            f"        v{n} = data[at : (at := at + size)]{text}",
         ]
+    read_numbers()
     lines.append(f"    return ({', '.join(values)},)")
     scope["encoding"] = prepared.encoding
     exec("\n".join(lines), scope)  # the source holds column numbers and sizes only

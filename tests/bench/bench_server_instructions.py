@@ -300,6 +300,8 @@ def statements(server: Server, k: int = 10, times: int = 40) -> None:
         plain = reads.queued.replace("JSON_ARRAY(", "").replace(") AS due", "")
         row("claim read: agora's columns, not as JSON", [lit(plain, (now, now))])
         row("claim read: agora's, prepared", [(reads.queued, (now, now))])
+        plain_reads = next_due_probed("mysql", k, False)
+        row("claim read: agora's columns, prepared (default)", [(plain_reads.queued, (now, now))])
         row("claim read: the bare loop's", [bare_read])
         row("claim read + UPDATE: the bare loop's", [bare_read, bare_claim], len(ids))
         row("claim read + UPDATE: a token a lease (CASE)", [bare_read, claim], len(ids))
@@ -343,8 +345,15 @@ def statements(server: Server, k: int = 10, times: int = 40) -> None:
             row(
                 f"claim read + UPDATE: CASEs of {chunk}, compound, prepared",
                 [bare_read, (f"BEGIN NOT ATOMIC {'; '.join(sqls)}; END", tuple(chunk_args))],
-                len(ids) if chunk >= len(ids) else None,
+                None,
             )
+            if chunk == 25:
+                apart, at = [], 0
+                for sql in sqls:
+                    n = sql.count("%s")
+                    apart.append((sql, tuple(chunk_args[at : at + n])))
+                    at += n
+                row("claim read + UPDATE: CASEs of 25, prepared apart", [bare_read, *apart], None)
         # the settles: the batch claimed and committed once, each settle rolled back
         cur.execute(bare_read)
         cur.fetchall()
@@ -386,6 +395,7 @@ def statements(server: Server, k: int = 10, times: int = 40) -> None:
             [(f"BEGIN NOT ATOMIC {fenced}; {guard}; END", fence_args)],
             len(ids),
         )
+        row("settle: fenced, the unkeyed-tenant test, prepared", [(fenced, fence_args)], len(ids))
         for label, count in rows:
             print(f"  {label:<48} {count:>11,.0f} instructions a batch of {len(ids)}", flush=True)
     finally:
