@@ -352,20 +352,8 @@ def _definitions(dbapi_conn: Any, n_columns: int) -> list[bytes]:
     described = []
     try:
         for _ in range(n_columns + 1):
-            header = read(4)
-            if len(header) < 4:
-                raise _lost(dbapi_conn)
-            length = int.from_bytes(header[:3], "little")
-            if header[3] != seq:
-                raise _out_of_sequence(dbapi_conn, header[3], seq)
-            seq = (seq + 1) & 0xFF
-            data = read(length)
-            if len(data) < length:
-                raise _lost(dbapi_conn)
-            if length == _MAX_PACKET:
-                data, seq = _rest_of_row(dbapi_conn, read, data, seq)
+            data, seq = _packet(dbapi_conn, read, seq)
             if data[0] == 0xFF:
-                dbapi_conn._next_seq_id = seq
                 _raise_error(dbapi_conn, data)
             described.append(data)
     except OSError as exc:
@@ -374,6 +362,25 @@ def _definitions(dbapi_conn: Any, n_columns: int) -> list[bytes]:
         dbapi_conn._next_seq_id = seq
     described.pop()  # the EOF
     return described
+
+
+def _packet(dbapi_conn: Any, read: Callable[[int], bytes], seq: int) -> tuple[bytes, int]:
+    """The next packet's payload (one of 16 MiB continues in the next, to one shorter) and the
+    sequence number after it, checked as PyMySQL's ``_read_packet`` checks them."""
+    header = read(4)
+    if len(header) < 4:
+        raise _lost(dbapi_conn)
+    length = int.from_bytes(header[:3], "little")
+    if header[3] != seq:
+        raise _out_of_sequence(dbapi_conn, header[3], seq)
+    data = read(length)
+    if len(data) < length:
+        raise _lost(dbapi_conn)
+    seq = (seq + 1) & 0xFF
+    if length == _MAX_PACKET:
+        rest, seq = _packet(dbapi_conn, read, seq)
+        data += rest
+    return data, seq
 
 
 def _raise_error(dbapi_conn: Any, data: bytes) -> None:
@@ -399,7 +406,7 @@ def _read_rows(dbapi_conn: Any, prepared: _Prepared) -> tuple[int, list[tuple[An
     rows: list[tuple[Any, ...]] = []
     add = rows.append
     try:
-        while True:
+        while True:  # ``_packet``, written out: this loop runs once a row
             header = read(4)
             if len(header) < 4:
                 raise _lost(dbapi_conn)
@@ -411,7 +418,8 @@ def _read_rows(dbapi_conn: Any, prepared: _Prepared) -> tuple[int, list[tuple[An
             if len(data) < length:
                 raise _lost(dbapi_conn)
             if length == _MAX_PACKET:  # a row of 16 MiB or more: its further packets
-                data, seq = _rest_of_row(dbapi_conn, read, data, seq)
+                rest, seq = _packet(dbapi_conn, read, seq)
+                data += rest
             if data[0]:  # not a row: its EOF (0xFE), or an error (0xFF)
                 break
             nulls = data[1 : 1 + width]
@@ -431,25 +439,6 @@ def _read_rows(dbapi_conn: Any, prepared: _Prepared) -> tuple[int, list[tuple[An
 
 _MAX_PACKET = 0xFFFFFF
 _PARSERS_MAX = 64  # null bitmaps a statement keeps a parser for
-
-
-def _rest_of_row(dbapi_conn: Any, read: Any, data: bytes, seq: int) -> tuple[bytes, int]:
-    """A packet of 16 MiB continues in the next (to one shorter): the whole payload."""
-    parts = [data]
-    length = _MAX_PACKET
-    while length == _MAX_PACKET:
-        header = read(4)
-        if len(header) < 4:
-            raise _lost(dbapi_conn)
-        length = int.from_bytes(header[:3], "little")
-        if header[3] != seq:
-            raise _out_of_sequence(dbapi_conn, header[3], seq)
-        seq = (seq + 1) & 0xFF
-        part = read(length)
-        if len(part) < length:
-            raise _lost(dbapi_conn)
-        parts.append(part)
-    return b"".join(parts), seq
 
 
 def _lost(dbapi_conn: Any, exc: BaseException | None = None) -> Exception:
