@@ -126,7 +126,9 @@ class Dialect:
     more than the index holds — with ``FOR UPDATE SKIP LOCKED``, a claim of 100 read 3,000 rows."""
     reads_due_as_json: ClassVar[bool] = False
     """A worker's discovery read returns each row as one ``JSON_ARRAY`` column (MySQL/MariaDB:
-    PyMySQL parses every column's descriptor on every result, a third of the worker's CPU)."""
+    PyMySQL parses every column's descriptor on every result, a third of the worker's CPU) —
+    but a batch claim's read on a connection that prepares its statements, whose rows agora
+    reads itself in the binary protocol (``queries.next_due_probed(…, as_json=False)``)."""
     upserts_on_duplicate_key: ClassVar[bool] = False
     """``INSERT … ON DUPLICATE KEY UPDATE`` (MySQL/MariaDB)."""
     driver_placeholder: ClassVar[str] = "%s"
